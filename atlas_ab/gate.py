@@ -1,0 +1,125 @@
+"""The lossless gate: speculative greedy output must equal target-only greedy.
+
+A sample of each wave's sequences is replayed with the target alone, one token
+at a time, over the same documents and turns, and compared token for token
+with what the speculative loop committed. On CPU in fp32 they must agree
+exactly. In bf16 a multi-token verify and a one-token decode round differently,
+so a divergence passes only at a near-tie: where the replay's top-1 / top-2
+logit margin is within the dtype's rounding (`NEAR_TIE`). A divergence at a
+clear margin fails the run, naming the first divergent position. After a
+divergence the two trajectories differ, so that sequence is not compared
+further.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+# Margin (in logits, relative to the top-1 logit's magnitude) under which two
+# paths of the same dtype may legitimately pick different argmaxes.
+# fp32: one ulp is ~1.2e-7 relative; sums of ~1e3 terms in another order move
+# logits by ~1e-6 relative, so 1e-5 is rounding. bf16: 8 mantissa bits
+# (2^-8 = 0.4%) per rounding, compounded over layers; 2e-2 relative.
+NEAR_TIE = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 5e-3}
+
+
+@dataclass
+class GateResult:
+    checked_sequences: int = 0
+    checked_tokens: int = 0
+    divergences: int = 0
+    near_ties: int = 0
+    passed: bool = True
+    margins: list = field(default_factory=list)
+    first_divergence: dict | None = None
+
+    def merge(self, other: "GateResult") -> "GateResult":
+        return GateResult(
+            self.checked_sequences + other.checked_sequences, self.checked_tokens + other.checked_tokens,
+            self.divergences + other.divergences, self.near_ties + other.near_ties,
+            self.passed and other.passed, self.margins + other.margins,
+            self.first_divergence or other.first_divergence)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@torch.no_grad()
+def replay_greedy(trunk, docs, gen_tokens: int):
+    """Target-only greedy over docs x turns, batched, one token per forward.
+    Returns generated[seq][turn] (G tokens) and margins[seq][turn] (top1-top2, top1)."""
+    p = next(trunk.parameters())
+    dev = p.device
+    B, turns = len(docs), len(docs[0].chunks)
+    budgets = [sum(len(c) for c in d.chunks) + turns * gen_tokens + 2 for d in docs]
+    kv = trunk.new_kv(budgets)
+    hist = np.zeros((B, max(budgets) + 1), dtype=np.int64)
+    n_tok = np.zeros(B, dtype=np.int64)
+    kv_len = np.zeros(B, dtype=np.int64)
+    out = [[] for _ in range(B)]
+    margins = [[] for _ in range(B)]
+    for t in range(turns):
+        for b, d in enumerate(docs):
+            hist[b, n_tok[b]:n_tok[b] + len(d.chunks[t])] = d.chunks[t]
+            n_tok[b] += len(d.chunks[t])
+        gen = [[] for _ in range(B)]
+        mar = [[] for _ in range(B)]
+        for g in range(gen_tokens):
+            count = n_tok - kv_len
+            T = int(count.max())
+            cols = np.arange(T)
+            pos = kv_len[:, None] + cols[None, :]
+            valid = cols[None, :] < count[:, None]
+            tok = np.where(valid, hist[np.arange(B)[:, None], np.minimum(pos, hist.shape[1] - 1)], 0)
+            h = trunk.forward(torch.as_tensor(tok, device=dev), torch.as_tensor(pos, device=dev),
+                              torch.as_tensor(np.where(valid, pos, -1), device=dev), kv)
+            last = h[torch.arange(B, device=dev), torch.as_tensor(count - 1, device=dev)]
+            logits = trunk.logits(last[:, None])[:, 0].float()
+            top2 = logits.topk(2, dim=-1)
+            nxt = top2.indices[:, 0].cpu().numpy()
+            vals = top2.values.cpu().numpy()
+            kv_len = n_tok.copy()
+            hist[np.arange(B), n_tok] = nxt
+            n_tok += 1
+            for b in range(B):
+                gen[b].append(int(nxt[b]))
+                mar[b].append((float(vals[b, 0] - vals[b, 1]), float(vals[b, 0])))
+        for b in range(B):
+            out[b].append(gen[b])
+            margins[b].append(mar[b])
+    return out, margins
+
+
+def check(trunk, docs, generated, gen_tokens: int, seqs) -> GateResult:
+    """Compare the speculative loop's generated[seq][turn] with a target-only replay of `seqs`."""
+    if len(seqs) == 0:
+        return GateResult()
+    dtype = next(trunk.parameters()).dtype
+    tol = NEAR_TIE.get(dtype, 1e-5)
+    ref, margins = replay_greedy(trunk, [docs[s] for s in seqs], gen_tokens)
+    res = GateResult(checked_sequences=len(seqs))
+    for i, s in enumerate(seqs):
+        for t, (spec_toks, ref_toks) in enumerate(zip(generated[s], ref[i])):
+            diverged = False
+            for g, (a, b) in enumerate(zip(spec_toks, ref_toks)):
+                res.checked_tokens += 1
+                if a == b:
+                    continue
+                gap, top1 = margins[i][t][g]
+                near = gap <= tol * max(1.0, abs(top1))
+                res.divergences += 1
+                res.near_ties += near
+                res.margins.append(gap)
+                where = dict(doc_id=int(docs[s].doc_id), turn=t, token=g, speculative=int(a),
+                             target_only=int(b), margin=gap, near_tie=bool(near))
+                if res.first_divergence is None:
+                    res.first_divergence = where
+                if not near:
+                    res.passed = False
+                diverged = True
+                break
+            if diverged:
+                break       # the trajectories differ from here on
+    return res

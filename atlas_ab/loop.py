@@ -1,0 +1,294 @@
+"""The batched greedy speculative loop: propose -> verify -> accept -> after_verify.
+
+One `Wave` runs B documents through all their turns together. Turn t appends
+the document's next chunk to the context, prefills the target over it (the
+target KV is reused across turns, so turns >= 1 are warm), then generates
+exactly `gen_tokens` tokens: the prefill's own next token, then verify steps.
+Exactly G tokens per turn (a step that would overshoot commits only what the
+turn still needs) keeps every arm on the same target trajectory, so arms stay
+comparable position by position.
+
+Per step the host reads the device once (accepted counts, drafts, target
+argmaxes, confidences packed together); everything else stays on the device.
+Each lever is one short, named branch below: CATCHUP (`_catchup`), REFEED and
+SHIFT (`_ring_after_verify`), DRAFT_CONF (`gated`), SHADOW_TOPK (`topk`),
+ORACLE_P2 (`_oracle`), DRAFTER_PREFILL (`_prefill_turn`), FINGERPRINTS (`self.ev`).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from atlas_ab.config import ArmConfig
+from atlas_ab.proposers.base import RowFeed
+from atlas_ab.proposers.ring import Ring, gap_keys
+from atlas_ab.telemetry.events import EventLog
+from atlas_ab.telemetry.records import STEP_SCHEMA, Columns
+from atlas_ab.workload import Document
+
+
+@dataclass
+class WaveTrace:
+    """What a wave produced: telemetry and each sequence's tokens per turn (for the gate)."""
+    steps: Columns
+    events: EventLog | None
+    generated: list = field(default_factory=list)   # [seq][turn] -> list[int] of G tokens
+    n_tokens: int = 0
+
+
+class Wave:
+    def __init__(self, trunk, proposer, arm: ArmConfig, docs: list[Document], gen_tokens: int,
+                 fingerprint_rows=None, on_step=None):
+        self.trunk, self.proposer, self.arm = trunk, proposer, arm
+        self.docs, self.G = docs, gen_tokens
+        self.K = arm.num_drafts
+        self.on_step = on_step
+        B = self.B = len(docs)
+        self.turns = len(docs[0].chunks)
+        self.doc_ids = np.array([d.doc_id for d in docs], dtype=np.int64)
+        budgets = np.array([sum(len(c) for c in d.chunks) + self.turns * gen_tokens + self.K + 2
+                            for d in docs], dtype=np.int64)
+        p = next(trunk.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        self.kv = trunk.new_kv(budgets.tolist())
+        proposer.alloc(budgets)
+        self.history = np.zeros((B, int(budgets.max()) + 1), dtype=np.int64)  # committed tokens
+        self.n_tok = np.zeros(B, dtype=np.int64)     # tokens in history (last one not yet processed)
+        self.kv_len = np.zeros(B, dtype=np.int64)    # positions the target has processed
+        H = trunk.args.hidden_size
+        self.last_hidden = torch.zeros(B, H, device=self.device, dtype=self.dtype)  # hidden of kv_len-1
+        self.ring = Ring(B, arm.ring_size, H, self.device, self.dtype) if arm.has_ring else None
+        self.ev = EventLog(fingerprint_rows) if arm.fingerprints_on else None
+        self.trace = WaveTrace(Columns(STEP_SCHEMA), self.ev, [[] for _ in range(B)])
+        self.turn = 0
+        self.step_no = np.zeros(B, dtype=np.int64)
+        self.gen = np.zeros(B, dtype=np.int64)
+
+    # ------------------------------------------------------------------ run
+    @torch.no_grad()
+    def run(self) -> WaveTrace:
+        for t in range(self.turns):
+            self.turn = t
+            self._prefill_turn(t)
+            while (self.gen < self.G).any():
+                self._step(self.gen < self.G)
+            for b in range(self.B):
+                n = self.n_tok[b]
+                self.trace.generated[b].append(self.history[b, n - self.G:n].tolist())
+        self.proposer.free()
+        return self.trace
+
+    def _t(self, x) -> torch.Tensor:
+        return torch.as_tensor(x, device=self.device)
+
+    # -------------------------------------------------------- turn prefill
+    def _prefill_turn(self, t: int) -> None:
+        B = self.B
+        for b, d in enumerate(self.docs):
+            c = d.chunks[t]
+            self.history[b, self.n_tok[b]:self.n_tok[b] + len(c)] = c
+            self.n_tok[b] += len(c)
+        start = self.kv_len.copy()
+        count = self.n_tok - start
+        T = int(count.max())
+        cols = np.arange(T)
+        pos = start[:, None] + cols[None, :]
+        valid = cols[None, :] < count[:, None]
+        tok = np.where(valid, self.history[np.arange(B)[:, None], np.minimum(pos, self.history.shape[1] - 1)], 0)
+        hid = self.trunk.forward(self._t(tok), self._t(pos), self._t(np.where(valid, pos, -1)), self.kv)
+        last = self._t(count - 1)
+        ar = torch.arange(B, device=self.device)
+        first = self.trunk.logits(hid[ar, last][:, None])[:, 0].argmax(-1)
+
+        # DRAFTER_PREFILL: context rows keys start-1 .. n_tok-2, i.e. (token k+1,
+        # hidden k). OFF keeps the seeds' behaviour: only a prefill that starts
+        # at position 0 (the cold turn) prefills the drafter.
+        if self.arm.drafter_prefill or t == 0:
+            self._drafter_context(start, count, hid)
+
+        self.last_hidden = hid[ar, last].clone()
+        self.kv_len = self.n_tok.copy()
+        first = first.cpu().numpy()
+        self.history[np.arange(B), self.n_tok] = first
+        self.n_tok += 1
+        self.gen[:] = 1
+        self.step_no[:] = 0
+
+    def _drafter_context(self, start, count, hid) -> None:
+        # Keys from start-1 (it pairs the pending token with the saved hidden),
+        # never re-writing a key the drafter already holds. The dense space only
+        # appends at slot == key (the seeds refuse a feed that would leave a
+        # hole), so a misaligned dense drafter is left as it is.
+        rows, newest = self.proposer.drafter_rows(), self.proposer.last_pair_key()
+        seqs, keys = [], []
+        for b in range(self.B):
+            k0 = max(start[b] - 1, newest[b] + 1, 0)
+            if self.arm.row_space == "dense" and self.proposer.kind == "mtp" and rows[b] != k0:
+                continue
+            ks = np.arange(k0, start[b] + count[b] - 1)
+            seqs.append(np.full(len(ks), b))
+            keys.append(ks)
+        if not seqs:
+            return
+        seq = np.concatenate(seqs).astype(np.int64)
+        key = np.concatenate(keys).astype(np.int64)
+        # hidden of position k: from this prefill, or the saved hidden of start-1
+        rel = key - start[seq]
+        from_saved = rel < 0
+        rows = hid[self._t(seq), self._t(np.maximum(rel, 0))]
+        if from_saved.any():
+            rows[self._t(np.nonzero(from_saved)[0])] = self.last_hidden[self._t(seq[from_saved])]
+        feed = RowFeed(seq=seq, key=key, token=self.history[seq, key + 1], label=np.full(len(seq), -1), hiddens=rows)
+        w = self.proposer.prefill_drafter(feed)
+        if self.ev is not None and len(w) and w.hiddens is not None:
+            self.ev.add("context", doc_id=self.doc_ids[w.seq], turn=self.turn, step=-1, seq=w.seq,
+                        rows=w.hiddens, key=w.key, rope=w.rope, slot=w.slot)
+
+    # ----------------------------------------------------------------- step
+    def _step(self, active: np.ndarray) -> None:
+        t0 = time.perf_counter()
+        B, K, arm = self.B, self.K, self.arm
+        ar = np.arange(B)
+        n = self.kv_len.copy()                      # position of the last committed token
+        last_tok = self._t(self.history[ar, n])
+        fed = self._catchup(active, n) if arm.catchup else np.zeros(B, dtype=np.int64)
+        rows_at_propose = self.proposer.drafter_rows()
+        if self.ev is not None:
+            self._propose_events(active, n)
+
+        prop = self.proposer.propose(self.history, last_tok, self.last_hidden, n, K, active, arm.shadow_topk)
+
+        # verify: [t_n, d1..dK] at positions n..n+K
+        vtok = torch.cat([last_tok[:, None], prop.drafts], dim=1)
+        pos = n[:, None] + np.arange(K + 1)[None, :]
+        vh = self.trunk.forward(vtok, self._t(pos), self._t(np.where(active[:, None], pos, -1)), self.kv)
+        target = self.trunk.logits(vh).argmax(-1)                       # [B, K+1]
+        acc = (prop.drafts == target[:, :K]).long().cumprod(dim=1).sum(dim=1)
+        # DRAFT_CONF: a chain below tau is dropped; the step decodes serially.
+        gated = (prop.chain_conf < arm.draft_conf) if arm.draft_conf > 0 else torch.zeros_like(acc, dtype=torch.bool)
+        acc = torch.where(gated, torch.zeros_like(acc), acc)
+        oracle = self._oracle(prop, vh, target, acc, n, active) if arm.oracle_p2 else None
+
+        # The one read of the step: every integer the host needs, in one copy.
+        # (confidences ride along as their float32 bit patterns)
+        ints = [acc[:, None], gated.long()[:, None], prop.drafts, target,
+                prop.conf.float().view(torch.int32).long()]
+        if oracle is not None:
+            ints.append(oracle.long()[:, None])
+        host = torch.cat(ints, dim=1).cpu().numpy()
+        acc_h, gated_h = host[:, 0], host[:, 1].astype(bool)
+        drafts_h, target_h = host[:, 2:2 + K], host[:, 2 + K:3 + 2 * K]
+        floats = host[:, 3 + 2 * K:3 + 3 * K].astype(np.int32).view(np.float32)
+        oracle_h = host[:, 3 + 3 * K] if oracle is not None else None
+
+        # commit: accepted drafts + bonus, cut at the turn's G tokens
+        c = np.where(active, np.minimum(acc_h + 1, self.G - self.gen), 0)
+        committed = []
+        for b in np.nonzero(active)[0]:
+            toks = target_h[b, :c[b]]          # accepted drafts equal the target's tokens
+            self.history[b, n[b] + 1:n[b] + 1 + c[b]] = toks
+            committed.append(toks)
+        a_eff = np.maximum(c - 1, 0)           # accepted drafts the trajectory kept
+        act_t = self._t(np.nonzero(active)[0])
+        self.last_hidden[act_t] = vh[act_t, self._t(a_eff[active])]
+        self.kv_len = np.where(active, n + c, self.kv_len)
+        self.n_tok = np.where(active, self.n_tok + c, self.n_tok)
+        self.gen += c
+
+        if self.ring is not None:
+            self._ring_after_verify(active, n, a_eff, gated_h, vh)
+        self.proposer.after_verify(np.where(gated_h, 0, a_eff), active)
+
+        ms = (time.perf_counter() - t0) * 1e3
+        self._record(active, n, acc_h, gated_h, drafts_h, target_h, floats, prop, oracle_h,
+                     committed, ms, rows_at_propose, fed)
+        self.step_no += active
+        self.trace.n_tokens += int(c.sum())
+        if self.on_step is not None:
+            self.on_step(int(active.sum()), int(c.sum()), acc_h[active], gated_h[active])
+
+    # ------------------------------------------------------------- levers
+    def _catchup(self, active, n) -> np.ndarray:
+        """CATCHUP: feed the gap rows between the drafter's newest row and this
+        propose, from the ring (target hiddens), before proposing."""
+        rows = self.proposer.drafter_rows()
+        last = self.proposer.last_pair_key()
+        seqs, keys = [], []
+        for b in np.nonzero(active)[0]:
+            ks = gap_keys(self.ring, b, self.arm.row_space, int(last[b]), int(rows[b]), int(n[b]))
+            seqs.extend([b] * len(ks))
+            keys.extend(ks)
+        fed = np.zeros(self.B, dtype=np.int64)
+        if not keys:
+            return fed
+        seq, key = np.array(seqs), np.array(keys)
+        labels = key + 1                          # pair key k reads ring label k+1
+        feed = RowFeed(seq=seq, key=key, token=self.history[seq, key + 1], label=labels,
+                       hiddens=self.ring.read(seq, labels))
+        w = self.proposer.catchup_drafter(feed)
+        np.add.at(fed, w.seq, 1)
+        if self.ev is not None and len(w):
+            self.ev.add("feed", doc_id=self.doc_ids[w.seq], turn=self.turn, step=self.step_no[w.seq],
+                        seq=w.seq, rows=w.hiddens, label=w.label, key=w.key, rope=w.rope, slot=w.slot)
+        return fed
+
+    def _ring_after_verify(self, active, n, a_eff, gated, vh) -> None:
+        """Ring writes after a verify. Serial (gated) steps ring their one hidden
+        (CATCHUP); with REFEED every accepted position's true hidden is ringed,
+        0..=accepted, the last being the next propose's own target hidden.
+        SHIFT moves every re-fed label by s (mapping validation)."""
+        seqs, labels, src = [], [], []
+        for b in np.nonzero(active)[0]:
+            if gated[b]:                      # a serial step: ring its hidden (CATCHUP)
+                seqs.append(b); labels.append(n[b] + 1); src.append(0)
+            elif self.arm.refeed:             # REFEED: every accepted position, 0..=accepted
+                for j in range(a_eff[b] + 1):
+                    seqs.append(b); labels.append(n[b] + 1 + j + self.arm.refeed_shift); src.append(j)
+        if not seqs:
+            return
+        seq, label, j = np.array(seqs), np.array(labels), np.array(src)
+        ok = label >= 0
+        seq, label, j = seq[ok], label[ok], j[ok]
+        rows = vh[self._t(seq), self._t(j)]
+        self.ring.write(seq, label, rows)
+        if self.ev is not None:
+            self.ev.add("ring_write", doc_id=self.doc_ids[seq], turn=self.turn, step=self.step_no[seq],
+                        seq=seq, rows=rows, rows2=self.ring.read(seq, label), label=label)
+
+    def _oracle(self, prop, vh, target, acc, n, active):
+        """ORACLE_P2: when draft 1 is accepted, would draft 2 from the target's
+        true hidden of position n have hit? Null (masked) otherwise."""
+        o2 = self.proposer.oracle_draft2(prop.drafts[:, 0], vh[:, 0], n, prop.row0_slot, active)
+        return torch.where(acc >= 1, (o2 == target[:, 1]).long(), torch.full_like(acc, -1))
+
+    def _propose_events(self, active, n) -> None:
+        act = np.nonzero(active)[0]
+        live = np.array([self.ring is not None and self.ring.live(b, n[b]) for b in act], dtype=bool)
+        ring_rows = (self.ring.read(act, n[act]) if self.ring is not None
+                     else torch.zeros_like(self.last_hidden[self._t(act)]))
+        self.ev.add("propose", doc_id=self.doc_ids[act], turn=self.turn, step=self.step_no[act], seq=act,
+                    rows=self.last_hidden[self._t(act)], rows2=ring_rows, fp2_valid=live, position=n[act])
+
+    # ------------------------------------------------------------ telemetry
+    def _record(self, active, n, acc, gated, drafts, target, conf, prop, oracle, committed, ms,
+                rows_at_propose, fed) -> None:
+        act = np.nonzero(active)[0]
+        k = np.where(gated[act], 0, self.K)
+        cols = dict(
+            doc_id=self.doc_ids[act].tolist(), turn=[self.turn] * len(act), step=self.step_no[act].tolist(),
+            k=k.tolist(), accept_len=acc[act].tolist(), arm=[self.arm.name] * len(act),
+            seq=act.tolist(), position=n[act].tolist(),
+            drafts=drafts[act].tolist(),
+            target=[target[b, :kk + 1].tolist() for b, kk in zip(act, k)],
+            conf=conf[act].tolist(), gated=gated[act].tolist(),
+            committed=[c.tolist() for c in committed], step_ms=[ms] * len(act),
+            drafter_rows=rows_at_propose[act].tolist(), fed_rows=fed[act].tolist())
+        if oracle is not None:
+            cols["oracle_hit2"] = [None if o < 0 else bool(o) for o in oracle[act]]
+        if prop.topk_ids is not None:
+            cols["topk_ids"] = prop.topk_ids[self._t(act)].cpu().tolist()
+            cols["topk_probs"] = prop.topk_probs[self._t(act)].float().cpu().tolist()
+        self.trace.steps.extend(**cols)

@@ -1,0 +1,94 @@
+"""The DraftProposer protocol, after the seeds' trait, batched first.
+
+Every method acts on all B sequences of a batch at once; `active` says which
+sequences take part (the others keep their state untouched). A per-sequence
+call is the B = 1 case. State is allocated per sequence from its own token
+budget (the seeds' `alloc_state_for`), never from a global maximum.
+
+Host/device split: token ids, drafts and hiddens stay on the device; the row
+bookkeeping (row counts, pair keys, which rows carry a target hidden) is host
+numpy, because the host learns the accepted counts once per step anyway and
+the bookkeeping is what tests and fingerprints inspect.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Protocol
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Proposal:
+    drafts: torch.Tensor                 # [B, K] long
+    conf: torch.Tensor                   # [B, K] float32: top-1 softmax prob per depth
+    topk_ids: Optional[torch.Tensor]     # [B, K, k] (SHADOW_TOPK) or None
+    topk_probs: Optional[torch.Tensor]
+    row0_slot: np.ndarray                # [B] slot of the propose's first row (-1 if inactive)
+
+    @property
+    def chain_conf(self) -> torch.Tensor:
+        """min top-1 prob across one propose's drafts (the seeds' chain confidence)."""
+        return self.conf.min(dim=1).values
+
+
+@dataclass
+class RowsWritten:
+    """What a context/catch-up write did, for fingerprint events and tests."""
+    seq: np.ndarray      # [N] sequence of each row
+    key: np.ndarray      # [N] pair key
+    slot: np.ndarray     # [N] drafter KV slot
+    rope: np.ndarray     # [N] RoPE position
+    label: np.ndarray    # [N] ring label read (-1 when not from the ring)
+    hiddens: Optional[torch.Tensor]  # [N, H] the hiddens fed (None for a token-only drafter)
+
+    @staticmethod
+    def empty() -> "RowsWritten":
+        z = np.zeros(0, dtype=np.int64)
+        return RowsWritten(z, z, z, z, z, None)
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+
+@dataclass
+class RowFeed:
+    """Rows to write, flat: row i is pair key key[i] = (token[i] at key+1, hidden i)."""
+    seq: np.ndarray      # [N]
+    key: np.ndarray      # [N]
+    token: np.ndarray    # [N] token at position key+1
+    label: np.ndarray    # [N] ring label the hidden came from (-1: not the ring)
+    hiddens: torch.Tensor  # [N, H] target hidden of position key
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+
+class DraftProposer(Protocol):
+    kind: str
+
+    def alloc(self, budgets: np.ndarray) -> None:
+        """Per-sequence state for len(budgets) sequences, each sized from its budget."""
+
+    def prefill_drafter(self, rows: "RowFeed") -> RowsWritten:
+        """Write drafter context rows over a turn's prompt (DRAFTER_PREFILL)."""
+
+    def catchup_drafter(self, rows: "RowFeed") -> RowsWritten:
+        """Append gap rows from (token, ring hidden) pairs (the catch-up feed)."""
+
+    def propose(self, history: np.ndarray, last_tokens: torch.Tensor, target_hidden: torch.Tensor,
+                positions: np.ndarray, num_drafts: int, active: np.ndarray, topk: int = 0) -> Proposal:
+        """K drafts per active sequence, autoregressively."""
+
+    def after_verify(self, num_accepted: np.ndarray, active: np.ndarray) -> None:
+        """Trim state after verification."""
+
+    def drafter_rows(self) -> np.ndarray:
+        """Drafter KV rows per sequence (the catch-up append point)."""
+
+    def last_pair_key(self) -> np.ndarray:
+        """Pair key of each sequence's newest drafter row (-1 = none)."""
+
+    def free(self) -> None:
+        """Release per-sequence state."""

@@ -1,0 +1,91 @@
+"""Classic speculative decoding: a small separate LM of the same family drafts.
+
+Its context is the committed tokens themselves, so it has nothing to prefill
+from target hiddens and no ring: before each propose it processes whatever
+committed tokens it has not seen (a whole new chunk on a turn's first step,
+else 0 or 1 tokens), then drafts K tokens autoregressively. Behind the same
+protocol as the MTP head, with no change to the loop.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from atlas_ab.proposers.base import Proposal, RowFeed, RowsWritten
+
+_SLACK = 10
+
+
+class DraftModelProposer:
+    kind = "draft_model"
+
+    def __init__(self, draft_trunk):
+        self.model = draft_trunk
+
+    def alloc(self, budgets: np.ndarray) -> None:
+        caps = np.asarray(budgets, dtype=np.int64) + _SLACK
+        self.kv = self.model.new_kv(caps.tolist())
+        B = len(caps)
+        self.seen = np.zeros(B, dtype=np.int64)       # positions the draft LM has processed
+        self.base = np.zeros(B, dtype=np.int64)       # propose position of the last propose
+        self.last_drafted = np.zeros(B, dtype=np.int64)
+
+    def free(self) -> None:
+        self.kv = None
+
+    def drafter_rows(self) -> np.ndarray:
+        return self.seen.copy()
+
+    def last_pair_key(self) -> np.ndarray:
+        return self.seen - 1
+
+    def prefill_drafter(self, feed: RowFeed) -> RowsWritten:
+        return RowsWritten.empty()     # it reads tokens, and catches up on them in propose
+
+    catchup_drafter = prefill_drafter
+
+    @torch.no_grad()
+    def propose(self, history, last_tokens, target_hidden, positions, num_drafts, active, topk=0):
+        B = len(self.seen)
+        dev = last_tokens.device
+        act = np.nonzero(active)[0]
+        # Catch up on committed tokens [seen, n] (n = the last committed token).
+        count = np.where(active, positions + 1 - self.seen, 0)
+        T = int(count.max())
+        cols = np.arange(T)
+        pos = self.seen[:, None] + cols[None, :]
+        valid = cols[None, :] < count[:, None]
+        tok = np.where(valid, history[np.arange(B)[:, None], np.minimum(pos, history.shape[1] - 1)], 0)
+        out = self.model.forward(torch.as_tensor(tok, device=dev), torch.as_tensor(pos, device=dev),
+                                 torch.as_tensor(np.where(valid, pos, -1), device=dev), self.kv)
+        last = torch.as_tensor(np.maximum(count - 1, 0), device=dev)
+        h = out[torch.arange(B, device=dev), last]
+        drafts, confs, tk_ids, tk_probs = [], [], [], []
+        for i in range(num_drafts):
+            probs = torch.softmax(self.model.logits(h[:, None])[:, 0].float(), dim=-1)
+            conf, draft = probs.max(dim=-1)
+            drafts.append(draft)
+            confs.append(conf)
+            if topk:
+                p, ids = probs.topk(topk, dim=-1)
+                tk_ids.append(ids)
+                tk_probs.append(p)
+            if i + 1 < num_drafts:
+                p_i = positions + 1 + i
+                h = self.model.forward(draft[:, None], torch.as_tensor(p_i, device=dev)[:, None],
+                                       torch.as_tensor(np.where(active, p_i, -1), device=dev)[:, None],
+                                       self.kv)[:, 0]
+        self.seen[act] = positions[act] + num_drafts       # t_n, d1 .. d_{K-1} processed
+        self.base[act] = positions[act]
+        self.last_drafted[act] = num_drafts
+        return Proposal(
+            drafts=torch.stack(drafts, 1), conf=torch.stack(confs, 1),
+            topk_ids=torch.stack(tk_ids, 1) if topk else None,
+            topk_probs=torch.stack(tk_probs, 1) if topk else None,
+            row0_slot=np.where(active, self.base, -1))
+
+    def after_verify(self, num_accepted: np.ndarray, active: np.ndarray) -> None:
+        # Processed positions n .. n+K-1 stay valid up to the last accepted one.
+        act = np.nonzero(active)[0]
+        keep = np.minimum(self.last_drafted[act], num_accepted[act] + 1)
+        self.seen[act] = self.base[act] + keep

@@ -1,0 +1,18 @@
+"""Lay a flat list of per-sequence rows out as a padded [B, T] batch."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def pad_layout(seq: np.ndarray, batch: int):
+    """Stable per-sequence layout of flat rows.
+
+    Returns (order, s, j, T): row order[i] goes to batch row s[i], column j[i];
+    T is the widest sequence's row count (0 when there are no rows).
+    """
+    order = np.argsort(seq, kind="stable")
+    s = seq[order]
+    counts = np.bincount(s, minlength=batch)
+    starts = np.cumsum(counts) - counts
+    j = np.arange(len(s)) - starts[s]
+    return order, s, j, int(counts.max()) if len(s) else 0

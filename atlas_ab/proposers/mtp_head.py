@@ -1,0 +1,144 @@
+"""The MTP-head drafter: one DeepSeek-V3 MTP module run autoregressively.
+
+Draft 1 consumes the target's verified hidden; every later draft consumes the
+drafter's own block output (the hidden handoff, where the seeds measure the
+p1 -> p2 cliff). The drafter keeps its own KV rows; their layout follows one
+of the two row spaces in `rowspace.py`.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from atlas_ab.proposers.base import Proposal, RowFeed, RowsWritten
+from atlas_ab.proposers.layout import pad_layout
+from atlas_ab.proposers.rowspace import rows_to_trim
+
+# A propose can write up to K rows past the sequence's own positions.
+_SLACK = 10
+
+
+class MTPProposer:
+    kind = "mtp"
+
+    def __init__(self, trunk, mtp, row_space: str, refeed: bool):
+        if mtp is None:
+            raise ValueError("the checkpoint has no MTP module (num_nextn_predict_layers = 0)")
+        self.trunk, self.mtp = trunk, mtp
+        self.row_space, self.refeed = row_space, refeed
+        self.embed = trunk.embed_tokens
+        self.lm_head = trunk.lm_head
+
+    # -- state -------------------------------------------------------------
+    def alloc(self, budgets: np.ndarray) -> None:
+        caps = np.asarray(budgets, dtype=np.int64) + _SLACK
+        self.kv = self.mtp.new_kv(caps.tolist())
+        B = len(caps)
+        self.rows = np.zeros(B, dtype=np.int64)
+        self.row_key = np.full((B, int(caps.max())), -1, dtype=np.int64)
+        self.row_target = np.zeros((B, int(caps.max())), dtype=bool)  # row carries a target hidden
+        self.last_drafted = np.zeros(B, dtype=np.int64)
+
+    def free(self) -> None:
+        self.kv = None
+
+    def drafter_rows(self) -> np.ndarray:
+        return self.rows.copy()
+
+    def last_pair_key(self) -> np.ndarray:
+        # The true key of the newest row, read from the bookkeeping. (The seeds
+        # derive it as `key - trim`, which over-states it when a trim removes a
+        # whole propose that followed an unfilled gap.)
+        B = len(self.rows)
+        return np.where(self.rows > 0, self.row_key[np.arange(B), np.maximum(self.rows - 1, 0)], -1)
+
+    def _ropes(self, keys: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        return keys + 1 if self.row_space == "compact" else slots
+
+    def _forward(self, tok, hid, slots: np.ndarray, ropes: np.ndarray):
+        dev = hid.device
+        return self.mtp.forward(tok, hid, torch.as_tensor(ropes, device=dev),
+                                torch.as_tensor(slots, device=dev), self.kv, self.embed)
+
+    # -- context rows: prompt prefill and catch-up feed share one path -----
+    def _write_rows(self, feed: RowFeed) -> RowsWritten:
+        if len(feed) == 0:
+            return RowsWritten.empty()
+        B = len(self.rows)
+        order, s, j, T = pad_layout(feed.seq, B)
+        slots = self.rows[s] + j
+        keys = feed.key[order]
+        ropes = self._ropes(keys, slots)
+        dev = feed.hiddens.device
+        tok = torch.zeros(B, T, dtype=torch.long, device=dev)
+        hid = torch.zeros(B, T, feed.hiddens.shape[-1], dtype=feed.hiddens.dtype, device=dev)
+        slot_bt = np.full((B, T), -1, dtype=np.int64)
+        rope_bt = np.zeros((B, T), dtype=np.int64)
+        s_t, j_t = torch.as_tensor(s, device=dev), torch.as_tensor(j, device=dev)
+        tok[s_t, j_t] = torch.as_tensor(feed.token[order], device=dev)
+        hidden_rows = feed.hiddens[torch.as_tensor(order, device=dev)]
+        hid[s_t, j_t] = hidden_rows
+        slot_bt[s, j], rope_bt[s, j] = slots, ropes
+        self._forward(tok, hid, slot_bt, rope_bt)   # KV rows are the point; the output is unused
+        np.add.at(self.rows, s, 1)
+        self.row_key[s, slots] = keys
+        self.row_target[s, slots] = True
+        return RowsWritten(s, keys, slots, ropes, feed.label[order], hidden_rows)
+
+    prefill_drafter = _write_rows
+    catchup_drafter = _write_rows
+
+    # -- propose -----------------------------------------------------------
+    @torch.no_grad()
+    def propose(self, history, last_tokens, target_hidden, positions, num_drafts, active, topk=0):
+        B = len(self.rows)
+        base = self.rows.copy()
+        act = np.nonzero(active)[0]
+        tok, hid = last_tokens, target_hidden
+        drafts, confs, tk_ids, tk_probs = [], [], [], []
+        for i in range(num_drafts):
+            keys = positions - 1 + i
+            slots = np.where(active, base + i, -1)
+            out = self._forward(tok[:, None], hid[:, None], slots[:, None],
+                                self._ropes(keys, base + i)[:, None])
+            probs = torch.softmax(self.mtp.logits(out, self.lm_head)[:, 0].float(), dim=-1)
+            conf, draft = probs.max(dim=-1)
+            drafts.append(draft)
+            confs.append(conf)
+            if topk:
+                p, ids = probs.topk(topk, dim=-1)
+                tk_ids.append(ids)
+                tk_probs.append(p)
+            tok, hid = draft, out[:, 0]   # the handoff: the drafter's own hidden feeds draft i+2
+            self.row_key[act, base[act] + i] = keys[act]
+            self.row_target[act, base[act] + i] = i == 0
+        self.rows[act] += num_drafts
+        self.last_drafted[act] = num_drafts
+        return Proposal(
+            drafts=torch.stack(drafts, 1), conf=torch.stack(confs, 1),
+            topk_ids=torch.stack(tk_ids, 1) if topk else None,
+            topk_probs=torch.stack(tk_probs, 1) if topk else None,
+            row0_slot=np.where(active, base, -1))
+
+    @torch.no_grad()
+    def oracle_draft2(self, draft1, true_hidden, positions, row0_slot, active) -> torch.Tensor:
+        """ORACLE_P2: draft 2 as it would be from the target's true hidden of
+        position n (teacher-forced), written over draft 2's own row and put back,
+        so the drafter's state is untouched (observational only)."""
+        slots = np.where(active, row0_slot + 1, -1)
+        slot_t = torch.as_tensor(slots, device=true_hidden.device)
+        snap = self.kv.snapshot(slot_t)
+        out = self._forward(draft1[:, None], true_hidden[:, None], slots[:, None],
+                            self._ropes(positions, row0_slot + 1)[:, None])
+        self.kv.restore(snap)
+        return self.mtp.logits(out, self.lm_head)[:, 0].argmax(dim=-1)
+
+    # -- after verify ------------------------------------------------------
+    def after_verify(self, num_accepted: np.ndarray, active: np.ndarray) -> None:
+        for b in np.nonzero(active)[0]:
+            trim = rows_to_trim(self.row_space, int(self.last_drafted[b]), int(num_accepted[b]), self.refeed)
+            if trim:
+                self.rows[b] -= trim
+                self.row_key[b, self.rows[b]:self.rows[b] + trim] = -1
+                self.row_target[b, self.rows[b]:self.rows[b] + trim] = False
+            self.last_drafted[b] = 0

@@ -1,0 +1,64 @@
+"""The catch-up ring: target hiddens by label, per sequence.
+
+Label convention (the seeds', verified there by fingerprints): ring label n
+holds the target hidden of position n-1, so pair key k reads label k+1. The
+ring is written on serial decode steps (CATCHUP) and, with REFEED, for every
+accepted position after a verify. Rings are per sequence (the seeds' ring is
+single-sequence and is forced off when more than one sequence verifies).
+
+Hiddens live on the device ([B, R, H]); labels live on the host, because the
+host already knows which labels a step writes once it has read the accepted
+counts, and the catch-up plan is host bookkeeping.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+class Ring:
+    def __init__(self, batch: int, capacity: int, hidden: int, device, dtype):
+        self.capacity = capacity
+        self.hiddens = torch.zeros(batch, capacity, hidden, device=device, dtype=dtype)
+        self.labels = np.full((batch, capacity), -1, dtype=np.int64)
+
+    def live(self, seq: int, label: int) -> bool:
+        return label >= 0 and self.labels[seq, label % self.capacity] == label
+
+    def write(self, seqs: np.ndarray, labels: np.ndarray, rows: torch.Tensor) -> torch.Tensor:
+        """Write rows[i] under labels[i] of sequence seqs[i]; returns the slots written."""
+        slots = labels % self.capacity
+        self.labels[seqs, slots] = labels
+        idx_s = torch.as_tensor(seqs, device=self.hiddens.device)
+        idx_l = torch.as_tensor(slots, device=self.hiddens.device)
+        self.hiddens[idx_s, idx_l] = rows.to(self.hiddens.dtype)
+        return idx_l
+
+    def read(self, seqs: np.ndarray, labels: np.ndarray) -> torch.Tensor:
+        idx_s = torch.as_tensor(seqs, device=self.hiddens.device)
+        idx_l = torch.as_tensor(labels % self.capacity, device=self.hiddens.device)
+        return self.hiddens[idx_s, idx_l]
+
+    def clear(self) -> None:
+        self.labels.fill(-1)
+
+
+def gap_keys(ring: Ring, seq: int, row_space: str, last_key: int, rows: int, position: int) -> list[int]:
+    """Pair keys the catch-up feed should write before a propose at `position`.
+
+    The propose itself writes key position-1, so the gap ends at position-2.
+    compact: every missing key after the newest row whose label is live (rows
+      need not be contiguous in key space there).
+    dense: rows must append at slot == key, so the feed starts at key == rows
+      and stops at the first label the ring does not hold.
+    """
+    end = position - 2
+    if row_space == "compact":
+        start = last_key + 1
+        return [k for k in range(max(start, end - ring.capacity + 1), end + 1) if ring.live(seq, k + 1)]
+    keys = []
+    for k in range(rows, end + 1):
+        if not ring.live(seq, k + 1):
+            break
+        keys.append(k)
+    return keys

@@ -1,0 +1,137 @@
+"""Config -> runtime -> proposer -> waves of the speculative loop.
+
+The runner never imports the analysis. A run is a sequence of waves of
+`batch_width` documents; a wave is also the unit of a telemetry shard and of
+resume, since the loop is deterministic given the config.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import torch
+
+from atlas_ab import AtlasError
+from atlas_ab.config import ArmConfig, ModelConfig, RunnerConfig, WorkloadConfig, validate_arm
+from atlas_ab.gate import GateResult, check
+from atlas_ab.loop import Wave
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def resolve_path(p: str) -> Path:
+    """A checkpoint path as given, else relative to the repository/package root."""
+    path = Path(p).expanduser()
+    if path.is_absolute() or path.exists():
+        return path
+    return PACKAGE_ROOT / path
+
+
+def resolve_device(spec: str) -> torch.device:
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(spec)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise AtlasError(f"runner.device={spec}: no CUDA device is available here")
+    return dev
+
+
+def resolve_dtype(spec: str, device: torch.device) -> torch.dtype:
+    if spec == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    try:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[spec]
+    except KeyError:
+        raise AtlasError(f"runner.dtype={spec!r} must be auto, float32, bfloat16 or float16") from None
+
+
+@dataclass
+class WaveResult:
+    steps: pa.Table
+    events: pa.Table | None
+    gate: dict
+    n_tokens: int
+
+
+class Runner:
+    def __init__(self, arm: ArmConfig, model: ModelConfig, workload: WorkloadConfig, runner: RunnerConfig):
+        from atlas_ab.runtime import checkpoint
+        from atlas_ab.workload import build_workload
+
+        self.arm = validate_arm(arm)
+        self.cfg = runner
+        self.device = resolve_device(runner.device)
+        self.dtype = resolve_dtype(runner.dtype, self.device)
+        torch.manual_seed(runner.seed)
+        if runner.batch_width < 1:
+            raise AtlasError(f"runner.batch_width={runner.batch_width} must be >= 1")
+
+        path = resolve_path(model.path)
+        if model.init == "random":
+            ck = checkpoint.random_init(model, path, self.device, self.dtype)
+        elif model.init == "checkpoint":
+            ck = checkpoint.load(path, self.device, self.dtype)
+        else:
+            raise AtlasError(f"model.init={model.init!r} must be 'checkpoint' or 'random'")
+        if ck.tokenizer_path is None:
+            raise AtlasError(f"{path}: no tokenizer.json in the checkpoint directory")
+        self.trunk = ck.trunk.eval()
+        self.proposer = self._proposer(ck, model)
+        self.workload = build_workload(workload, ck.tokenizer_path)
+        docs = self.workload.docs
+        bw = runner.batch_width
+        self.waves = [[d.doc_id for d in docs[i:i + bw]] for i in range(0, len(docs), bw)]
+        self._docs = {d.doc_id: d for d in docs}
+        self.info = {
+            "model": {"name": model.name, "path": str(path), "hash": ck.hash, "init": model.init,
+                      "tokenizer_hash": self.workload.info.get("tokenizer_hash"),
+                      "params": sum(p.numel() for p in self.trunk.parameters()),
+                      "draft": self._draft_info},
+            "workload": {"hash": self.workload.hash, **self.workload.info},
+            "device": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
+            "dtype": str(self.dtype).replace("torch.", ""),
+            "row_space": self.arm.row_space,
+            "proposer": self.arm.proposer,
+            "levers": {k: getattr(self.arm, k) for k in self.arm.__dataclass_fields__},
+        }
+        self.info["levers"]["fingerprints"] = self.arm.fingerprints_on
+
+    def _proposer(self, ck, model: ModelConfig):
+        self._draft_info = None
+        if self.arm.proposer == "mtp":
+            from atlas_ab.proposers.mtp_head import MTPProposer
+            if ck.mtp is None:
+                raise AtlasError(f"{ck.path}: the checkpoint has no MTP module (num_nextn_predict_layers = 0)")
+            return MTPProposer(self.trunk, ck.mtp.eval(), self.arm.row_space, self.arm.refeed)
+        from atlas_ab.proposers.draft_model import DraftModelProposer
+        from atlas_ab.runtime import checkpoint
+        if not model.draft_path:
+            raise AtlasError("arm proposer=draft_model needs model.draft_path")
+        dck = checkpoint.load(resolve_path(model.draft_path), self.device, self.dtype)
+        self._draft_info = {"path": str(resolve_path(model.draft_path)), "hash": dck.hash}
+        return DraftModelProposer(dck.trunk.eval())
+
+    def docs_of(self, wave: int):
+        return [self._docs[i] for i in self.waves[wave]]
+
+    def run_wave(self, i: int, on_step=None) -> WaveResult:
+        docs = self.docs_of(i)
+        fp = None
+        if self.arm.fingerprints_on:
+            from atlas_ab.telemetry.fingerprint import fingerprint_rows
+            fp = fingerprint_rows
+        trace = Wave(self.trunk, self.proposer, self.arm, docs, self.workload.gen_tokens,
+                     fingerprint_rows=fp, on_step=on_step).run()
+        n_gate = min(self.cfg.gate_sequences, len(docs))
+        gate = check(self.trunk, docs, trace.generated, self.workload.gen_tokens, list(range(n_gate)))
+        return WaveResult(steps=trace.steps.table(),
+                          events=trace.events.table() if trace.events is not None else None,
+                          gate=gate.to_dict(), n_tokens=trace.n_tokens)
+
+
+def merge_gates(gates: list[dict]) -> dict:
+    total = GateResult()
+    for g in gates:
+        total = total.merge(GateResult(**g))
+    return total.to_dict()
