@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,16 @@ def _h(*parts) -> int:
     return int(hashlib.sha256(":".join(map(str, parts)).encode("utf-8")).hexdigest()[:16], 16)
 
 
+@lru_cache(maxsize=8)
+def _tokenized(tokenizer_path: str, tokenizer_hash: str, source: str, split: str) -> dict:
+    """name -> token ids of every file of one source and split (cached per tokenizer content)."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(tokenizer_path)
+    files = build_corpus().select(source, split)
+    encs = tok.encode_batch([d.text for d in files], add_special_tokens=False)
+    return {d.name: tuple(e.ids) for d, e in zip(files, encs)}
+
+
 def _check(cfg: WorkloadConfig) -> None:
     if cfg.corpus not in SOURCES:
         raise AtlasError(f"workload.corpus={cfg.corpus!r} must be one of {list(SOURCES)}")
@@ -73,13 +84,10 @@ def build_workload(cfg: WorkloadConfig, tokenizer_path) -> Workload:
         tp = tp / "tokenizer.json"
     if not tp.is_file():
         raise AtlasError(f"tokenizer {str(tp)!r} not found")
-    from tokenizers import Tokenizer
-    tok = Tokenizer.from_file(str(tp))
-
+    tok_hash = file_sha256(tp)
     corpus = build_corpus()
     files = corpus.select(cfg.corpus, cfg.split)
-    encs = tok.encode_batch([d.text for d in files], add_special_tokens=False)
-    toks = {d.name: e.ids for d, e in zip(files, encs)}
+    toks = _tokenized(str(tp), tok_hash, cfg.corpus, cfg.split)
     need = cfg.turns * cfg.chunk_tokens
 
     eligible = sorted((n for n, ids in toks.items() if len(ids) >= need), key=lambda n: (_h(cfg.seed, n), n))
@@ -111,7 +119,7 @@ def build_workload(cfg: WorkloadConfig, tokenizer_path) -> Workload:
     docs = []
     h = hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True).encode("utf-8"))
     for i, (name, start) in enumerate(windows):
-        ids = toks[name][start:start + need]
+        ids = list(toks[name][start:start + need])
         chunks = [ids[t * cfg.chunk_tokens:(t + 1) * cfg.chunk_tokens] for t in range(cfg.turns)]
         docs.append(Document(doc_id=i, name=f"{name}@{start}", chunks=chunks))
         h.update(f"{i}:{name}@{start}".encode("utf-8"))
@@ -127,7 +135,7 @@ def build_workload(cfg: WorkloadConfig, tokenizer_path) -> Workload:
         "files_in_split": len(files),
         "files_long_enough": len(eligible),
         "selection": selection,
-        "tokenizer_hash": file_sha256(tp),
+        "tokenizer_hash": tok_hash,
         "tokens_per_doc": need,
     }
     return Workload(docs=docs, gen_tokens=cfg.gen_tokens, hash="sha256:" + h.hexdigest(), info=info)
