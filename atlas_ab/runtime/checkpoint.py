@@ -1,0 +1,204 @@
+"""Hugging Face checkpoint directories <-> (ModelArgs, Transformer, MTPModule).
+
+A directory holds config.json, model.safetensors (or shards + model.safetensors.index.json) and
+optionally tokenizer.json. Safetensors only: nothing is ever unpickled. The MTP module, when
+config.json says num_nextn_predict_layers: 1, lives under model.layers.{num_hidden_layers}.
+(DeepSeek-V3 layout: enorm, hnorm, eh_proj, a decoder block named like a trunk layer,
+shared_head.norm, optional shared_head.head).
+
+Loading builds the modules on the meta device and assigns the file's tensors (no random init),
+so a few-M-parameter checkpoint loads in tens of milliseconds.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+import torch
+
+from atlas_ab import AtlasError
+from atlas_ab.runtime.config import ModelArgs
+from atlas_ab.runtime.model import MTPModule, Transformer
+
+_INDEX = "model.safetensors.index.json"
+
+
+@dataclass
+class Checkpoint:
+    args: ModelArgs
+    trunk: Transformer
+    mtp: Optional[MTPModule]
+    tokenizer_path: Optional[str]
+    hash: str                     # "sha256:<hex>" over config.json + the safetensors files (sorted)
+    path: Optional[str] = None
+
+
+def mtp_prefix(args: ModelArgs) -> str:
+    return f"model.layers.{args.num_hidden_layers}."
+
+
+def _one_line(e: BaseException) -> str:
+    s = str(e).strip().splitlines()
+    return s[0] if s else type(e).__name__
+
+
+def _files(d: Path) -> list[Path]:
+    idx = d / _INDEX
+    if idx.is_file():
+        try:
+            wm = json.loads(idx.read_text())["weight_map"]
+            names = sorted(set(wm.values()))
+        except Exception as e:
+            raise AtlasError(f"{idx}: unreadable index ({_one_line(e)})") from None
+        for n in names:
+            if not (d / n).is_file():
+                raise AtlasError(f"{d}: shard {n} named in {_INDEX} is missing")
+        return [d / n for n in names]
+    files = sorted(d.glob("*.safetensors"))
+    if not files:
+        if any(d.glob("pytorch_model*.bin")) or any(d.glob("*.pt")) or any(d.glob("*.pth")):
+            raise AtlasError(f"{d}: only pickle weights (pytorch_model.bin); safetensors is required")
+        raise AtlasError(f"{d}: no *.safetensors weights")
+    return files
+
+
+def file_hash(paths) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    return "sha256:" + h.hexdigest()
+
+
+def _read_tensors(files: list[Path], device: str) -> dict[str, torch.Tensor]:
+    from safetensors import safe_open
+    out: dict[str, torch.Tensor] = {}
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt", device=device) as sf:
+                for k in sf.keys():
+                    if k in out:
+                        raise AtlasError(f"{f.name}: tensor {k} appears in more than one file")
+                    out[k] = sf.get_tensor(k)
+        except AtlasError:
+            raise
+        except Exception as e:
+            raise AtlasError(f"{f.name}: corrupt safetensors ({_one_line(e)})") from None
+    return out
+
+
+def _expected(module: torch.nn.Module, prefix: str, skip=()) -> dict[str, torch.Size]:
+    return {prefix + k: v.shape for k, v in module.state_dict().items() if k not in skip}
+
+
+def load(path: Union[str, os.PathLike], device="cpu", dtype: torch.dtype = torch.float32) -> Checkpoint:
+    d = Path(path)
+    if not d.is_dir():
+        raise AtlasError(f"checkpoint directory not found: {d}")
+    cfg_path = d / "config.json"
+    if not cfg_path.is_file():
+        raise AtlasError(f"{d}: missing config.json")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except Exception as e:
+        raise AtlasError(f"{cfg_path}: invalid JSON ({_one_line(e)})") from None
+    args = ModelArgs.from_hf(cfg)
+    files = _files(d)
+    digest = file_hash([cfg_path, *files])
+
+    dev = torch.device(device)
+    tensors = _read_tensors(files, "cpu" if dev.type == "meta" else str(dev))
+    for k in [k for k in tensors if k.endswith("rotary_emb.inv_freq")]:
+        del tensors[k]                          # old HF checkpoints carry this buffer; we recompute it
+    if args.tie_word_embeddings:
+        tensors.pop("lm_head.weight", None)     # tied: the embedding is the head (HF ignores it too)
+
+    pre = mtp_prefix(args)
+    with torch.device("meta"):
+        trunk = Transformer(args)
+        mtp = None
+        if args.num_nextn_predict_layers:
+            mtp = MTPModule(args, own_head=(pre + "shared_head.head.weight") in tensors)
+    want = _expected(trunk, "", skip=("lm_head.weight",) if args.tie_word_embeddings else ())
+    if mtp is not None:
+        want.update(_expected(mtp, pre))
+    missing = [k for k in want if k not in tensors]
+    extra = sorted(k for k in tensors if k not in want)
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise AtlasError(f"{d}: missing tensor {missing[0]}{more}")
+    if extra:
+        more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
+        raise AtlasError(f"{d}: unexpected tensor {extra[0]}{more}")
+    for k, shape in want.items():
+        if tensors[k].shape != shape:
+            raise AtlasError(f"{d}: tensor {k} has shape {tuple(tensors[k].shape)}, expected {tuple(shape)}")
+        if not tensors[k].is_floating_point():
+            raise AtlasError(f"{d}: tensor {k} has non-float dtype {tensors[k].dtype}")
+        tensors[k] = tensors[k].to(dtype)
+
+    trunk.load_state_dict({k: tensors[k] for k in want if not k.startswith(pre)}, strict=False, assign=True)
+    trunk.tie_weights()
+    trunk.eval()
+    if mtp is not None:
+        mtp.load_state_dict({k[len(pre):]: tensors[k] for k in want if k.startswith(pre)}, strict=True, assign=True)
+        mtp.eval()
+        mtp.attach(trunk)
+    for m in (trunk, mtp):
+        if m is not None:
+            bad = [n for n, p in m.named_parameters() if p.is_meta]
+            if bad and dev.type != "meta":
+                raise AtlasError(f"{d}: tensor {bad[0]} was not loaded")
+    tok = d / "tokenizer.json"
+    return Checkpoint(args, trunk, mtp, str(tok) if tok.is_file() else None, digest, str(d))
+
+
+def save(path: Union[str, os.PathLike], args: ModelArgs, trunk: Transformer, mtp: Optional[MTPModule] = None,
+         tokenizer_json=None, dtype: torch.dtype = torch.bfloat16) -> str:
+    """Write config.json + model.safetensors (+ tokenizer.json). Returns the checkpoint hash.
+
+    The trunk is stored under HF names (lm_head.weight omitted when tied), the MTP under
+    model.layers.{N}. transformers' XForCausalLM loads the trunk and reports the MTP tensors as
+    unexpected keys (harmless; see tests/test_runtime_checkpoint.py).
+    tokenizer_json: None, a JSON string, a dict, a tokenizers.Tokenizer, or a path to a tokenizer.json.
+    """
+    from safetensors.torch import save_file
+    d = Path(path)
+    d.mkdir(parents=True, exist_ok=True)
+    args = dataclasses.replace(args, num_nextn_predict_layers=1 if mtp is not None else 0)
+    tied = args.tie_word_embeddings
+
+    def put(out, prefix, module, skip=()):
+        for k, v in module.state_dict().items():
+            if k not in skip:
+                out[prefix + k] = v.detach().to("cpu", dtype).contiguous()
+
+    tensors: dict[str, torch.Tensor] = {}
+    put(tensors, "", trunk, skip=("lm_head.weight",) if tied else ())
+    if mtp is not None:
+        put(tensors, mtp_prefix(args), mtp)
+    dname = str(dtype).replace("torch.", "")
+    (d / "config.json").write_text(json.dumps(args.to_hf(dtype=dname), indent=2) + "\n")
+    save_file(tensors, str(d / "model.safetensors"), metadata={"format": "pt"})
+
+    if tokenizer_json is not None:
+        dst = d / "tokenizer.json"
+        if isinstance(tokenizer_json, os.PathLike):
+            dst.write_bytes(Path(tokenizer_json).read_bytes())
+        elif isinstance(tokenizer_json, dict):
+            dst.write_text(json.dumps(tokenizer_json, ensure_ascii=False))
+        elif isinstance(tokenizer_json, bytes):
+            dst.write_bytes(tokenizer_json)
+        elif hasattr(tokenizer_json, "to_str"):
+            dst.write_text(tokenizer_json.to_str())
+        elif isinstance(tokenizer_json, str) and not tokenizer_json.lstrip().startswith("{"):
+            dst.write_bytes(Path(tokenizer_json).read_bytes())      # a path given as str
+        else:
+            dst.write_text(tokenizer_json)
+    return file_hash([d / "config.json", d / "model.safetensors"])

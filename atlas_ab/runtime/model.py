@@ -1,0 +1,297 @@
+"""A compact Llama-family decoder (Llama / Mistral / Qwen2 / Qwen3) and a DeepSeek-V3-style MTP module.
+
+Parameter names are Hugging Face's (model.embed_tokens, model.layers.{i}.self_attn.q_proj, ...,
+model.norm, lm_head), so a HF state dict loads as it is. Numerics follow transformers: RMSNorm in
+fp32 then cast, RoPE cos/sin computed in fp32 from per-row positions (rotate_half convention) and
+cast to the activation dtype, SDPA with scale head_dim**-0.5.
+
+Two ways to run:
+  forward(tokens, positions, slots, kv, length=None)  cached, batched and ragged (see kv.py)
+  forward_train(tokens)                              no cache, plain causal attention, autograd-ready
+Both return the last block's residual stream PRE final norm; logits() applies norm + head and
+returns float32.
+
+Host syncs: forward() needs L = max slot + 1 on the host to size the KV read. Pass `length`
+(the caller built `slots`, so it knows); if omitted it is computed with one .item() (free on CPU,
+a sync on GPU).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from atlas_ab.runtime.config import ModelArgs
+from atlas_ab.runtime.kv import KVPool
+
+
+# ---- building blocks ----------------------------------------------------------------------------
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # HF: normalise in fp32, cast back to the input dtype, then scale.
+        return self.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
+
+
+_INV_FREQ: dict = {}
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+    """positions [B, T] (int) -> cos, sin [B, T, 1, head_dim] in `dtype` (HF default RoPE)."""
+    key = (head_dim, float(theta), positions.device)
+    inv = _INV_FREQ.get(key)
+    if inv is None:
+        inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        inv = _INV_FREQ[key] = inv.to(positions.device)
+    f = positions[..., None].float() * inv                     # [B, T, D/2], fp32
+    emb = torch.cat((f, f), dim=-1)[:, :, None, :]
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [B, T, heads, D]; rotate_half convention (first half / second half)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class _Ctx:
+    """Per-forward attention context shared by all layers (computed once)."""
+    __slots__ = ("kv", "flat", "length", "mask", "causal")
+
+    def __init__(self, kv=None, flat=None, length=0, mask=None, causal=False):
+        self.kv, self.flat, self.length, self.mask, self.causal = kv, flat, length, mask, causal
+
+
+def _cached_ctx(kv: KVPool, slots: torch.Tensor, length: Optional[int], window: Optional[int]) -> _Ctx:
+    if length is None:
+        length = int(slots.max()) + 1        # one host sync on GPU: pass `length` to avoid it
+    length = max(int(length), 1)
+    return _Ctx(kv=kv, flat=kv.flat(slots), length=length, mask=kv.mask(slots, length, window))
+
+
+def _train_ctx(T: int, device, window: Optional[int]) -> _Ctx:
+    if window is None or window >= T:
+        return _Ctx(causal=True)
+    i = torch.arange(T, device=device)
+    m = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window)
+    return _Ctx(mask=m)
+
+
+class Attention(nn.Module):
+    def __init__(self, a: ModelArgs):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = a.num_attention_heads, a.num_key_value_heads, a.head_dim
+        H = a.hidden_size
+        self.q_proj = nn.Linear(H, self.n_heads * self.head_dim, bias=a.attention_bias)
+        self.k_proj = nn.Linear(H, self.n_kv_heads * self.head_dim, bias=a.attention_bias)
+        self.v_proj = nn.Linear(H, self.n_kv_heads * self.head_dim, bias=a.attention_bias)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, H, bias=a.o_bias)
+        if a.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, a.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, a.rms_norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
+
+    def forward(self, x, cos, sin, ctx: _Ctx, layer: int):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if ctx.kv is not None:
+            ctx.kv.write(layer, None, k, v, flat=ctx.flat)
+            k, v = ctx.kv.read(layer, ctx.length)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           attn_mask=ctx.mask, is_causal=ctx.causal, enable_gqa=True)
+        return self.o_proj(o.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, a: ModelArgs):
+        super().__init__()
+        self.gate_proj = nn.Linear(a.hidden_size, a.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(a.hidden_size, a.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(a.intermediate_size, a.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, a: ModelArgs):
+        super().__init__()
+        self.self_attn = Attention(a)
+        self.mlp = MLP(a)
+        self.input_layernorm = RMSNorm(a.hidden_size, a.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(a.hidden_size, a.rms_norm_eps)
+
+    def forward(self, x, cos, sin, ctx: _Ctx, layer: int = 0):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx, layer)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def init_weights(module: nn.Module, std: float = 0.02) -> None:
+    """HF-style init: Linear/Embedding ~ N(0, std), biases 0, norms 1."""
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, 0.0, std)
+            if getattr(m, "bias", None) is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, RMSNorm):
+            nn.init.ones_(m.weight)
+
+
+# ---- the trunk ----------------------------------------------------------------------------------
+class _Backbone(nn.Module):
+    def __init__(self, a: ModelArgs):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(a.vocab_size, a.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(a) for _ in range(a.num_hidden_layers))
+        self.norm = RMSNorm(a.hidden_size, a.rms_norm_eps)
+
+
+class Transformer(nn.Module):
+    """The target (trunk). state_dict keys are HF's (lm_head.weight is the embedding when tied)."""
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.args = args
+        self.model = _Backbone(args)
+        self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        if self.args.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @property
+    def embed_tokens(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.embed_tokens.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.embed_tokens.weight.dtype
+
+    def new_kv(self, capacities: Sequence[int]) -> KVPool:
+        a = self.args
+        return KVPool(a.num_hidden_layers, a.num_key_value_heads, a.head_dim, capacities,
+                      device=self.device, dtype=self.dtype)
+
+    def _run(self, tokens, positions, ctx: _Ctx) -> torch.Tensor:
+        x = self.model.embed_tokens(tokens)
+        cos, sin = rope_cos_sin(positions, self.args.head_dim, self.args.rope_theta, x.dtype)
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, cos, sin, ctx, i)
+        return x
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, kv: KVPool,
+                length: Optional[int] = None) -> torch.Tensor:
+        """tokens/positions/slots [B, T] -> hidden [B, T, H] (PRE final norm). Row (b, t) is written
+        at slot slots[b, t] (-1 = padding: written to the dump slot, output meaningless) and attends
+        to its sequence's slots [0, slots[b, t]]. `length` = max slot + 1 (host int; see module doc)."""
+        return self._run(tokens, positions, _cached_ctx(kv, slots, length, self.args.sliding_window))
+
+    def forward_train(self, tokens: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """No cache, causal over the T rows (positions default 0..T-1) -> hidden [B, T, H] PRE norm."""
+        B, T = tokens.shape
+        if positions is None:
+            positions = torch.arange(T, device=tokens.device).expand(B, T)
+        return self._run(tokens, positions, _train_ctx(T, tokens.device, self.args.sliding_window))
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.model.norm(hidden)).float()
+
+
+# ---- the MTP module -----------------------------------------------------------------------------
+class _SharedHead(nn.Module):
+    def __init__(self, a: ModelArgs, own_head: bool):
+        super().__init__()
+        self.norm = RMSNorm(a.hidden_size, a.rms_norm_eps)
+        self.head = nn.Linear(a.hidden_size, a.vocab_size, bias=False) if own_head else None
+
+
+class MTPModule(DecoderLayer):
+    """DeepSeek-V3 MTP layer. It IS a DecoderLayer (its block parameters are named exactly like a
+    trunk layer's: self_attn.*, mlp.*, input_layernorm, post_attention_layernorm) plus enorm, hnorm,
+    eh_proj and shared_head.{norm, head?}; in a checkpoint it lives under model.layers.{N}."""
+
+    def __init__(self, args: ModelArgs, own_head: bool = False):
+        super().__init__(args)
+        self.args = args
+        H = args.hidden_size
+        self.enorm = RMSNorm(H, args.rms_norm_eps)
+        self.hnorm = RMSNorm(H, args.rms_norm_eps)
+        self.eh_proj = nn.Linear(2 * H, H, bias=False)
+        self.shared_head = _SharedHead(args, own_head)
+
+    @property
+    def device(self) -> torch.device:
+        return self.eh_proj.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.eh_proj.weight.dtype
+
+    def attach(self, trunk: "Transformer") -> "MTPModule":
+        """Remember the trunk's embedding / lm_head (not registered: no duplicate parameters) so that
+        `embed` / `lm_head` may be omitted. checkpoint.load() attaches automatically."""
+        self.__dict__["_trunk_refs"] = (trunk.model.embed_tokens, trunk.lm_head)
+        return self
+
+    def new_kv(self, capacities: Sequence[int]) -> KVPool:
+        a = self.args
+        return KVPool(1, a.num_key_value_heads, a.head_dim, capacities, device=self.device, dtype=self.dtype)
+
+    def _input(self, tokens, hiddens, embed) -> torch.Tensor:
+        if embed is None:
+            embed = self._ref(0, "embed")
+        if hasattr(embed, "embed_tokens"):        # a Transformer was passed
+            embed = embed.embed_tokens
+        e = embed(tokens)
+        return self.eh_proj(torch.cat([self.enorm(e), self.hnorm(hiddens.to(e.dtype))], dim=-1))
+
+    def _block(self, x, positions, ctx):
+        cos, sin = rope_cos_sin(positions, self.args.head_dim, self.args.rope_theta, x.dtype)
+        return DecoderLayer.forward(self, x, cos, sin, ctx, 0)
+
+    def _ref(self, i: int, what: str):
+        refs = self.__dict__.get("_trunk_refs")
+        if refs is None:
+            raise ValueError(f"MTPModule: pass `{what}` or call attach(trunk) first")
+        return refs[i]
+
+    def forward(self, tokens, hiddens, positions, slots, kv: KVPool, embed=None,
+                length: Optional[int] = None) -> torch.Tensor:
+        """x = eh_proj(cat([enorm(embed(tok)), hnorm(hidden)])); out = block(x) over the MTP's own
+        1-layer KVPool. Returns out [B, T, H] PRE shared_head.norm (the drafter's own hidden)."""
+        x = self._input(tokens, hiddens, embed)
+        return self._block(x, positions, _cached_ctx(kv, slots, length, self.args.sliding_window))
+
+    def forward_train(self, tokens, hiddens, embed=None, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """No cache, causal over T rows (positions default 0..T-1). Row t combines tokens[:, t] with
+        hiddens[:, t]; aligning them (token t+1 with hidden t) is the caller's job."""
+        B, T = tokens.shape
+        if positions is None:
+            positions = torch.arange(T, device=tokens.device).expand(B, T)
+        x = self._input(tokens, hiddens, embed)
+        return self._block(x, positions, _train_ctx(T, tokens.device, self.args.sliding_window))
+
+    def logits(self, out: torch.Tensor, lm_head: Optional[nn.Module] = None) -> torch.Tensor:
+        head = self.shared_head.head if self.shared_head.head is not None else lm_head
+        if head is None:
+            head = self._ref(1, "lm_head")
+        if hasattr(head, "lm_head"):              # a Transformer was passed
+            head = head.lm_head
+        return head(self.shared_head.norm(out)).float()
