@@ -7,10 +7,16 @@ loads. Each lever's meaning lives in `levers.py`.
 """
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, field
-from typing import Optional
+from pathlib import Path
+from typing import List, Optional
 
 from atlas_ab import AtlasError
+
+#: The directory that holds the atlas_ab package (the repo root in a checkout).
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -41,7 +47,7 @@ class ArmConfig:
 @dataclass
 class ModelConfig:
     name: str = "default"
-    path: str = "atlas_ab/models/default"   # HF checkpoint dir (relative to the repo / package)
+    path: Optional[str] = "atlas_ab/models/default"   # HF checkpoint dir (relative to the repo / package)
     draft_path: Optional[str] = None        # the draft-model proposer's checkpoint dir
     init: str = "checkpoint"                # checkpoint | random (GPU preset for throughput work)
     # Architecture for init=random (ignored for checkpoints).
@@ -71,14 +77,16 @@ class RunnerConfig:
     batch_width: int = 8        # sequences verified together; also the shard unit
     gate_sequences: int = 2     # sequences per wave replayed target-only (lossless gate)
     seed: int = 0
-    progress: bool = True
+    progress: bool = True       # tqdm bar on a TTY (never affects results; ignored by resume's check)
+    resume: Optional[str] = None  # PATH of an interrupted run to continue, or "auto" (this job's own dir)
+    impl: str = "atlas_ab.runner:Runner"  # the engine class driven (module:Class); tests plug a double here
 
 
 @dataclass
 class StudyConfig:
     name: str = ""
     prereg: Optional[str] = None    # path to analysis/prereg/*.yaml
-    arms: list = field(default_factory=list)
+    arms: List[str] = field(default_factory=list)   # the arm names the study compares
 
 
 _RANGES = {
@@ -90,10 +98,32 @@ _RANGES = {
 }
 
 
+def resolve_path(p: Optional[str]) -> Optional[str]:
+    """A config path made absolute without depending on Hydra's cwd.
+
+    Absolute paths stay. A relative path is looked up under the directory the
+    command was launched from (hydra.job.chdir is false, so that is os.getcwd()),
+    then under the package root (the directory holding atlas_ab/, i.e. the repo
+    in a checkout, site-packages in an install); when neither exists the
+    package-root form is returned so that the error names it.
+    """
+    if p is None or p == "":
+        return p
+    pp = Path(os.path.expanduser(str(p)))
+    if pp.is_absolute():
+        return str(pp)
+    here = Path.cwd() / pp
+    if here.exists():
+        return str(here.resolve())
+    return str((PACKAGE_ROOT / pp).resolve())
+
+
 def validate_arm(arm: ArmConfig) -> ArmConfig:
     """Strict check of an arm (the Hydra path). One-line AtlasError on the first problem."""
     for key, (lo, hi) in _RANGES.items():
         v = getattr(arm, key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and math.isnan(v)):
+            raise AtlasError(f"arm {arm.name!r}: {key}={v!r} is not a number")
         if not lo <= v <= hi:
             raise AtlasError(f"arm {arm.name!r}: {key}={v} is out of range [{lo}, {hi}]")
     if arm.proposer not in ("mtp", "draft_model"):

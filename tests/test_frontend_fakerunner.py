@@ -1,0 +1,131 @@
+"""A test double of atlas_ab.runner.Runner (same API), for the front end's store/resume/CLI tests.
+
+Deterministic: every row is a function of (doc_id, turn, step, levers, seed),
+so an interrupted-and-resumed run must reproduce an uninterrupted one exactly.
+Select it with `runner.impl=test_frontend_fakerunner:FakeRunner` (tests/ on
+PYTHONPATH). Failure knobs (environment, read at run_wave time):
+  FAKE_RUNNER_CRASH_AT=i   raise RuntimeError in wave i
+  FAKE_RUNNER_KILL_AT=i    os.kill(self, SIGKILL) at the start of wave i (a hard kill)
+  FAKE_RUNNER_SLEEP=s      sleep s seconds per wave
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import time
+import zlib
+from dataclasses import dataclass, asdict
+from pathlib import Path
+from typing import Optional
+
+import pyarrow as pa
+
+from atlas_ab import AtlasError
+
+
+@dataclass
+class WaveResult:
+    steps: pa.Table
+    events: Optional[pa.Table]
+    gate: dict
+    n_tokens: int
+
+
+def _h(*parts) -> int:
+    return zlib.crc32(repr(parts).encode())
+
+
+class FakeRunner:
+    def __init__(self, arm, model, workload, runner):
+        self.arm, self.model, self.workload, self.rc = arm, model, workload, runner
+        if model.init == "checkpoint":
+            p = Path(model.path or "")
+            if not p.is_dir():
+                raise AtlasError(f"checkpoint {model.path}: not found")
+            if (p / "CORRUPT").exists():
+                raise AtlasError(f"checkpoint {model.path}: corrupt (bad safetensors header)")
+        n, bw = workload.n_docs, runner.batch_width
+        self.waves = [list(range(i, min(i + bw, n))) for i in range(0, n, bw)]
+        wl = hashlib.sha256(repr(sorted(asdict(workload).items())).encode()).hexdigest()
+        self.info = {
+            "model": {"name": model.name, "path": model.path, "hash": "sha256:" + "0" * 64,
+                      "tokenizer_hash": "sha256:" + "1" * 64},
+            "workload": {"hash": "sha256:" + wl, "corpus_hash": "sha256:" + "2" * 64,
+                         "n_docs": workload.n_docs, "turns": workload.turns},
+            "device": runner.device, "dtype": "float32" if runner.dtype == "auto" else runner.dtype,
+            "row_space": arm.row_space, "proposer": arm.proposer, "levers": None,
+        }
+
+    def _lever_key(self):
+        a = self.arm
+        return (a.num_drafts, a.catchup, a.refeed, a.refeed_shift, a.draft_conf, a.drafter_prefill)
+
+    def run_wave(self, i: int, on_step=None) -> WaveResult:
+        if os.environ.get("FAKE_RUNNER_KILL_AT") == str(i):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if os.environ.get("FAKE_RUNNER_CRASH_AT") == str(i):
+            raise RuntimeError(f"fake crash in wave {i}")
+        time.sleep(float(os.environ.get("FAKE_RUNNER_SLEEP", "0")))
+        K = self.arm.num_drafts
+        cols = {c: [] for c in ("doc_id", "turn", "step", "k", "accept_len", "arm", "seq", "position",
+                                "committed", "step_ms")}
+        ev = {c: [] for c in ("doc_id", "turn", "step", "seq", "order", "kind", "label", "key", "rope",
+                              "slot", "position", "fp", "fp2")}
+        tokens = acc1 = k1 = steps = 0
+        for seq, doc in enumerate(self.waves[i]):
+            for turn in range(self.workload.turns):
+                pos, made, step = 100 * turn, 0, 0
+                while made < self.workload.gen_tokens:
+                    r = _h(doc, turn, step, self._lever_key(), self.workload.seed, self.rc.seed)
+                    k = 0 if r % 11 == 0 else K
+                    a = 0 if k == 0 else min(k, (r >> 4) % (k + 2))
+                    n = min(1 + a, self.workload.gen_tokens - made)
+                    for c, v in (("doc_id", doc), ("turn", turn), ("step", step), ("k", k), ("accept_len", a),
+                                 ("arm", self.arm.name), ("seq", seq), ("position", pos),
+                                 ("committed", [r % 4096] * n), ("step_ms", float(r % 7))):
+                        cols[c].append(v)
+                    if self.arm.fingerprints_on:
+                        for c, v in (("doc_id", doc), ("turn", turn), ("step", step), ("seq", seq),
+                                     ("order", len(ev["order"])), ("kind", "propose"), ("label", -1),
+                                     ("key", -1), ("rope", -1), ("slot", -1), ("position", pos),
+                                     ("fp", r), ("fp2", None)):
+                            ev[c].append(v)
+                    made += n
+                    pos += n
+                    tokens += n
+                    step += 1
+                    steps += 1
+                    k1 += k >= 1
+                    acc1 += a >= 1
+                    if on_step is not None:
+                        on_step(steps, tokens, acc1 / k1 if k1 else None)
+        steps_t = pa.table({
+            "doc_id": pa.array(cols["doc_id"], pa.int64()), "turn": pa.array(cols["turn"], pa.int32()),
+            "step": pa.array(cols["step"], pa.int64()), "k": pa.array(cols["k"], pa.int32()),
+            "accept_len": pa.array(cols["accept_len"], pa.int32()), "arm": pa.array(cols["arm"], pa.string()),
+            "seq": pa.array(cols["seq"], pa.int32()), "position": pa.array(cols["position"], pa.int64()),
+            "committed": pa.array(cols["committed"], pa.list_(pa.int32())),
+            "step_ms": pa.array(cols["step_ms"], pa.float32()),
+        })
+        events_t = None
+        if self.arm.fingerprints_on:
+            types = {"doc_id": pa.int64(), "turn": pa.int32(), "step": pa.int64(), "seq": pa.int32(),
+                     "order": pa.int64(), "kind": pa.string(), "label": pa.int64(), "key": pa.int64(),
+                     "rope": pa.int64(), "slot": pa.int64(), "position": pa.int64(), "fp": pa.int64(),
+                     "fp2": pa.int64()}
+            events_t = pa.table({c: pa.array(v, types[c]) for c, v in ev.items()})
+        n_gate = min(self.rc.gate_sequences, len(self.waves[i]))
+        gate = {"checked_sequences": n_gate, "divergences": 0, "passed": True, "margins": [0.5] * n_gate,
+                "first_divergence": None}
+        return WaveResult(steps_t, events_t, gate, tokens)
+
+
+def test_fake_runner_is_deterministic():
+    from atlas_ab.config import ArmConfig, ModelConfig, RunnerConfig, WorkloadConfig
+
+    wl = WorkloadConfig(n_docs=3, turns=2, gen_tokens=8)
+    mk = lambda: FakeRunner(ArmConfig(), ModelConfig(init="random"), wl, RunnerConfig(batch_width=2))
+    a, b = mk(), mk()
+    assert a.waves == [[0, 1], [2]]
+    assert a.run_wave(1).steps.equals(b.run_wave(1).steps)
