@@ -1,0 +1,64 @@
+"""Shared CLI plumbing for the analysis subcommands: common flags, run loading, output."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+import numpy as np
+
+from atlas_ab.analysis.load import Run, check_provenance, load_run
+
+PROG = "atlas_ab.analysis"
+
+
+def warn(msg: str) -> None:
+    print(f"{PROG}: warning: {msg}", file=sys.stderr)
+
+
+def add_run_flags(p: argparse.ArgumentParser, mismatch: bool = True) -> None:
+    p.add_argument("--allow-incomplete", action="store_true",
+                   help="analyse runs whose manifest status is not 'complete'")
+    if mismatch:
+        p.add_argument("--allow-mismatch", action="store_true",
+                       help="compare runs whose workload.hash or model.hash differ (stated in the output)")
+
+
+def add_boot_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap", type=int, default=2000, metavar="B", help="document bootstrap draws")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+
+
+def load_runs(paths, args, columns=(), optional=()) -> tuple[list[Run], list[str]]:
+    """Load runs, print their warnings, and check they measured the same thing."""
+    runs = [load_run(p, columns=columns, optional=optional, allow_incomplete=args.allow_incomplete)
+            for p in paths]
+    for r in runs:
+        for w in r.warnings:
+            warn(w)
+    mismatches = check_provenance(runs, getattr(args, "allow_mismatch", False)) if len(runs) > 1 else []
+    for m in mismatches:
+        warn(m + " (allowed by --allow-mismatch)")
+    return runs, mismatches
+
+
+def _clean(x):
+    """JSON-safe: numpy scalars to Python, NaN/inf to null."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def dump_json(obj) -> str:
+    return json.dumps(_clean(obj), indent=2, default=str)
+
+
+def emit_json(obj) -> None:
+    print(dump_json(obj))

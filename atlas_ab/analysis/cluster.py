@@ -1,0 +1,125 @@
+"""Document-clustered uncertainty: CRV1 sandwich (statsmodels) and a cluster bootstrap.
+
+Steps of one document share its content, and the arms emit different text, so
+rows are not independent and the binomial sd understates the variance.
+
+Both estimators run on per-document sums, never on rows. For the sandwich this
+is exact: WLS of the per-document means on [1, treatment] with weights = the
+document's row count has the same coefficients, the same bread (X'WX) and the
+same per-cluster scores (sum over the document's rows of x*(y - fit)) as the
+row-level OLS. Only statsmodels' small-sample factor counts observations, so it
+is switched off and applied with the row count: G/(G-1) * (N-1)/(N-p), the
+factor a row-level `OLS(...).fit(cov_type='cluster')` uses.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from statsmodels.regression.linear_model import WLS
+
+from atlas_ab.analysis.metrics import DocSums
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """Cluster (document) bootstrap of a rate or of a difference of rates."""
+
+    estimate: float
+    sd: float
+    ci_low: float
+    ci_high: float
+    level: float
+    B: int
+    seed: int
+    n_clusters: int
+
+    def summary(self) -> str:
+        return (f"bootstrap over {self.n_clusters} documents (B={self.B}, seed={self.seed}): "
+                f"sd {self.sd:.4f}, {self.level:.0%} CI [{self.ci_low:.4f}, {self.ci_high:.4f}]")
+
+    __str__ = summary
+
+    def to_dict(self) -> dict:
+        return {"sd": self.sd, "ci": [self.ci_low, self.ci_high], "level": self.level,
+                "B": self.B, "seed": self.seed, "n_clusters": self.n_clusters}
+
+
+def _crv1(means: np.ndarray, weights: np.ndarray, exog: np.ndarray, groups: np.ndarray,
+          n_rows: int) -> np.ndarray:
+    keep = weights > 0
+    res = WLS(means[keep], exog[keep], weights=weights[keep]).fit(
+        cov_type="cluster", cov_kwds={"groups": groups[keep], "use_correction": False})
+    G = len(np.unique(groups[keep]))
+    p = exog.shape[1]
+    if G < 2:
+        return np.full(p, np.nan)
+    factor = G / (G - 1) * (n_rows - 1) / (n_rows - p)
+    return np.sqrt(np.diag(res.cov_params()) * factor)
+
+
+def cluster_sd(s: DocSums) -> float:
+    """Cluster-robust (documents) sd of one arm's rate."""
+    n = s.n.astype(np.float64)
+    means = np.divide(s.y, n, out=np.zeros_like(n), where=n > 0)
+    return float(_crv1(means, n, np.ones((len(n), 1)), np.arange(len(n)), s.N)[0])
+
+
+def _align(a: DocSums, b: DocSums):
+    docs = np.union1d(a.doc_id, b.doc_id)
+    out = []
+    for s in (a, b):
+        idx = np.searchsorted(docs, s.doc_id)
+        y = np.zeros(len(docs)); n = np.zeros(len(docs))
+        y[idx] = s.y; n[idx] = s.n
+        out.append((y, n))
+    return docs, out
+
+
+def cluster_sd_difference(control: DocSums, treatment: DocSums) -> float:
+    """Cluster-robust sd of treatment - control, documents as clusters.
+
+    One regression over both arms (y ~ 1 + treatment, clustered by doc_id): the
+    same document in both arms is one cluster, so the covariance that matched
+    content induces between the arms is counted rather than assumed away.
+    """
+    docs, ((ya, na), (yb, nb)) = _align(control, treatment)
+    G = len(docs)
+    n = np.concatenate([na, nb])
+    y = np.concatenate([ya, yb])
+    means = np.divide(y, n, out=np.zeros_like(n), where=n > 0)
+    exog = np.column_stack([np.ones(2 * G), np.r_[np.zeros(G), np.ones(G)]])
+    groups = np.r_[np.arange(G), np.arange(G)]
+    return float(_crv1(means, n, exog, groups, control.N + treatment.N)[1])
+
+
+def _summarise(draws: np.ndarray, estimate: float, level: float, B: int, seed: int, G: int) -> Bootstrap:
+    ok = draws[np.isfinite(draws)]  # a draw can miss every denominator row of an arm
+    lo, hi = np.quantile(ok, [(1 - level) / 2, (1 + level) / 2])
+    return Bootstrap(estimate=estimate, sd=float(ok.std(ddof=1)), ci_low=float(lo), ci_high=float(hi),
+                     level=level, B=B, seed=seed, n_clusters=G)
+
+
+def _weights(G: int, B: int, seed: int) -> np.ndarray:
+    # Resampling G documents with replacement == multinomial counts over documents.
+    rng = np.random.default_rng(seed)
+    return rng.multinomial(G, np.full(G, 1.0 / G), size=B).astype(np.float64)
+
+
+def bootstrap(s: DocSums, B: int = 2000, seed: int = 0, level: float = 0.95) -> Bootstrap:
+    """Percentile CI and sd of one arm's rate, resampling documents."""
+    W = _weights(len(s.doc_id), B, seed)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        draws = (W @ s.y) / (W @ s.n.astype(np.float64))
+    return _summarise(draws, s.value, level, B, seed, len(s.doc_id))
+
+
+def bootstrap_difference(control: DocSums, treatment: DocSums, B: int = 2000, seed: int = 0,
+                         level: float = 0.95) -> Bootstrap:
+    """Percentile CI and sd of treatment - control, resampling documents jointly
+    (one draw picks the same documents in both arms: content is matched)."""
+    docs, ((ya, na), (yb, nb)) = _align(control, treatment)
+    W = _weights(len(docs), B, seed)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        draws = (W @ yb) / (W @ nb) - (W @ ya) / (W @ na)
+    return _summarise(draws, treatment.value - control.value, level, B, seed, len(docs))

@@ -1,0 +1,83 @@
+"""`compare RUN_A RUN_B`: every headline figure of two arms and their differences (B - A)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from atlas_ab.analysis import cli
+from atlas_ab.analysis.load import Run
+from atlas_ab.analysis.metrics import (HEADLINE, ArmMetrics, Cells, arm_metrics, canonical, cell_counts,
+                                       metric_depth, require_depth)
+from atlas_ab.analysis.stats import Difference, compare as compare_cells
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two arms: their per-arm metrics, the primary difference and the headline ones."""
+
+    control: ArmMetrics
+    treatment: ArmMetrics
+    primary: Difference
+    headline: dict[str, Difference]
+    mismatches: tuple[str, ...] = field(default=())
+
+    def summary(self) -> str:
+        lines = [f"{self.control.arm} (K={self.control.K}) vs {self.treatment.arm} (K={self.treatment.K})"]
+        lines += [f"NOTE: {m} (--allow-mismatch)" for m in self.mismatches]
+        w = max(len(m) for m in self.headline) if self.headline else 8
+        lines.append("")
+        for m, d in self.headline.items():
+            lines.append(f"{m:<{w}}  {d.control.value:.4f} (n={d.control.n:,}) -> {d.treatment.value:.4f} "
+                         f"(n={d.treatment.n:,})  {d}  cluster {d.cluster_sd:.4f} deff {d.deff:.2f}")
+        lines += ["", self.primary.summary()]
+        return "\n".join(lines)
+
+    __str__ = summary
+
+    def to_dict(self) -> dict:
+        return {"control": self.control.arm, "treatment": self.treatment.arm,
+                "metric": self.primary.metric, "difference": self.primary.to_dict(),
+                "headline": {m: d.to_dict() for m, d in self.headline.items()},
+                "arms": {a.arm: a.to_dict() for a in (self.control, self.treatment)},
+                "mismatches": list(self.mismatches)}
+
+
+def headline_metrics(*cells: Cells) -> list[str]:
+    """The headline metrics every given arm observed (p2 needs K >= 2 in all of them)."""
+    K = min(c.K for c in cells)
+    return [m for m in HEADLINE if metric_depth(m) <= K]
+
+
+def compare_runs(control: Run, treatment: Run, metric: str = "p2_uncond", B: int = 2000, seed: int = 0,
+                 mismatches: tuple[str, ...] = ()) -> Comparison:
+    metric = canonical(metric)
+    ca, cb = cell_counts(control.steps, control.arm), cell_counts(treatment.steps, treatment.arm)
+    require_depth(ca, metric, str(control.path))
+    require_depth(cb, metric, str(treatment.path))
+    names = headline_metrics(ca, cb)
+    if metric not in names:
+        names.append(metric)
+    diffs = {m: compare_cells(ca, cb, m, B=B, seed=seed) for m in names}
+    return Comparison(control=arm_metrics(ca), treatment=arm_metrics(cb), primary=diffs[metric],
+                      headline=diffs, mismatches=tuple(mismatches))
+
+
+def run(args) -> int:
+    runs, mismatches = cli.load_runs([args.run_a, args.run_b], args)
+    comp = compare_runs(runs[0], runs[1], args.metric, B=args.bootstrap, seed=args.seed,
+                        mismatches=tuple(mismatches))
+    if args.json:
+        cli.emit_json(comp.to_dict())
+    else:
+        print(comp.summary())
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("compare", help="difference of two runs (B - A) with every sd")
+    p.add_argument("run_a", metavar="RUN_A", help="control run directory")
+    p.add_argument("run_b", metavar="RUN_B", help="treatment run directory")
+    p.add_argument("--metric", default="p2_uncond", help="p1, p2_uncond, p{i}, p{i}_cond, tokens_per_step")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    cli.add_run_flags(p)
+    cli.add_boot_flags(p)
+    p.set_defaults(func=run)

@@ -1,0 +1,250 @@
+"""Acceptance metrics, exactly as docs/telemetry.md defines them.
+
+Every metric is "mean of y over the rows in its denominator":
+  p{i}        y = [accept_len >= i]   over rows with k >= i
+  p{i}_cond   y = [accept_len >= i]   over rows with accept_len >= i-1 and k >= i
+  tokens      y = 1 + accept_len      over rows with k >= 1
+so all of them (and their uncertainty) follow from one sufficient statistic: the
+count of steps per (doc_id, turn, k, accept_len) cell. That table is built with
+one np.bincount over the rows and is tiny, so everything downstream is cheap.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from atlas_ab import AtlasError
+
+TURN_CLASSES = ("all", "cold", "warm")
+HEADLINE = ("p1", "p2_uncond", "p2_cond", "tokens_per_step")
+_METRIC = re.compile(r"^p(\d+)(_uncond|_cond)?$")
+
+
+@dataclass(frozen=True)
+class Cells:
+    """Step counts per (doc_id, turn, k, accept_len): the sufficient statistic."""
+
+    arm: str
+    K: int
+    table: pd.DataFrame  # columns doc_id, turn, k, accept_len, n
+
+    def where(self, turn_class: str) -> "Cells":
+        t = self.table
+        if turn_class == "all":
+            return self
+        if turn_class == "cold":
+            return Cells(self.arm, self.K, t[t["turn"] == 0])
+        if turn_class == "warm":
+            return Cells(self.arm, self.K, t[t["turn"] >= 1])
+        raise AtlasError(f"unknown turn class {turn_class!r} (all, cold, warm)")
+
+    def turn(self, turn: int) -> "Cells":
+        return Cells(self.arm, self.K, self.table[self.table["turn"] == turn])
+
+
+def _codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dense codes for non-negative ids: the ids themselves when compact, else factorize."""
+    hi = int(x.max()) + 1
+    if hi <= 4 * x.size + 1024:
+        return x, np.arange(hi)
+    codes, uniques = pd.factorize(x, sort=True)
+    return codes, np.asarray(uniques)
+
+
+def cell_counts(steps: pd.DataFrame, arm: str = "") -> Cells:
+    """Count steps per (doc_id, turn, k, accept_len) with one bincount."""
+    if len(steps) == 0:
+        raise AtlasError(f"{arm or 'run'}: no steps")
+    k = steps["k"].to_numpy(np.int64)
+    a = steps["accept_len"].to_numpy(np.int64)
+    dc, docs = _codes(steps["doc_id"].to_numpy(np.int64))
+    tc, turns = _codes(steps["turn"].to_numpy(np.int64))
+    K = int(k.max())
+    w = K + 1
+    size = len(docs) * len(turns) * w * w
+    if size > 50_000_000:  # too sparse for a dense bincount: hash-group instead
+        g = steps.groupby(["doc_id", "turn", "k", "accept_len"], sort=True).size()
+        table = g.rename("n").reset_index()
+    else:
+        code = ((dc * len(turns) + tc) * w + k) * w + a
+        counts = np.bincount(code, minlength=size)
+        nz = np.flatnonzero(counts)
+        a_, rest = nz % w, nz // w
+        k_, rest = rest % w, rest // w
+        t_, d_ = rest % len(turns), rest // len(turns)
+        table = pd.DataFrame({"doc_id": docs[d_], "turn": turns[t_], "k": k_,
+                              "accept_len": a_, "n": counts[nz]})
+    for c in ("doc_id", "turn", "k", "accept_len", "n"):
+        table[c] = table[c].astype(np.int64)
+    return Cells(arm=arm, K=K, table=table)
+
+
+def parse_metric(name: str) -> tuple[str, int]:
+    """'p2_uncond' -> ('p', 2); 'p2_cond' -> ('cond', 2); 'tokens_per_step' -> ('tokens', 1)."""
+    if name in ("tokens_per_step", "tokens"):
+        return "tokens", 1
+    m = _METRIC.match(name)
+    if not m or int(m.group(1)) < 1:
+        raise AtlasError(f"unknown metric {name!r} (p1, p2_uncond, p{{i}}, p{{i}}_cond, tokens_per_step)")
+    depth = int(m.group(1))
+    if m.group(2) == "_cond" and depth > 1:
+        return "cond", depth
+    return "p", depth  # p1_cond is p1 by definition
+
+
+def metric_depth(name: str) -> int:
+    return parse_metric(name)[1]
+
+
+def is_proportion(name: str) -> bool:
+    """Unconditional rates are binomial proportions; p_cond and tokens are ratios."""
+    return parse_metric(name)[0] == "p"
+
+
+@dataclass(frozen=True)
+class DocSums:
+    """Per-document sums for one metric: y (numerator), n (denominator rows), y2 (sum y^2)."""
+
+    metric: str
+    doc_id: np.ndarray
+    y: np.ndarray
+    n: np.ndarray
+    y2: np.ndarray
+
+    @property
+    def Y(self) -> float:
+        return float(self.y.sum())
+
+    @property
+    def N(self) -> int:
+        return int(self.n.sum())
+
+    @property
+    def value(self) -> float:
+        return self.Y / self.N if self.N else float("nan")
+
+    @property
+    def iid_sd(self) -> float:
+        """sd of the mean treating rows as independent: the binomial sd for 0/1 y,
+        the delta-method sd of sum(y)/sum(x) otherwise (same formula: y is 0 off-denominator)."""
+        N, R = self.N, self.value
+        if N == 0:
+            return float("nan")
+        ss = float(self.y2.sum()) - 2 * R * self.Y + R * R * N
+        return float(np.sqrt(max(ss, 0.0)) / N)
+
+
+def doc_sums(cells: Cells, metric: str) -> DocSums:
+    """Per-document (y, n, y^2) sums of one metric, from the cell counts."""
+    kind, i = parse_metric(metric)
+    t = cells.table
+    k, a, c = t["k"].to_numpy(), t["accept_len"].to_numpy(), t["n"].to_numpy()
+    if kind == "p":
+        den, yv = k >= i, (a >= i).astype(np.float64)
+    elif kind == "cond":
+        den, yv = (a >= i - 1) & (k >= i), (a >= i).astype(np.float64)
+    else:
+        den, yv = k >= 1, (1 + a).astype(np.float64)
+    docs, inv = np.unique(t["doc_id"].to_numpy()[den], return_inverse=True)
+    cd = c[den].astype(np.float64)
+    yd = yv[den]
+    G = len(docs)
+    return DocSums(metric=metric, doc_id=docs,
+                   y=np.bincount(inv, weights=cd * yd, minlength=G),
+                   n=np.bincount(inv, weights=cd, minlength=G).astype(np.int64),
+                   y2=np.bincount(inv, weights=cd * yd * yd, minlength=G))
+
+
+def metric_names(K: int) -> list[str]:
+    """Every metric an arm of K observes: p1..pK, p2_cond..pK_cond, tokens_per_step."""
+    return ([f"p{i}" for i in range(1, K + 1)] + [f"p{i}_cond" for i in range(2, K + 1)]
+            + ["tokens_per_step"])
+
+
+def canonical(metric: str) -> str:
+    """Stable column name: p2 -> p2_uncond (the seeds' name), p1_cond -> p1."""
+    kind, i = parse_metric(metric)
+    if kind == "tokens":
+        return "tokens_per_step"
+    if kind == "cond":
+        return f"p{i}_cond"
+    return "p2_uncond" if i == 2 else f"p{i}"
+
+
+def rates(cells: Cells, K: int | None = None) -> dict[str, float]:
+    """Point values of every metric plus the step counts, for one subset of cells."""
+    K = cells.K if K is None else K
+    t = cells.table
+    k, a, c = t["k"].to_numpy(), t["accept_len"].to_numpy(), t["n"].to_numpy()
+    out: dict[str, float] = {"n_steps": int(c.sum()), "n_serial": int(c[k == 0].sum()),
+                             "n_verify": int(c[k >= 1].sum())}
+    for m in metric_names(K):
+        s = doc_sums(cells, m)
+        out[canonical(m)] = s.value
+        out[f"n_{canonical(m)}"] = s.N
+    return out
+
+
+def histogram(cells: Cells) -> pd.DataFrame:
+    """Acceptance-length counts: rows k (verify steps only), columns accept_len 0..K."""
+    t = cells.table[cells.table["k"] >= 1]
+    h = t.pivot_table(index="k", columns="accept_len", values="n", aggfunc="sum", fill_value=0)
+    return h.reindex(columns=range(cells.K + 1), fill_value=0).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class ArmMetrics:
+    """Every figure for one arm: per turn class, per turn, and the histogram."""
+
+    arm: str
+    K: int
+    by_class: pd.DataFrame  # index all/cold/warm
+    by_turn: pd.DataFrame   # index turn
+    histogram: pd.DataFrame  # index (turn_class, k), columns accept_len
+
+    def summary(self) -> str:
+        cols = [c for c in ("n_verify", "n_serial", "p1", "p2_uncond", "p2_cond", "tokens_per_step")
+                if c in self.by_class]
+        return (f"arm {self.arm} (K={self.K})\n" + self.by_class[cols].to_string(float_format="%.4f")
+                + "\n\nacceptance-length histogram\n" + self.histogram.to_string())
+
+    __str__ = summary
+
+    def to_dict(self) -> dict:
+        return {"arm": self.arm, "K": self.K,
+                "by_class": _records(self.by_class), "by_turn": _records(self.by_turn),
+                "histogram": {f"{tc}/k={k}": [int(x) for x in row]
+                              for (tc, k), row in self.histogram.iterrows()}}
+
+
+def _records(df: pd.DataFrame) -> dict:
+    return {str(i): {c: (None if pd.isna(v) else (int(v) if c.startswith("n_") else float(v)))
+                     for c, v in row.items()} for i, row in df.iterrows()}
+
+
+def _frame(rows: dict) -> pd.DataFrame:
+    df = pd.DataFrame.from_dict(rows, orient="index")
+    counts = [c for c in df.columns if c.startswith("n_")]
+    df[counts] = df[counts].astype(np.int64)
+    return df
+
+
+def arm_metrics(cells: Cells) -> ArmMetrics:
+    """All figures for one arm (K = the arm's max k)."""
+    by_class = _frame({tc: rates(cells.where(tc), cells.K) for tc in TURN_CLASSES})
+    turns = np.unique(cells.table["turn"].to_numpy())
+    by_turn = _frame({int(t): rates(cells.turn(int(t)), cells.K) for t in turns})
+    by_turn.index.name = "turn"
+    hists = {tc: histogram(cells.where(tc)) for tc in TURN_CLASSES}
+    hist = pd.concat(hists, names=["turn_class", "k"])
+    return ArmMetrics(arm=cells.arm, K=cells.K, by_class=by_class, by_turn=by_turn, histogram=hist)
+
+
+def require_depth(cells: Cells, metric: str, where: str) -> None:
+    """A metric at depth i needs steps with k >= i; comparing at an unobserved depth is an error."""
+    i = metric_depth(metric)
+    if cells.K < i:
+        raise AtlasError(f"{where}: {metric} needs depth {i}, but this run never observed it (K={cells.K})")

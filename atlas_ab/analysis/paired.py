@@ -1,0 +1,176 @@
+"""McNemar tests for paired binary outcomes.
+
+Two pairings exist: (a) within a run, the ORACLE_P2 teacher-forced probe (the
+real draft 2 vs the one recomputed from the target's true hidden, on the same
+step); (b) between two runs, steps matched on (doc_id, turn, position).
+
+Orientation: b = second-only successes (oracle / run B hit, real / run A missed),
+c = first-only; z = (b - c)/sqrt(b + c) is positive when the second is better,
+which is how the seeds quote the oracle probe (McNemar z = +18.4). The exact
+test's statistic is min(b, c), a count, so only its p-value is reported.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
+
+from atlas_ab import AtlasError
+from atlas_ab.analysis.load import Run
+
+
+@dataclass(frozen=True)
+class McNemarResult:
+    """Paired 2x2 test. Rates are over the paired steps only."""
+
+    label: str
+    first: str
+    second: str
+    n_pairs: int
+    both: int          # a: both succeeded
+    b: int             # second only
+    c: int             # first only
+    neither: int       # d
+    p_exact: float     # two-sided exact binomial on the discordant pairs
+    z: float           # (b - c)/sqrt(b + c), signed
+    chi2: float        # (b - c)^2/(b + c)
+    p_chi2: float
+    chi2_cc: float     # (|b - c| - 1)^2/(b + c), continuity-corrected
+    p_chi2_cc: float
+
+    @property
+    def first_rate(self) -> float:
+        return (self.both + self.c) / self.n_pairs
+
+    @property
+    def second_rate(self) -> float:
+        return (self.both + self.b) / self.n_pairs
+
+    def summary(self) -> str:
+        return "\n".join([
+            f"McNemar {self.label}: {self.n_pairs:,} pairs",
+            f"  {self.first} {self.first_rate:.4f} -> {self.second} {self.second_rate:.4f} "
+            f"({self.second_rate - self.first_rate:+.4f})",
+            f"  discordant: b={self.b:,} ({self.second} only), c={self.c:,} ({self.first} only); "
+            f"concordant both={self.both:,} neither={self.neither:,}",
+            f"  exact p={self.p_exact:.3g}; z={self.z:+.1f}; "
+            f"chi2={self.chi2:.2f} (p={self.p_chi2:.3g}); chi2 corrected={self.chi2_cc:.2f} (p={self.p_chi2_cc:.3g})",
+        ])
+
+    __str__ = summary
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d.update(first_rate=self.first_rate, second_rate=self.second_rate,
+                 delta=self.second_rate - self.first_rate)
+        return d
+
+
+def mcnemar(first: np.ndarray, second: np.ndarray, label: str = "", names=("first", "second")) -> McNemarResult:
+    """McNemar on two aligned boolean arrays."""
+    first = np.asarray(first, bool)
+    second = np.asarray(second, bool)
+    if first.size == 0:
+        raise AtlasError(f"{label or 'McNemar'}: no paired steps")
+    a = int((first & second).sum())
+    b = int((~first & second).sum())
+    c = int((first & ~second).sum())
+    d = int((~first & ~second).sum())
+    table = [[a, c], [b, d]]
+    exact = sm_mcnemar(table, exact=True)
+    disc = b + c
+    if disc:
+        plain = sm_mcnemar(table, exact=False, correction=False)
+        cc = sm_mcnemar(table, exact=False, correction=True)
+        z, chi2, p2, chi2cc, p2cc = ((b - c) / math.sqrt(disc), float(plain.statistic), float(plain.pvalue),
+                                     float(cc.statistic), float(cc.pvalue))
+    else:  # no discordant pair: no evidence either way
+        z, chi2, p2, chi2cc, p2cc = 0.0, 0.0, 1.0, 0.0, 1.0
+    return McNemarResult(label=label, first=names[0], second=names[1], n_pairs=int(first.size),
+                         both=a, b=b, c=c, neither=d, p_exact=float(exact.pvalue), z=z,
+                         chi2=chi2, p_chi2=p2, chi2_cc=chi2cc, p_chi2_cc=p2cc)
+
+
+@dataclass(frozen=True)
+class OracleProbe:
+    """ORACLE_P2: the real p2_cond vs the teacher-forced oracle's, paired per step."""
+
+    arm: str
+    test: McNemarResult
+    real_p2_cond_all: float  # over every step with accept_len >= 1 and k >= 2
+    n_cond_all: int
+
+    @property
+    def real_p2_cond(self) -> float:
+        return self.test.first_rate
+
+    @property
+    def oracle_p2_cond(self) -> float:
+        return self.test.second_rate
+
+    def summary(self) -> str:
+        return (f"{self.arm}: oracle p2_cond {self.oracle_p2_cond:.4f} vs real p2_cond {self.real_p2_cond:.4f} "
+                f"on {self.test.n_pairs:,} probed steps ({self.oracle_p2_cond - self.real_p2_cond:+.4f}); "
+                f"real p2_cond over all {self.n_cond_all:,} eligible steps {self.real_p2_cond_all:.4f}\n"
+                + self.test.summary())
+
+    __str__ = summary
+
+    def to_dict(self) -> dict:
+        return {"arm": self.arm, "real_p2_cond": self.real_p2_cond, "oracle_p2_cond": self.oracle_p2_cond,
+                "delta": self.oracle_p2_cond - self.real_p2_cond, "real_p2_cond_all": self.real_p2_cond_all,
+                "n_cond_all": self.n_cond_all, "mcnemar": self.test.to_dict()}
+
+
+def oracle_probe(run: Run) -> OracleProbe:
+    """Within-run McNemar on steps with accept_len >= 1, k >= 2 and oracle_hit2 not null."""
+    df = run.steps
+    if "oracle_hit2" not in df.columns:
+        raise AtlasError(f"{run.path}: no oracle_hit2 column (the run did not enable ORACLE_P2)")
+    k, a = df["k"].to_numpy(), df["accept_len"].to_numpy()
+    eligible = (a >= 1) & (k >= 2)
+    hit = df["oracle_hit2"]
+    probed = eligible & hit.notna().to_numpy()
+    if not probed.any():
+        raise AtlasError(f"{run.path}: oracle_hit2 is null on every step with accept_len >= 1 and k >= 2")
+    real = a[probed] >= 2
+    oracle = hit.to_numpy()[probed].astype(bool)
+    test = mcnemar(real, oracle, label=f"oracle probe, {run.arm}", names=("real", "oracle"))
+    return OracleProbe(arm=run.arm, test=test, real_p2_cond_all=float((a[eligible] >= 2).mean()),
+                       n_cond_all=int(eligible.sum()))
+
+
+KEY = ["doc_id", "turn", "position"]
+
+
+def _outcomes(run: Run, depth: int) -> pd.DataFrame:
+    if "position" not in run.steps.columns:
+        raise AtlasError(f"{run.path}: no position column, so steps cannot be matched between runs")
+    df = run.steps[KEY + ["k", "accept_len"]]
+    if df["position"].isna().any():
+        raise AtlasError(f"{run.path}: position is null on {int(df['position'].isna().sum())} steps")
+    df = df[df["k"] >= depth]
+    dup = df.duplicated(KEY)
+    if dup.any():
+        r = df[dup].iloc[0]
+        raise AtlasError(f"{run.path}: duplicate (doc_id, turn, position) = "
+                         f"({r.doc_id}, {r.turn}, {r.position}) among steps with k >= {depth}")
+    return pd.DataFrame({**{c: df[c].to_numpy() for c in KEY}, "hit": df["accept_len"].to_numpy() >= depth})
+
+
+def between_runs(first: Run, second: Run, depth: int = 2) -> McNemarResult:
+    """McNemar between two runs at one depth, on steps matched by (doc_id, turn, position)
+    where both runs observed the depth (k >= depth)."""
+    for r in (first, second):
+        if r.K < depth:
+            raise AtlasError(f"{r.path}: depth {depth} never observed (K={r.K})")
+    m = _outcomes(first, depth).merge(_outcomes(second, depth), on=KEY, suffixes=("_a", "_b"))
+    if m.empty:
+        raise AtlasError(f"{first.path} vs {second.path}: no step matched on (doc_id, turn, position) "
+                         f"with k >= {depth} in both")
+    return mcnemar(m["hit_a"].to_numpy(), m["hit_b"].to_numpy(),
+                   label=f"depth {depth}, matched on (doc_id, turn, position)",
+                   names=(first.arm, second.arm))

@@ -1,0 +1,29 @@
+"""`power`: steps per arm to show an effect, and what a given n would show (see sizing.py)."""
+from __future__ import annotations
+
+from atlas_ab.analysis import cli, sizing
+
+
+def run(args) -> int:
+    res = sizing.solve(args.p, args.delta, sd=args.sd, alpha=args.alpha, power=args.power,
+                       icc=args.icc, m=args.m, n=args.n)
+    if args.json:
+        cli.emit_json(res.to_dict())
+    else:
+        print(res.summary())
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("power", help="sample size and power (unpooled normal approximation)")
+    p.add_argument("--p", type=float, required=True, help="control (base) rate")
+    p.add_argument("--delta", type=float, required=True, help="effect: treatment - control")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--sd", type=float, help="threshold in sd the effect must show")
+    g.add_argument("--alpha", type=float, help="two-sided alpha instead of a threshold in sd")
+    p.add_argument("--power", type=float, default=0.8)
+    p.add_argument("--icc", type=float, default=0.0, help="intra-document correlation of outcomes")
+    p.add_argument("--m", type=float, default=1.0, help="steps per document (with --icc)")
+    p.add_argument("--n", type=int, help="also report what n steps per arm would show")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(func=run)

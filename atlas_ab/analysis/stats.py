@@ -1,0 +1,172 @@
+"""Rates, their sds, and the difference between two arms.
+
+The seeds' convention: a difference is printed as `+0.027 (3.9 sd)`, where sd is
+the unpooled two-proportion sd sqrt(pA qA/nA + pB qB/nB) and z = delta / sd.
+Beside that (i.i.d.) sd every estimate carries the document-clustered sd, a
+document bootstrap, and the design effect (clustered variance / i.i.d. variance).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from atlas_ab import AtlasError
+from atlas_ab.analysis import cluster
+from atlas_ab.analysis.metrics import Cells, DocSums, canonical, doc_sums, is_proportion
+
+SD_KINDS = ("binomial", "cluster", "bootstrap")
+
+
+def format_delta(delta: float, z: float) -> str:
+    """The seeds' form: `+0.027 (3.9 sd)` (sd count unsigned: the sign is on the delta)."""
+    zs = "n/a" if not math.isfinite(z) else f"{abs(z):.1f}"
+    return f"{delta:+.3f} ({zs} sd)"
+
+
+def binomial_sd(p: float, n: int) -> float:
+    return math.sqrt(p * (1 - p) / n) if n > 0 else float("nan")
+
+
+@dataclass(frozen=True)
+class Rate:
+    """One arm's value of one metric, with its uncertainties.
+
+    sd is the i.i.d. sd: binomial for unconditional rates (sd_kind 'binomial'),
+    the delta method for ratio metrics (p_cond, tokens/step; sd_kind 'delta').
+    """
+
+    metric: str
+    arm: str
+    value: float
+    n: int
+    sd: float
+    sd_kind: str = "binomial"
+    cluster_sd: float | None = None
+    bootstrap: cluster.Bootstrap | None = None
+    n_clusters: int | None = None
+
+    @property
+    def deff(self) -> float | None:
+        """Design effect: clustered variance over i.i.d. variance."""
+        if self.cluster_sd is None or not self.sd:
+            return None
+        return (self.cluster_sd / self.sd) ** 2
+
+    def summary(self) -> str:
+        s = f"{self.arm} {self.metric} = {self.value:.4f} (n={self.n:,}, {self.sd_kind} sd {self.sd:.4f}"
+        if self.cluster_sd is not None:
+            s += f", cluster sd {self.cluster_sd:.4f} over {self.n_clusters} docs, deff {self.deff:.2f}"
+        s += ")"
+        if self.bootstrap is not None:
+            s += f"\n  {self.bootstrap}"
+        return s
+
+    __str__ = summary
+
+    def to_dict(self) -> dict:
+        return {"metric": self.metric, "arm": self.arm, "value": self.value, "n": self.n,
+                "sd": self.sd, "sd_kind": self.sd_kind, "cluster_sd": self.cluster_sd,
+                "n_clusters": self.n_clusters, "deff": self.deff,
+                "bootstrap": self.bootstrap.to_dict() if self.bootstrap else None}
+
+
+def rate(value: float, n: int, metric: str = "p", arm: str = "") -> Rate:
+    """A binomial rate from summary numbers (value, n)."""
+    return Rate(metric=metric, arm=arm, value=value, n=n, sd=binomial_sd(value, n))
+
+
+@dataclass(frozen=True)
+class Difference:
+    """treatment - control for one metric. str() is the seeds' `+0.027 (3.9 sd)`."""
+
+    metric: str
+    control: Rate
+    treatment: Rate
+    delta: float
+    sd: float
+    sd_kind: str = "binomial"
+    cluster_sd: float | None = None
+    bootstrap: cluster.Bootstrap | None = None
+
+    @property
+    def z(self) -> float:
+        return self.delta / self.sd if self.sd else float("nan")
+
+    @property
+    def relative(self) -> float:
+        return self.delta / self.control.value if self.control.value else float("nan")
+
+    @property
+    def deff(self) -> float | None:
+        if self.cluster_sd is None or not self.sd:
+            return None
+        return (self.cluster_sd / self.sd) ** 2
+
+    def sd_by(self, kind: str) -> float:
+        """The sd a pre-registration names: binomial (the i.i.d. one), cluster, bootstrap."""
+        if kind == "binomial":
+            return self.sd
+        if kind == "cluster" and self.cluster_sd is not None:
+            return self.cluster_sd
+        if kind == "bootstrap" and self.bootstrap is not None:
+            return self.bootstrap.sd
+        raise AtlasError(f"{self.metric}: no {kind} sd was computed (one of {', '.join(SD_KINDS)})")
+
+    def z_by(self, kind: str) -> float:
+        sd = self.sd_by(kind)
+        return self.delta / sd if sd else float("nan")
+
+    def __str__(self) -> str:
+        return format_delta(self.delta, self.z)
+
+    def summary(self) -> str:
+        lines = [f"{self.metric}: {self.control.arm} {self.control.value:.4f} (n={self.control.n:,}) -> "
+                 f"{self.treatment.arm} {self.treatment.value:.4f} (n={self.treatment.n:,})",
+                 f"  delta {self} [{self.sd_kind} sd {self.sd:.4f}; relative {self.relative:+.1%}]"]
+        if self.cluster_sd is not None:
+            lines.append(f"  cluster sd {self.cluster_sd:.4f}: {format_delta(self.delta, self.z_by('cluster'))}"
+                         f"; design effect {self.deff:.2f}")
+        if self.bootstrap is not None:
+            b = self.bootstrap
+            lines.append(f"  bootstrap sd {b.sd:.4f}: {format_delta(self.delta, self.z_by('bootstrap'))}"
+                         f"; {b.level:.0%} CI [{b.ci_low:+.4f}, {b.ci_high:+.4f}] "
+                         f"({b.n_clusters} docs, B={b.B}, seed={b.seed})")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"metric": self.metric, "control": self.control.to_dict(),
+                "treatment": self.treatment.to_dict(), "delta": self.delta, "relative": self.relative,
+                "sd": self.sd, "sd_kind": self.sd_kind, "z": self.z, "text": str(self),
+                "cluster_sd": self.cluster_sd,
+                "z_cluster": self.z_by("cluster") if self.cluster_sd is not None else None,
+                "deff": self.deff,
+                "bootstrap": self.bootstrap.to_dict() if self.bootstrap else None,
+                "z_bootstrap": self.z_by("bootstrap") if self.bootstrap else None}
+
+
+def difference(control: Rate, treatment: Rate) -> Difference:
+    """Unpooled two-sample difference (the seeds' sd): sqrt(sdA^2 + sdB^2)."""
+    return Difference(metric=treatment.metric, control=control, treatment=treatment,
+                      delta=treatment.value - control.value,
+                      sd=math.hypot(control.sd, treatment.sd), sd_kind=control.sd_kind)
+
+
+def estimate(s: DocSums, arm: str = "", B: int = 2000, seed: int = 0) -> Rate:
+    """One arm's metric with i.i.d., clustered and bootstrap uncertainty."""
+    return Rate(metric=canonical(s.metric), arm=arm, value=s.value, n=s.N, sd=s.iid_sd,
+                sd_kind="binomial" if is_proportion(s.metric) else "delta",
+                cluster_sd=cluster.cluster_sd(s), n_clusters=len(s.doc_id),
+                bootstrap=cluster.bootstrap(s, B=B, seed=seed) if B else None)
+
+
+def compare(control: Cells, treatment: Cells, metric: str, B: int = 2000, seed: int = 0) -> Difference:
+    """treatment - control for one metric, with every sd (binomial/delta, cluster, bootstrap)."""
+    sa, sb = doc_sums(control, metric), doc_sums(treatment, metric)
+    for cells, s in ((control, sa), (treatment, sb)):
+        if s.N == 0:
+            raise AtlasError(f"{cells.arm}: no steps in the denominator of {metric}")
+    ra, rb = estimate(sa, control.arm, B, seed), estimate(sb, treatment.arm, B, seed)
+    d = difference(ra, rb)
+    return Difference(metric=d.metric, control=ra, treatment=rb, delta=d.delta, sd=d.sd,
+                      sd_kind=d.sd_kind, cluster_sd=cluster.cluster_sd_difference(sa, sb),
+                      bootstrap=cluster.bootstrap_difference(sa, sb, B=B, seed=seed) if B else None)
