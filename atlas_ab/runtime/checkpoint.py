@@ -42,6 +42,13 @@ def mtp_prefix(args: ModelArgs) -> str:
     return f"model.layers.{args.num_hidden_layers}."
 
 
+def hf_unexpected_patterns(args: ModelArgs) -> list[str]:
+    """Regexes for transformers' `_keys_to_ignore_on_load_unexpected`: a subclass of
+    XForCausalLM carrying them loads one of our checkpoints without the UNEXPECTED load report
+    for the MTP tensors (plain XForCausalLM loads fine too, it just logs the report)."""
+    return [rf"^model\.layers\.{args.num_hidden_layers}\."]
+
+
 def _one_line(e: BaseException) -> str:
     s = str(e).strip().splitlines()
     return s[0] if s else type(e).__name__
