@@ -197,6 +197,10 @@ def run(cfg: DictConfig, run_dir: str | Path, job_num: int = 0, multirun: bool =
         prereg = _prereg(study)  # hashed before the first step runs
 
         # Paths resolve against the launch dir / package root, never Hydra's output dir.
+        if model.init == "checkpoint" and not model.path:
+            raise AtlasError(f"model {model.name!r}: model.path is required (e.g. model=path model.path=DIR)")
+        if model.init not in ("checkpoint", "random"):
+            raise AtlasError(f"model.init={model.init!r} must be 'checkpoint' or 'random'")
         model.path = resolve_path(model.path)
         model.draft_path = resolve_path(model.draft_path)
         claim = DeviceClaim(rcfg.device, job_num)
@@ -293,25 +297,42 @@ def task(cfg: DictConfig) -> dict:
     return run(cfg, hc.runtime.output_dir, job_num=int(hc.job.num) if multirun else 0, multirun=multirun)
 
 
+class _DropLines:
+    """A stderr proxy that drops writes starting with `prefix` (everything else passes through)."""
+
+    def __init__(self, stream, prefix: str):
+        self._stream, self._prefix = stream, prefix
+
+    def write(self, s: str) -> int:
+        if s.startswith(self._prefix):
+            return len(s)
+        return self._stream.write(s)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def main() -> int:
     """Entry point: Hydra's main, with bad input turned into one line on stderr."""
     import hydra
 
     # Let exceptions reach us instead of Hydra's multi-line report; we print one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
-    # Hydra logs "Error executing job with overrides: [...]" before re-raising a job's
-    # exception; the one line below replaces it.
-    logging.getLogger("hydra.core.utils").addFilter(
-        lambda r: not r.getMessage().startswith("Error executing job"))
     entry = hydra.main(config_path=str(schema.CONF_DIR), config_name="config", version_base="1.3")(task)
+    # Hydra writes "Error executing job with overrides: [...]" to stderr before re-raising a
+    # job's exception; the one line below replaces it.
+    real_stderr = sys.stderr
+    sys.stderr = _DropLines(real_stderr, "Error executing job with overrides")
     try:
         entry()
     except Exception as ex:  # noqa: BLE001
         msg = schema.one_line(ex)
         if msg is None:
             raise
-        print(f"atlas_ab: error: {msg}", file=sys.stderr)
+        print(f"atlas_ab: error: {msg}", file=real_stderr)
         return EXIT_BAD_INPUT
+    finally:
+        sys.stderr = real_stderr
     return 0
 
 

@@ -73,9 +73,14 @@ def _n_devices() -> int:
         return 1
 
 
+def _init_for_path(path: Optional[str]) -> str:
+    """model.init for presets: a checkpoint when a path is given, else random weights."""
+    return "checkpoint" if path else "random"
+
+
 def register_resolvers() -> None:
     for name, fn in (("atlas.run_dir", _run_dir), ("atlas.hydra_subdir", _hydra_subdir),
-                     ("atlas.n_devices", _n_devices)):
+                     ("atlas.n_devices", _n_devices), ("atlas.init_for_path", _init_for_path)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 
@@ -127,5 +132,5 @@ def one_line(ex: BaseException) -> Optional[str]:
         return msg
     if isinstance(ex, OSError):
         where = ex.filename if ex.filename is not None else ""
-        return f"{ex.strerror or type(ex).__name__}: {where}".rstrip(": ")
+        return f"cannot write {where}: {ex.strerror or type(ex).__name__}"
     return None
