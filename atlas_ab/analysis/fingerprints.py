@@ -32,6 +32,10 @@ from atlas_ab import AtlasError
 from atlas_ab.analysis import cli
 
 SEQ = ["doc_id", "turn", "seq"]
+# A sequence keeps its ring and drafter rows across turns (the target KV is
+# reused), so a feed on turn t may read a label written on turn t-1: joins are
+# per sequence, not per turn.
+SEQUENCE = ["doc_id", "seq"]
 COLUMNS = ["doc_id", "turn", "step", "seq", "order", "kind", "label", "key", "rope", "slot",
            "position", "fp", "fp2"]
 KINDS = ("ring_write", "feed", "context", "propose")
@@ -195,8 +199,8 @@ def fingerprint_table(events: pd.DataFrame, row_space: str) -> FingerprintTable:
     # the latest ring_write of that label, in the same sequence, before the feed
     # (a feed of a label never written fails: it read no ring content)
     live = pd.merge_asof(
-        feeds, writes[SEQ + ["label", "order", "fp2"]].rename(columns={"order": "w_order", "fp2": "ring"}),
-        left_on="order", right_on="w_order", by=SEQ + ["label"],
+        feeds, writes[SEQUENCE + ["label", "order", "fp2"]].rename(columns={"order": "w_order", "fp2": "ring"}),
+        left_on="order", right_on="w_order", by=SEQUENCE + ["label"],
         direction="backward", allow_exact_matches=False)
     b = _check("b", "fed hidden == live ring content at its label", feeds,
                (live["ring"] == live["fp"]).fillna(False).to_numpy())
@@ -217,9 +221,9 @@ def fingerprint_table(events: pd.DataFrame, row_space: str) -> FingerprintTable:
     # e. the non-tautological row: the hidden fed for pair key k == the target
     # hidden the propose at position k + 1 consumed (when it wrote pair key k
     # itself). Should a position be proposed twice, the latest propose counts.
-    consumed = (proposes.drop_duplicates(SEQ + ["position"], keep="last")
-                .loc[:, SEQ + ["position", "fp"]].rename(columns={"fp": "consumed"}))
-    pairs = feeds.assign(position=feeds["key"] + 1).merge(consumed, on=SEQ + ["position"], how="inner")
+    consumed = (proposes.drop_duplicates(SEQUENCE + ["position"], keep="last")
+                .loc[:, SEQUENCE + ["position", "fp"]].rename(columns={"fp": "consumed"}))
+    pairs = feeds.assign(position=feeds["key"] + 1).merge(consumed, on=SEQUENCE + ["position"], how="inner")
     e = _check("e", "feed(key k) == target hidden consumed by the propose at position k + 1", pairs,
                (pairs["fp"] == pairs["consumed"]).to_numpy(),
                note=f"{len(pairs):,} of {len(feeds):,} feeds have a propose at key + 1")
@@ -230,7 +234,7 @@ def fingerprint_table(events: pd.DataFrame, row_space: str) -> FingerprintTable:
         for (doc, turn, seq), g in ctx.groupby(SEQ, sort=True):
             listed.append(ContextRows(int(doc), int(turn), int(seq), len(g), int(g["key"].min()),
                                       int(g["key"].max()), int(g["rope_ok"].sum())))
-    n_seq = len(ev.drop_duplicates(SEQ))
+    n_seq = len(ev.drop_duplicates(SEQUENCE))
     return FingerprintTable(row_space, (a, b, c, d, e), len(ev), n_seq, tuple(listed))
 
 
