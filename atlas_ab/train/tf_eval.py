@@ -1,0 +1,98 @@
+"""Teacher-forced held-out sanity check of a target + MTP pair (a proxy, not the harness's table).
+
+    python -m atlas_ab.train.tf_eval --ckpt atlas_ab/models/default [--data .carry/data]
+
+On fixed windows of held-out text (true tokens as input everywhere):
+  main_acc    target top-1 == next true token
+  p1          draft 1 = MTP(token i+1, TRUE trunk hidden i), top-1 (predicts token i+2)
+  p2          draft 2 = MTP(token i+2, the MTP's OWN output for draft 1), chained. In this
+              parallel pass every context row of draft 2 also carries a drafter hidden, which is
+              harsher than real decoding (there only the rows of accepted drafts do).
+  p2_cond     P(draft 2 right | draft 1 right)
+  oracle_p2_cond  the same with the TRUE trunk hidden i+1 fed to draft 2 instead
+Each is reported against the true text (`*_text`) and against the target's own greedy
+prediction at that position (`*_agree`; acceptance under greedy verification is agreement).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def heldout_windows(arr: np.ndarray, n: int, length: int) -> torch.Tensor:
+    """n evenly spaced windows of `length` tokens (deterministic)."""
+    if arr.size < length + 1:
+        raise ValueError(f"held-out array has {arr.size} tokens, fewer than one window of {length}")
+    starts = np.linspace(0, arr.size - length - 1, n).astype(np.int64)
+    return torch.from_numpy(np.stack([arr[s:s + length].astype(np.int64) for s in starts]))
+
+
+@torch.no_grad()
+def evaluate(trunk, mtp, windows: torch.Tensor, batch: int = 8, autocast_dtype=None) -> dict:
+    """Losses and teacher-forced accuracies over `windows` [N, T] (T >= 4)."""
+    dev = trunk.device
+    tot: dict[str, float] = {}
+    cnt: dict[str, float] = {}
+
+    def add(key, num, den):
+        tot[key] = tot.get(key, 0.0) + float(num)
+        cnt[key] = cnt.get(key, 0.0) + float(den)
+
+    for b in range(0, windows.shape[0], batch):
+        w = windows[b:b + batch].to(dev)
+        T = w.shape[1]
+        with torch.autocast(dev.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            h = trunk.forward_train(w)                       # [B, T, H]
+            lg = trunk.logits(h)                             # predicts token j+1 at j
+            a = lg.argmax(-1)
+            add("main_loss", F.cross_entropy(lg[:, :-1].flatten(0, 1), w[:, 1:].flatten(), reduction="sum"), w[:, 1:].numel())
+            add("main_acc", (a[:, :-1] == w[:, 1:]).sum(), w[:, 1:].numel())
+            if mtp is None:
+                continue
+            # draft 1 at i: (token i+1, hidden i) -> token i+2, for i in 0..T-3
+            out1 = mtp.forward_train(w[:, 1:T - 1], h[:, :T - 2])
+            l1 = mtp.logits(out1, trunk.lm_head)
+            add("mtp_loss", F.cross_entropy(l1.flatten(0, 1), w[:, 2:].flatten(), reduction="sum"), w[:, 2:].numel())
+            d1 = l1.argmax(-1)                               # [B, T-2]
+            # draft 2 at i: (token i+2, out1 i) -> token i+3, for i in 0..T-4
+            out2 = mtp.forward_train(w[:, 2:T - 1], out1[:, :T - 3])
+            d2 = mtp.logits(out2, trunk.lm_head).argmax(-1)  # [B, T-3]
+        for ref, tgt1, tgt2 in (("text", w[:, 2:T - 1], w[:, 3:]), ("agree", a[:, 1:T - 2], a[:, 2:T - 1])):
+            ok1 = d1[:, :T - 3] == tgt1                      # draft 1 at i (i <= T-4)
+            ok2 = d2 == tgt2
+            ok2_oracle = d1[:, 1:] == tgt2                   # draft "2" from the true hidden i+1
+            n = ok1.numel()
+            add(f"p1_{ref}", ok1.sum(), n)
+            add(f"p2_{ref}", (ok1 & ok2).sum(), n)           # unconditional: both accepted
+            add(f"p2_cond_{ref}", (ok1 & ok2).sum(), ok1.sum())
+            add(f"oracle_p2_cond_{ref}", (ok1 & ok2_oracle).sum(), ok1.sum())
+    res = {k: tot[k] / max(cnt[k], 1.0) for k in tot}
+    res["n_positions"] = int(windows.shape[0] * (windows.shape[1] - 3))
+    return res
+
+
+def main(argv=None) -> None:
+    from atlas_ab.runtime import checkpoint
+    from atlas_ab.train.data import load
+    ap = argparse.ArgumentParser(description="teacher-forced held-out acceptance proxy")
+    ap.add_argument("--ckpt", default="atlas_ab/models/default")
+    ap.add_argument("--data", default=".carry/data")
+    ap.add_argument("--windows", type=int, default=64)
+    ap.add_argument("--len", type=int, default=512)
+    ap.add_argument("--split", default="heldout_stdlib", choices=["heldout_stdlib", "heldout", "train"])
+    ap.add_argument("--device", default="cpu")
+    a = ap.parse_args(argv)
+    ck = checkpoint.load(a.ckpt, device=a.device, dtype=torch.float32)
+    _, arrs = load(a.data)
+    w = heldout_windows(arrs[a.split], a.windows, a.len)
+    res = evaluate(ck.trunk, ck.mtp, w)
+    res.update(ckpt=a.ckpt, ckpt_hash=ck.hash, split=a.split, windows=a.windows, window_len=a.len)
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
