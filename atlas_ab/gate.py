@@ -74,7 +74,8 @@ def replay_greedy(trunk, docs, gen_tokens: int):
             valid = cols[None, :] < count[:, None]
             tok = np.where(valid, hist[np.arange(B)[:, None], np.minimum(pos, hist.shape[1] - 1)], 0)
             h = trunk.forward(torch.as_tensor(tok, device=dev), torch.as_tensor(pos, device=dev),
-                              torch.as_tensor(np.where(valid, pos, -1), device=dev), kv)
+                              torch.as_tensor(np.where(valid, pos, -1), device=dev), kv,
+                              length=int(n_tok.max()))
             last = h[torch.arange(B, device=dev), torch.as_tensor(count - 1, device=dev)]
             logits = trunk.logits(last[:, None])[:, 0].float()
             top2 = logits.topk(2, dim=-1)

@@ -98,7 +98,8 @@ class Wave:
         pos = start[:, None] + cols[None, :]
         valid = cols[None, :] < count[:, None]
         tok = np.where(valid, self.history[np.arange(B)[:, None], np.minimum(pos, self.history.shape[1] - 1)], 0)
-        hid = self.trunk.forward(self._t(tok), self._t(pos), self._t(np.where(valid, pos, -1)), self.kv)
+        hid = self.trunk.forward(self._t(tok), self._t(pos), self._t(np.where(valid, pos, -1)), self.kv,
+                                 length=int(self.n_tok.max()))
         last = self._t(count - 1)
         ar = torch.arange(B, device=self.device)
         first = self.trunk.logits(hid[ar, last][:, None])[:, 0].argmax(-1)
@@ -164,7 +165,8 @@ class Wave:
         # verify: [t_n, d1..dK] at positions n..n+K
         vtok = torch.cat([last_tok[:, None], prop.drafts], dim=1)
         pos = n[:, None] + np.arange(K + 1)[None, :]
-        vh = self.trunk.forward(vtok, self._t(pos), self._t(np.where(active[:, None], pos, -1)), self.kv)
+        vh = self.trunk.forward(vtok, self._t(pos), self._t(np.where(active[:, None], pos, -1)), self.kv,
+                                length=int(n[active].max()) + K + 1)
         target = self.trunk.logits(vh).argmax(-1)                       # [B, K+1]
         acc = (prop.drafts == target[:, :K]).long().cumprod(dim=1).sum(dim=1)
         # DRAFT_CONF: a chain below tau is dropped; the step decodes serially.

@@ -57,7 +57,8 @@ class DraftModelProposer:
         valid = cols[None, :] < count[:, None]
         tok = np.where(valid, history[np.arange(B)[:, None], np.minimum(pos, history.shape[1] - 1)], 0)
         out = self.model.forward(torch.as_tensor(tok, device=dev), torch.as_tensor(pos, device=dev),
-                                 torch.as_tensor(np.where(valid, pos, -1), device=dev), self.kv)
+                                 torch.as_tensor(np.where(valid, pos, -1), device=dev), self.kv,
+                                 length=int(pos[valid].max()) + 1)
         last = torch.as_tensor(np.maximum(count - 1, 0), device=dev)
         h = out[torch.arange(B, device=dev), last]
         drafts, confs, tk_ids, tk_probs = [], [], [], []
@@ -74,7 +75,7 @@ class DraftModelProposer:
                 p_i = positions + 1 + i
                 h = self.model.forward(draft[:, None], torch.as_tensor(p_i, device=dev)[:, None],
                                        torch.as_tensor(np.where(active, p_i, -1), device=dev)[:, None],
-                                       self.kv)[:, 0]
+                                       self.kv, length=int(p_i[active].max()) + 1)[:, 0]
         self.seen[act] = positions[act] + num_drafts       # t_n, d1 .. d_{K-1} processed
         self.base[act] = positions[act]
         self.last_drafted[act] = num_drafts

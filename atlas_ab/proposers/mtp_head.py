@@ -58,7 +58,8 @@ class MTPProposer:
     def _forward(self, tok, hid, slots: np.ndarray, ropes: np.ndarray):
         dev = hid.device
         return self.mtp.forward(tok, hid, torch.as_tensor(ropes, device=dev),
-                                torch.as_tensor(slots, device=dev), self.kv, self.embed)
+                                torch.as_tensor(slots, device=dev), self.kv, self.embed,
+                                length=int(slots.max()) + 1)
 
     # -- context rows: prompt prefill and catch-up feed share one path -----
     def _write_rows(self, feed: RowFeed) -> RowsWritten:
