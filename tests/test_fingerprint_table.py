@@ -137,6 +137,22 @@ def test_shifted_mapping_passes_rows_a_to_d_and_only_row_e_sees_it():
     assert fingerprint_table(simulate_events(shift=0), "compact").row("e").ok
 
 
+def test_a_warm_turn_reads_ring_labels_written_on_the_previous_turn():
+    # One sequence (doc 0, slot 0) whose second half is turn 1: the ring and the
+    # drafter rows carry over, so the join is per (doc_id, seq), not per turn.
+    events = simulate_events(n_seqs=1, steps=30)
+    warm = events["step"] >= 15
+    events.loc[warm, "turn"] = 1
+    table = fingerprint_table(events, "compact")
+    assert table.ok, table.summary()
+    assert table.n_sequences == 1
+    # the check above means something only if a turn-1 feed read a turn-0 write
+    writes = events[events["kind"] == "ring_write"]
+    first_write_turn = writes.groupby("label")["turn"].first()
+    feeds = events[(events["kind"] == "feed") & warm]
+    assert (first_write_turn.reindex(feeds["label"]).to_numpy() == 0).any()
+
+
 @pytest.mark.parametrize("space", ["compact", "dense"])
 def test_rope_rule_follows_the_row_space(space):
     other = "dense" if space == "compact" else "compact"

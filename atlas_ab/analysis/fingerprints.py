@@ -2,7 +2,8 @@
 
 The events (docs/telemetry.md, FINGERPRINTS) carry an FNV-1a fingerprint of
 every hidden that enters or leaves the catch-up ring, is fed to the drafter, or
-is consumed by a propose. Replayed in `order`, per sequence (doc_id, turn, seq):
+is consumed by a propose. Replayed in `order`, per sequence (doc_id, seq; a
+sequence's ring spans its turns):
 
   a. ring copy landed            ring_write fp == fp2
   b. fed == live ring content    feed fp == fp2 of the latest earlier ring_write of its label
