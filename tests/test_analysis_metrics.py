@@ -82,7 +82,7 @@ steps_strategy = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2), st.int
                           min_size=1, max_size=60)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(rows=steps_strategy, K=st.integers(2, 4))
 def test_cond_chain_property(rows, K):
     """When every step has k >= i, p_i_cond * p_{i-1} == p_i (the chain rule of the definitions)."""
@@ -97,7 +97,7 @@ def test_cond_chain_property(rows, K):
             assert cur == 0
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(rows=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2), st.integers(0, 3), st.integers(0, 3)),
                      min_size=1, max_size=60))
 def test_denominators_and_tokens_property(rows):

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from atlas_ab.analysis.load import Run, check_provenance, load_run
+from atlas_ab.analysis.load import Run, check_provenance, load_run, unchecked_provenance
 
 PROG = "atlas_ab.analysis"
 
@@ -37,7 +37,11 @@ def load_runs(paths, args, columns=(), optional=()) -> tuple[list[Run], list[str
     for r in runs:
         for w in r.warnings:
             warn(w)
-    mismatches = check_provenance(runs, getattr(args, "allow_mismatch", False)) if len(runs) > 1 else []
+    mismatches = []
+    if len(runs) > 1:
+        mismatches = check_provenance(runs, getattr(args, "allow_mismatch", False))
+        for w in unchecked_provenance(runs):
+            warn(w)
     for m in mismatches:
         warn(m + " (allowed by --allow-mismatch)")
     return runs, mismatches

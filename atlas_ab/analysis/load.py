@@ -185,14 +185,22 @@ def load_run(path: str | Path, columns: tuple[str, ...] = (), optional: tuple[st
 
 
 def provenance_mismatches(runs: list[Run]) -> list[str]:
-    """Lines describing any workload.hash / model.hash difference between runs."""
+    """Lines describing any workload.hash / model.hash difference between runs.
+
+    A run without a hash (external telemetry, no manifest) cannot be checked and is
+    not counted as a mismatch; see unchecked_provenance."""
     out = []
     for section in ("workload", "model"):
-        hashes = {r.hash(section) for r in runs}
-        if len(hashes) > 1:
-            listed = ", ".join(f"{r.path}={r.hash(section)}" for r in runs)
+        known = [r for r in runs if r.hash(section) is not None]
+        if len({r.hash(section) for r in known}) > 1:
+            listed = ", ".join(f"{r.path}={r.hash(section)}" for r in known)
             out.append(f"runs differ in {section}.hash: {listed}")
     return out
+
+
+def unchecked_provenance(runs: list[Run]) -> list[str]:
+    return [f"{r.path}: no workload.hash/model.hash (no manifest); provenance unchecked"
+            for r in runs if r.hash("workload") is None or r.hash("model") is None]
 
 
 def check_provenance(runs: list[Run], allow_mismatch: bool) -> list[str]:
