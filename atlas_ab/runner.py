@@ -18,6 +18,7 @@ from atlas_ab.gate import GateResult, check
 from atlas_ab.loop import Wave
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TOKENIZER = "atlas_ab/models/default/tokenizer.json"
 
 
 def resolve_path(p: str) -> Path:
@@ -69,7 +70,8 @@ class Runner:
 
         path = resolve_path(model.path)
         if model.init == "random":
-            ck = checkpoint.random_init(model, path, self.device, self.dtype)
+            from atlas_ab.runtime.presets import random_checkpoint
+            ck = random_checkpoint(model, resolve_path(DEFAULT_TOKENIZER), self.device, self.dtype, runner.seed)
         elif model.init == "checkpoint":
             ck = checkpoint.load(path, self.device, self.dtype)
         else:

@@ -1,0 +1,225 @@
+"""Runner throughput, in one process and one run (issue: speed).
+
+    python bench/bench_runner.py [--smoke] [--json OUT]
+
+Prints one JSON object (also written to --json) and a readable table:
+  - verify steps/s (rows: one per sequence per verify) for the default model and
+    the GPU preset at batch widths 1/16/64/256 and K 1/2/3;
+  - the bare ceiling: the same target's plain forward over B x (K+1) tokens at
+    the same KV length, captured in a CUDA graph; ratio = runner step / bare;
+  - FINGERPRINTS on vs off and SHADOW_TOPK on vs off: throughput ratios;
+  - transformers' assisted generation (batch 1, greedy) on the same target and
+    draft pair vs our draft-model proposer: committed tokens/s, same text;
+  - peak GPU memory per sequence slot;
+  - wall time of 10,000 verify steps of one arm (default model, load excluded).
+Ratios are taken within this one run. `--smoke` shrinks everything for CI on CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from atlas_ab.config import ArmConfig, ModelConfig, WorkloadConfig
+from atlas_ab.loop import Wave
+from atlas_ab.proposers.draft_model import DraftModelProposer
+from atlas_ab.proposers.mtp_head import MTPProposer
+from atlas_ab.runner import DEFAULT_TOKENIZER, resolve_path
+from atlas_ab.runtime import checkpoint
+from atlas_ab.runtime.presets import random_checkpoint
+from atlas_ab.telemetry.fingerprint import fingerprint_rows
+from atlas_ab.workload import build_workload
+
+DEFAULT = "atlas_ab/models/default"
+DRAFT = "atlas_ab/models/draft"
+
+
+def sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def load_models(name, dev, dtype):
+    if name == "default":
+        ck = checkpoint.load(resolve_path(DEFAULT), dev, dtype)
+    else:  # the GPU preset: the NOTES architecture, random weights
+        cfg = ModelConfig(name="gpu", init="random", hidden_size=512, num_hidden_layers=8,
+                          num_attention_heads=8, num_key_value_heads=8, intermediate_size=1408)
+        ck = random_checkpoint(cfg, resolve_path(DEFAULT_TOKENIZER), dev, dtype)
+    return ck
+
+
+def docs_for(n, turns, chunk, gen):
+    return build_workload(WorkloadConfig(n_docs=n, turns=turns, chunk_tokens=chunk, gen_tokens=gen),
+                          resolve_path(DEFAULT_TOKENIZER)).docs
+
+
+def run_wave(trunk, proposer, arm, docs, gen):
+    dev = next(trunk.parameters()).device
+    sync(dev)
+    t0 = time.perf_counter()
+    fp = fingerprint_rows if arm.fingerprints_on else None
+    trace = Wave(trunk, proposer, arm, docs, gen, fingerprint_rows=fp).run()
+    if trace.events is not None:
+        trace.events.table()            # the fingerprints' one copy back, part of the cost
+    sync(dev)
+    wall = time.perf_counter() - t0
+    steps = trace.steps.table().to_pandas()
+    batched = steps.groupby(["turn", "step"]).ngroups
+    return dict(wall_s=wall, rows=len(steps), batched_steps=batched, tokens=trace.n_tokens,
+                rows_per_s=len(steps) / wall, tokens_per_s=trace.n_tokens / wall,
+                step_ms_median=float(steps.step_ms.median()),
+                p1=float((steps.accept_len >= 1).mean()),
+                tokens_per_step=float((1 + steps.accept_len).mean()),
+                mean_position=float(steps.position.mean())), trace
+
+
+def bare_forward_ms(trunk, B, K, kv_len, dev, reps):
+    """The target's plain forward over B x (K+1) new tokens at KV length kv_len,
+    replayed from a CUDA graph on the GPU (eager on CPU)."""
+    kv = trunk.new_kv([kv_len + K + 2] * B)
+    tok = torch.randint(0, trunk.args.vocab_size, (B, K + 1), device=dev)
+    pos = (kv_len + torch.arange(K + 1, device=dev)).expand(B, K + 1).contiguous()
+    f = lambda: trunk.logits(trunk.forward(tok, pos, pos, kv, length=kv_len + K + 1)).argmax(-1)
+    with torch.no_grad():
+        for _ in range(3):
+            f()
+        sync(dev)
+        if dev.type == "cuda":
+            g = torch.cuda.CUDAGraph()
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                f()
+            torch.cuda.current_stream().wait_stream(s)
+            with torch.cuda.graph(g):
+                f()
+            f = g.replay
+            for _ in range(3):
+                f()
+        sync(dev)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            f()
+        sync(dev)
+    return (time.perf_counter() - t0) / reps * 1e3
+
+
+def hf_assisted(dev, dtype, prompts, gen, K):
+    """transformers' assisted generation (batch 1, greedy) on the shipped pair."""
+    from transformers import AutoModelForCausalLM
+    tgt = AutoModelForCausalLM.from_pretrained(str(resolve_path(DEFAULT)), dtype=dtype).to(dev).eval()
+    dft = AutoModelForCausalLM.from_pretrained(str(resolve_path(DRAFT)), dtype=dtype).to(dev).eval()
+    dft.generation_config.num_assistant_tokens = K
+    dft.generation_config.num_assistant_tokens_schedule = "constant"
+    outs, n_new = [], 0
+    with torch.no_grad():
+        ids = torch.tensor([prompts[0]], device=dev)
+        tgt.generate(ids, assistant_model=dft, do_sample=False, max_new_tokens=4)   # warm-up
+        sync(dev)
+        t0 = time.perf_counter()
+        for p in prompts:
+            ids = torch.tensor([p], device=dev)
+            o = tgt.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=dft, do_sample=False,
+                             max_new_tokens=gen, min_new_tokens=gen)
+            new = o[0, len(p):].tolist()
+            outs.append(new)
+            n_new += len(new)
+        sync(dev)
+    wall = time.perf_counter() - t0
+    return dict(tokens=n_new, wall_s=wall, tokens_per_s=n_new / wall), outs
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--smoke", action="store_true", help="tiny CPU run for CI (not timed)")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--models", default="default,gpu")
+    a = ap.parse_args(argv)
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    smoke = a.smoke
+    widths = [1, 2] if smoke else [1, 16, 64, 256]
+    ks = [1, 2] if smoke else [1, 2, 3]
+    turns, chunk, gen = (1, 16, 6) if smoke else (2, 64, 32)
+    out = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+           "dtype": str(dtype).replace("torch.", ""), "torch": torch.__version__,
+           "date": time.strftime("%Y-%m-%d"), "smoke": smoke, "grid": [], "levers": {}}
+    models = a.models.split(",") if not smoke else ["default"]
+    docs_all = docs_for(max(widths), turns, chunk, gen)
+    for name in models:
+        ck = load_models(name, dev, dtype)
+        trunk, mtp = ck.trunk.eval(), ck.mtp.eval()
+        # warm-up (kernels, allocator, cuBLAS handles) outside the numbers
+        run_wave(trunk, MTPProposer(trunk, mtp, "compact", False), ArmConfig(num_drafts=2), docs_all[:4], 4)
+        for B in widths:
+            for K in ks:
+                arm = ArmConfig(name=f"k{K}", num_drafts=K)
+                r, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", False), arm, docs_all[:B], gen)
+                kv_len = int(r["mean_position"])
+                bare = bare_forward_ms(trunk, B, K, kv_len, dev, reps=5 if smoke else 50)
+                r.update(model=name, B=B, K=K, bare_forward_ms=bare,
+                         step_over_bare=r["step_ms_median"] / bare)
+                out["grid"].append(r)
+                print(f"{name:8s} B={B:4d} K={K} rows/s={r['rows_per_s']:10.0f} step={r['step_ms_median']:7.2f}ms "
+                      f"bare={bare:6.3f}ms x{r['step_over_bare']:5.1f} p1={r['p1']:.3f}", file=sys.stderr)
+        if name != "default":
+            continue
+        Bl = widths[-1] if smoke else 64
+        docs = docs_all[:Bl]
+
+        def ratio(on_arm, off_arm):
+            on, _ = run_wave(trunk, MTPProposer(trunk, mtp, on_arm.row_space, on_arm.refeed), on_arm, docs, gen)
+            off, _ = run_wave(trunk, MTPProposer(trunk, mtp, off_arm.row_space, off_arm.refeed), off_arm, docs, gen)
+            return dict(on_rows_per_s=on["rows_per_s"], off_rows_per_s=off["rows_per_s"],
+                        throughput_ratio=on["rows_per_s"] / off["rows_per_s"])
+
+        out["levers"]["fingerprints"] = ratio(ArmConfig(catchup=True, refeed=True, fingerprints=True),
+                                              ArmConfig(catchup=True, refeed=True, fingerprints=False))
+        out["levers"]["shadow_topk_4"] = ratio(ArmConfig(shadow_topk=4), ArmConfig())
+        # 10,000 verify steps of one arm, load excluded
+        big = docs_for(16 if smoke else 512, 1 if smoke else 3, chunk, gen)
+        Bb = len(big) if smoke else 256
+        rows = wall = 0
+        for i in range(0, len(big), Bb):
+            r, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", True),
+                            ArmConfig(name="refeed_on", catchup=True, refeed=True), big[i:i + Bb], gen)
+            rows += r["rows"]
+            wall += r["wall_s"]
+            if rows >= 10_000:
+                break
+        out["ten_k"] = dict(rows=rows, wall_s=wall, seconds_per_10k=wall * 10_000 / rows, batch_width=Bb)
+        # memory per sequence slot
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+            base = torch.cuda.memory_allocated(dev)
+            r, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", False), ArmConfig(), docs, gen)
+            peak = torch.cuda.max_memory_allocated(dev) - base
+            out["memory"] = dict(batch_width=Bl, peak_bytes=peak, bytes_per_slot=peak / Bl,
+                                 tokens_per_slot=turns * (chunk + gen) + 4)
+        # the peer: transformers' assisted generation on the same pair
+        if resolve_path(DRAFT).exists():
+            dck = checkpoint.load(resolve_path(DRAFT), dev, dtype)
+            K = 3
+            n_prompts = 2 if smoke else 8
+            ours, trace = run_wave(trunk, DraftModelProposer(dck.trunk.eval()),
+                                   ArmConfig(proposer="draft_model", num_drafts=K), docs_all[:Bl][:max(Bl, n_prompts)], gen)
+            hf, hf_out = hf_assisted(dev, dtype, [d.chunks[0] for d in docs_all[:n_prompts]], gen, K)
+            same = sum(int(trace.generated[i][0] == hf_out[i]) for i in range(n_prompts))
+            out["peer"] = dict(ours_tokens_per_s=ours["tokens_per_s"], ours_batch_width=Bl,
+                               hf_assisted_tokens_per_s=hf["tokens_per_s"],
+                               speedup=ours["tokens_per_s"] / hf["tokens_per_s"],
+                               same_text=f"{same}/{n_prompts}", K=K, gen_tokens=gen)
+    print(json.dumps(out, indent=1))
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
