@@ -80,6 +80,7 @@ class RunnerConfig:
     progress: bool = True       # tqdm bar on a TTY (never affects results; ignored by resume's check)
     resume: Optional[str] = None  # PATH of an interrupted run to continue, or "auto" (this job's own dir)
     impl: str = "atlas_ab.runner:Runner"  # the engine class driven (module:Class); tests plug a double here
+    cuda_graphs: bool = True    # replay the verify and draft steps from CUDA graphs (GPU only)
 
 
 @dataclass

@@ -41,7 +41,7 @@ class WaveTrace:
 
 class Wave:
     def __init__(self, trunk, proposer, arm: ArmConfig, docs: list[Document], gen_tokens: int,
-                 fingerprint_rows=None, on_step=None):
+                 fingerprint_rows=None, on_step=None, graphs: bool = False):
         self.trunk, self.proposer, self.arm = trunk, proposer, arm
         self.docs, self.G = docs, gen_tokens
         self.K = arm.num_drafts
@@ -66,6 +66,8 @@ class Wave:
         self.turn = 0
         self.step_no = np.zeros(B, dtype=np.int64)
         self.gen = np.zeros(B, dtype=np.int64)
+        self.graphs = graphs
+        self._verify_step = None
 
     # ------------------------------------------------------------------ run
     @torch.no_grad()
@@ -165,9 +167,8 @@ class Wave:
         # verify: [t_n, d1..dK] at positions n..n+K
         vtok = torch.cat([last_tok[:, None], prop.drafts], dim=1)
         pos = n[:, None] + np.arange(K + 1)[None, :]
-        vh = self.trunk.forward(vtok, self._t(pos), self._t(np.where(active[:, None], pos, -1)), self.kv,
-                                length=int(n[active].max()) + K + 1)
-        target = self.trunk.logits(vh).argmax(-1)                       # [B, K+1]
+        vh, target = self._verify(vtok, self._t(pos), self._t(np.where(active[:, None], pos, -1)),
+                                  int(n[active].max()) + K + 1)
         acc = (prop.drafts == target[:, :K]).long().cumprod(dim=1).sum(dim=1)
         # DRAFT_CONF: a chain below tau is dropped; the step decodes serially.
         gated = (prop.chain_conf < arm.draft_conf) if arm.draft_conf > 0 else torch.zeros_like(acc, dtype=torch.bool)
@@ -211,6 +212,19 @@ class Wave:
         self.trace.n_tokens += int(c.sum())
         if self.on_step is not None:
             self.on_step(int(active.sum()), int(c.sum()), acc_h[active], gated_h[active])
+
+    def _verify(self, vtok, pos, slots, length):
+        """Target forward over [t_n, d1..dK]: hiddens and argmaxes per depth."""
+        def fn(vtok, pos, slots, length=self.kv.max_capacity):
+            vh = self.trunk.forward(vtok, pos, slots, self.kv, length=length)
+            return vh, self.trunk.logits(vh).argmax(-1)
+        if not self.graphs:
+            return fn(vtok, pos, slots, length)
+        if self._verify_step is None:
+            from atlas_ab.runtime.graphs import StaticStep
+            self._verify_step = StaticStep(fn, [vtok, pos, slots], capture=self.device.type == "cuda")
+        vh, target = self._verify_step(vtok, pos, slots)
+        return vh, target
 
     # ------------------------------------------------------------- levers
     def _catchup(self, active, n) -> np.ndarray:

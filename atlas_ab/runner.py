@@ -65,6 +65,7 @@ class Runner:
         self.device = resolve_device(runner.device)
         self.dtype = resolve_dtype(runner.dtype, self.device)
         torch.manual_seed(runner.seed)
+        self.graphs = self.device.type == "cuda" and runner.cuda_graphs
         if runner.batch_width < 1:
             raise AtlasError(f"runner.batch_width={runner.batch_width} must be >= 1")
 
@@ -105,7 +106,7 @@ class Runner:
             from atlas_ab.proposers.mtp_head import MTPProposer
             if ck.mtp is None:
                 raise AtlasError(f"{ck.path}: the checkpoint has no MTP module (num_nextn_predict_layers = 0)")
-            return MTPProposer(self.trunk, ck.mtp.eval(), self.arm.row_space, self.arm.refeed)
+            return MTPProposer(self.trunk, ck.mtp.eval(), self.arm.row_space, self.arm.refeed, self.graphs)
         from atlas_ab.proposers.draft_model import DraftModelProposer
         from atlas_ab.runtime import checkpoint
         if not model.draft_path:
@@ -124,7 +125,7 @@ class Runner:
             from atlas_ab.telemetry.fingerprint import fingerprint_rows
             fp = fingerprint_rows
         trace = Wave(self.trunk, self.proposer, self.arm, docs, self.workload.gen_tokens,
-                     fingerprint_rows=fp, on_step=on_step).run()
+                     fingerprint_rows=fp, on_step=on_step, graphs=self.graphs).run()
         n_gate = min(self.cfg.gate_sequences, len(docs))
         gate = check(self.trunk, docs, trace.generated, self.workload.gen_tokens, list(range(n_gate)))
         return WaveResult(steps=trace.steps.table(),

@@ -1,6 +1,7 @@
 """The runner core on CPU fp32: lossless for both proposers at B in {1, 8} and
 K in {1, 2, 3}; one host read per step; telemetry in the contract."""
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -81,3 +82,18 @@ def test_telemetry_columns(models):
         a = r.accept_len
         assert list(r.committed) == list(r.target[:a + 1])[:len(r.committed)]
         assert list(r.drafts[:a]) == list(r.target[:a])
+
+
+@pytest.mark.parametrize("arm", [ArmConfig(num_drafts=3, shadow_topk=3),
+                                 ArmConfig(catchup=True, refeed=True, oracle_p2=True, fingerprints=False)])
+def test_static_shape_steps_match_dynamic_ones(models, arm):
+    """The CUDA-graph path reads the whole KV capacity every step (static shapes);
+    on the CPU it runs eagerly, and must give the very same steps."""
+    trunk, mtp = models
+    docs = tiny_docs(n=3, turns=2, chunk=10)
+    out = []
+    for graphs in (False, True):
+        prop = MTPProposer(trunk, mtp, arm.row_space, arm.refeed, graphs=graphs)
+        t = Wave(trunk, prop, arm, docs, G, graphs=graphs).run().steps.table().to_pandas()
+        out.append(t.drop(columns=["step_ms"]))
+    pd.testing.assert_frame_equal(out[0], out[1], check_exact=False, atol=1e-5)

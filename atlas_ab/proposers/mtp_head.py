@@ -21,13 +21,14 @@ _SLACK = 10
 class MTPProposer:
     kind = "mtp"
 
-    def __init__(self, trunk, mtp, row_space: str, refeed: bool):
+    def __init__(self, trunk, mtp, row_space: str, refeed: bool, graphs: bool = False):
         if mtp is None:
             raise ValueError("the checkpoint has no MTP module (num_nextn_predict_layers = 0)")
         self.trunk, self.mtp = trunk, mtp
         self.row_space, self.refeed = row_space, refeed
         self.embed = trunk.embed_tokens
         self.lm_head = trunk.lm_head
+        self.graphs = graphs          # static-shape draft steps (CUDA graphs on the GPU)
 
     # -- state -------------------------------------------------------------
     def alloc(self, budgets: np.ndarray) -> None:
@@ -38,9 +39,11 @@ class MTPProposer:
         self.row_key = np.full((B, int(caps.max())), -1, dtype=np.int64)
         self.row_target = np.zeros((B, int(caps.max())), dtype=bool)  # row carries a target hidden
         self.last_drafted = np.zeros(B, dtype=np.int64)
+        self._steps = {}
 
     def free(self) -> None:
         self.kv = None
+        self._steps = {}
 
     def drafter_rows(self) -> np.ndarray:
         return self.rows.copy()
@@ -90,9 +93,29 @@ class MTPProposer:
     catchup_drafter = _write_rows
 
     # -- propose -----------------------------------------------------------
+    def _draft_fn(self, topk: int, length):
+        def step(tok, hid, pos, slots):
+            out = self.mtp.forward(tok[:, None], hid[:, None], pos[:, None], slots[:, None], self.kv,
+                                   self.embed, length=length)
+            probs = torch.softmax(self.mtp.logits(out, self.lm_head)[:, 0].float(), dim=-1)
+            conf, draft = probs.max(dim=-1)
+            p, ids = probs.topk(topk, dim=-1) if topk else (conf, draft)
+            return out[:, 0], conf, draft, ids, p
+        return step
+
+    def _draft_step(self, topk, tok, hid, pos, slots: np.ndarray):
+        dev = hid.device
+        pos_t, slot_t = torch.as_tensor(pos, device=dev), torch.as_tensor(slots, device=dev)
+        if not self.graphs:
+            return self._draft_fn(topk, int(slots.max()) + 1)(tok, hid, pos_t, slot_t)
+        if topk not in self._steps:
+            from atlas_ab.runtime.graphs import StaticStep
+            self._steps[topk] = StaticStep(self._draft_fn(topk, self.kv.max_capacity),
+                                           [tok, hid, pos_t, slot_t], capture=dev.type == "cuda")
+        return self._steps[topk](tok, hid, pos_t, slot_t)
+
     @torch.no_grad()
     def propose(self, history, last_tokens, target_hidden, positions, num_drafts, active, topk=0):
-        B = len(self.rows)
         base = self.rows.copy()
         act = np.nonzero(active)[0]
         tok, hid = last_tokens, target_hidden
@@ -100,17 +123,13 @@ class MTPProposer:
         for i in range(num_drafts):
             keys = positions - 1 + i
             slots = np.where(active, base + i, -1)
-            out = self._forward(tok[:, None], hid[:, None], slots[:, None],
-                                self._ropes(keys, base + i)[:, None])
-            probs = torch.softmax(self.mtp.logits(out, self.lm_head)[:, 0].float(), dim=-1)
-            conf, draft = probs.max(dim=-1)
-            drafts.append(draft)
-            confs.append(conf)
+            out, conf, draft, ids, p = self._draft_step(topk, tok, hid, self._ropes(keys, base + i), slots)
+            drafts.append(draft.clone())
+            confs.append(conf.clone())
             if topk:
-                p, ids = probs.topk(topk, dim=-1)
-                tk_ids.append(ids)
-                tk_probs.append(p)
-            tok, hid = draft, out[:, 0]   # the handoff: the drafter's own hidden feeds draft i+2
+                tk_ids.append(ids.clone())
+                tk_probs.append(p.clone())
+            tok, hid = draft, out   # the handoff: the drafter's own hidden feeds draft i+2
             self.row_key[act, base[act] + i] = keys[act]
             self.row_target[act, base[act] + i] = i == 0
         self.rows[act] += num_drafts
