@@ -164,6 +164,15 @@ def test_rope_rule_follows_the_row_space(space):
     assert [r.name for r in wrong.rows if not r.ok] == ["c"]
 
 
+def test_rows_with_nothing_to_check_are_not_reported_as_confirmed():
+    events = simulate_events()
+    table = fingerprint_table(events[events["kind"] != "feed"], "compact")
+    assert [r.checked for r in table.rows if r.name in "bce"] == [0, 0, 0]
+    assert table.ok  # nothing failed...
+    assert "nothing to check on rows b, c, e" in table.summary()  # ...but nothing was confirmed
+    assert "every row 100%" not in table.summary()
+
+
 def test_bad_inputs_are_one_line_errors():
     with pytest.raises(AtlasError, match="no fingerprint events"):
         fingerprint_table(simulate_events().iloc[:0], "compact")
