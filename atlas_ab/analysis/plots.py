@@ -33,11 +33,13 @@ def depth_figure(cells: list[Cells], path: Path) -> Path:
             x = np.array(list(depths)) + off[j]
             ax.errorbar(x, [e.value for e in est], yerr=[Z95 * e.cluster_sd for e in est],
                         fmt="o", capsize=4, label=c.arm)
-    axes[0].set_title("p_i = #(accept_len >= i) / #(k >= i)")
-    axes[1].set_title("p_i_cond = #(accept_len >= i) / #(accept_len >= i-1, k >= i)")
-    for ax in axes:
+    axes[0].set_title("p_i: #(a >= i) / #(k >= i)")
+    axes[1].set_title("p_i_cond: #(a >= i) / #(a >= i-1, k >= i)")
+    K = max(c.K for c in cells)
+    for ax, first in zip(axes, (1, 2)):
         ax.set_xlabel("depth i")
-        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_xticks(range(first, max(K, first) + 1))
+        ax.set_xlim(first - 0.5, max(K, first) + 0.5)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("acceptance (95% CI, documents clustered)")
     axes[0].legend()
@@ -71,13 +73,16 @@ def histogram_figure(arms: list[ArmMetrics], path: Path) -> Path:
 
 
 def turn_figure(arms: list[ArmMetrics], path: Path) -> Path:
-    """p1 and p2_uncond per turn index (turn 0 is the cold turn)."""
+    """p1 and p2_uncond per turn index (turn 0 is the cold turn), +-1.96 binomial sd."""
     metrics = [m for m in ("p1", "p2_uncond") if all(m in a.by_turn for a in arms)]
     fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
     for ax, m in zip(axes[0], metrics):
-        for a in arms:
-            ax.plot(a.by_turn.index, a.by_turn[m], "o-", label=a.arm)
-        ax.set_title(f"{m} by turn (0 = cold)")
+        for j, a in enumerate(arms):
+            p, n = a.by_turn[m].to_numpy(float), a.by_turn[f"n_{m}"].to_numpy(float)
+            sd = np.sqrt(p * (1 - p) / np.where(n > 0, n, np.nan))
+            ax.errorbar(a.by_turn.index + 0.06 * (j - (len(arms) - 1) / 2), p, yerr=Z95 * sd,
+                        fmt="o-", capsize=3, label=a.arm)
+        ax.set_title(f"{m} by turn (0 = cold; 95% binomial CI)")
         ax.set_xlabel("turn")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)

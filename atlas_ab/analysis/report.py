@@ -10,11 +10,11 @@ import pandas as pd
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, paired, plots
-from atlas_ab.analysis.compare import Comparison, compare_runs
+from atlas_ab.analysis.compare import Comparison, compare_runs, headline_metrics
 from atlas_ab.analysis.load import Run
-from atlas_ab.analysis.metrics import TURN_CLASSES, arm_metrics, cell_counts
+from atlas_ab.analysis.metrics import TURN_CLASSES, Cells, arm_metrics, cell_counts
 from atlas_ab.analysis.prereg import Prereg, Verdict, evaluate, load_prereg
-from atlas_ab.analysis.stats import format_delta
+from atlas_ab.analysis.stats import compare as compare_cells, format_delta
 
 HEAD = [("n_verify", "n"), ("p1", "p1"), ("p2_uncond", "p2_uncond"), ("p2_cond", "p2_cond"),
         ("tokens_per_step", "tokens/step")]
@@ -94,6 +94,26 @@ def _by_class(arms) -> list[str]:
     rows = [[a.arm, tc] + [_fmt(a.by_class.loc[tc].get(col), col) for col, _ in HEAD]
             + [_fmt(a.by_class.loc[tc]["n_serial"], "n")] for a in arms for tc in TURN_CLASSES]
     return _table(["arm", "turns"] + [h for _, h in HEAD] + ["serial steps"], rows)
+
+
+def _class_deltas(control: Cells, others: list[Cells]) -> tuple[list[str], list[dict]]:
+    """Headline deltas within cold and within warm turns (binomial and cluster sd)."""
+    rows, data = [], []
+    for t in others:
+        for tc in ("cold", "warm"):
+            a, b = control.where(tc), t.where(tc)
+            if a.table.empty or b.table.empty:
+                continue
+            for m in headline_metrics(a, b):
+                d = compare_cells(a, b, m, B=0)
+                if not (d.control.n and d.treatment.n):
+                    continue
+                rows.append([f"{t.arm} - {control.arm}", tc, m, f"{d.control.value:.4f}",
+                             f"{d.treatment.value:.4f}", str(d),
+                             format_delta(d.delta, d.z_by("cluster"))])
+                data.append({"treatment": t.arm, "turn_class": tc, **d.to_dict()})
+    return _table(["comparison", "turns", "metric", "control", "treatment", "delta (binomial/delta sd)",
+                   "delta (cluster sd)"], rows), data
 
 
 def _depths(arms) -> list[str]:
@@ -176,6 +196,9 @@ def build_report(runs: list[Run], out: Path, prereg: Prereg | None = None, B: in
     md += ["", "## Acceptance-length histogram", "", "![acceptance-length histogram](histogram.png)", ""]
     md += _histograms(arms)
     md += ["", "## Cold vs warm turns", ""] + _by_class(arms)
+    class_table, class_data = _class_deltas(cells[0], cells[1:])
+    if class_data:
+        md += ["", "Deltas within each turn class:", ""] + class_table
     md += ["", "## By turn", "", "![acceptance by turn](turns.png)", ""] + _by_turn(arms)
     if probes:
         md += ["", "## ORACLE_P2 probe (McNemar, paired within run)", ""]
@@ -191,7 +214,7 @@ def build_report(runs: list[Run], out: Path, prereg: Prereg | None = None, B: in
             "runs": [{"arm": r.arm, "path": str(r.path), "status": r.status, "K": r.K, "steps": len(r.steps),
                       "workload_hash": r.hash("workload"), "model_hash": r.hash("model")} for r in ordered],
             "mismatches": list(mismatches), "verdict": verdict.to_dict() if verdict else None,
-            "comparisons": [c.to_dict() for c in comps],
+            "comparisons": [c.to_dict() for c in comps], "turn_class_deltas": class_data,
             "arms": {a.arm: a.to_dict() for a in arms},
             "oracle_probes": [p.to_dict() for p in probes]}
     (out / "report.json").write_text(cli.dump_json(data))
