@@ -68,11 +68,20 @@ class _Ctx:
         self.kv, self.flat, self.length, self.mask, self.causal = kv, flat, length, mask, causal
 
 
-def _cached_ctx(kv: KVPool, slots: torch.Tensor, length: Optional[int], window: Optional[int]) -> _Ctx:
+def _cached_ctx(kv: KVPool, slots: torch.Tensor, length: Optional[int], a: ModelArgs, dtype) -> _Ctx:
     if length is None:
         length = int(slots.max()) + 1        # one host sync on GPU: pass `length` to avoid it
     length = max(int(length), 1)
-    return _Ctx(kv=kv, flat=kv.flat(slots), length=length, mask=kv.mask(slots, length, window))
+    B, T = slots.shape
+    G = a.num_attention_heads // a.num_key_value_heads
+    m = kv.mask(slots, length, a.sliding_window)                        # [B, 1, T, L] bool
+    # Queries are folded to [B, KVH, G*T, D] (grouped heads share K/V without repeat_interleave,
+    # and without enable_gqa, which forces the math kernel when a mask is given on GPU); the mask
+    # is built once per forward, additive in the activation dtype (SDPA would convert a bool mask
+    # in every layer).
+    m = m.expand(B, G, T, length).reshape(B, 1, G * T, length)
+    add = torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill_(~m, float("-inf"))
+    return _Ctx(kv=kv, flat=kv.flat(slots), length=length, mask=add)
 
 
 def _train_ctx(T: int, device, window: Optional[int]) -> _Ctx:
@@ -106,12 +115,17 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if ctx.kv is not None:
-            ctx.kv.write(layer, None, k, v, flat=ctx.flat)
-            k, v = ctx.kv.read(layer, ctx.length)
-        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                           attn_mask=ctx.mask, is_causal=ctx.causal, enable_gqa=True)
-        return self.o_proj(o.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+        if ctx.kv is None:      # training / uncached: causal (or windowed) over the T rows
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               attn_mask=ctx.mask, is_causal=ctx.causal, enable_gqa=True)
+            return self.o_proj(o.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+        ctx.kv.write(layer, None, k, v, flat=ctx.flat)
+        k, v = ctx.kv.read(layer, ctx.length)                            # [B, L, KVH, D]
+        KVH, G, D = self.n_kv_heads, self.n_heads // self.n_kv_heads, self.head_dim
+        qf = q.view(B, T, KVH, G, D).permute(0, 2, 3, 1, 4).reshape(B, KVH, G * T, D)
+        o = F.scaled_dot_product_attention(qf, k.transpose(1, 2), v.transpose(1, 2), attn_mask=ctx.mask)
+        o = o.view(B, KVH, G, T, D).permute(0, 3, 1, 2, 4)                # [B, T, KVH, G, D]
+        return self.o_proj(o.reshape(B, T, self.n_heads * D))
 
 
 class MLP(nn.Module):
@@ -153,7 +167,10 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
 class _Backbone(nn.Module):
     def __init__(self, a: ModelArgs):
         super().__init__()
-        self.embed_tokens = nn.Embedding(a.vocab_size, a.hidden_size)
+        w = torch.empty(a.vocab_size, a.hidden_size)
+        if not w.is_meta:      # (normal_ on a meta tensor imports torch._dynamo: seconds on first load)
+            nn.init.normal_(w)
+        self.embed_tokens = nn.Embedding(a.vocab_size, a.hidden_size, _weight=w)
         self.layers = nn.ModuleList(DecoderLayer(a) for _ in range(a.num_hidden_layers))
         self.norm = RMSNorm(a.hidden_size, a.rms_norm_eps)
 
@@ -201,7 +218,7 @@ class Transformer(nn.Module):
         """tokens/positions/slots [B, T] -> hidden [B, T, H] (PRE final norm). Row (b, t) is written
         at slot slots[b, t] (-1 = padding: written to the dump slot, output meaningless) and attends
         to its sequence's slots [0, slots[b, t]]. `length` = max slot + 1 (host int; see module doc)."""
-        return self._run(tokens, positions, _cached_ctx(kv, slots, length, self.args.sliding_window))
+        return self._run(tokens, positions, _cached_ctx(kv, slots, length, self.args, self.dtype))
 
     def forward_train(self, tokens: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         """No cache, causal over the T rows (positions default 0..T-1) -> hidden [B, T, H] PRE norm."""
@@ -277,7 +294,7 @@ class MTPModule(DecoderLayer):
         """x = eh_proj(cat([enorm(embed(tok)), hnorm(hidden)])); out = block(x) over the MTP's own
         1-layer KVPool. Returns out [B, T, H] PRE shared_head.norm (the drafter's own hidden)."""
         x = self._input(tokens, hiddens, embed)
-        return self._block(x, positions, _cached_ctx(kv, slots, length, self.args.sliding_window))
+        return self._block(x, positions, _cached_ctx(kv, slots, length, self.args, x.dtype))
 
     def forward_train(self, tokens, hiddens, embed=None, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         """No cache, causal over T rows (positions default 0..T-1). Row t combines tokens[:, t] with
