@@ -25,6 +25,7 @@ class Progress:
         self.acc_ge1 = 0
         self._wave_tokens = 0
         self._wave_steps = 0
+        self._live_k = self._live_a = 0   # p1 counts of the current wave (loop callback form)
         self.bar = None
         if self.enabled:
             from tqdm import tqdm
@@ -37,20 +38,41 @@ class Progress:
             return
         dt = max(time.perf_counter() - self.t0, 1e-9)
         tok = self.tokens + self._wave_tokens
-        fields = {"steps": self.steps + self._wave_steps, "tok/s": f"{tok / dt:.1f}"}
+        fields = {"tok/s": f"{tok / dt:.1f}"}
         if p1 is not None:
             fields["p1"] = f"{p1:.3f}"
         self.bar.set_postfix(fields, refresh=False)
         self.bar.refresh()
 
-    def on_step(self, n_steps: int, n_tokens: int, p1_running: Optional[float]) -> None:
-        """The runner's per-batched-step callback (counts are within the current wave)."""
-        self._wave_steps, self._wave_tokens = int(n_steps), int(n_tokens)
-        self._postfix(p1_running)
+    def on_step(self, *args) -> None:
+        """The runner's per-batched-step callback. Two forms are accepted:
+
+        * (n_steps_done_in_wave, n_tokens_committed_in_wave, p1_running) -- the documented API;
+        * (n_active, n_committed_this_step, accept_len[active], gated[active]) -- what
+          atlas_ab.loop.Wave calls (per-step increments; p1 counted over non-gated rows).
+        """
+        if len(args) == 4:
+            n_active, n_tok, acc, gated = args
+            self._wave_steps += 1
+            self._wave_tokens += int(n_tok)
+            try:
+                import numpy as np
+
+                acc, gated = np.asarray(acc), np.asarray(gated, dtype=bool)
+                self._live_k += int((~gated).sum())
+                self._live_a += int(((acc >= 1) & ~gated).sum())
+            except Exception:  # noqa: BLE001 -- progress must never break a run
+                pass
+            k = self.k_ge1 + self._live_k
+            p1 = (self.acc_ge1 + self._live_a) / k if k else None
+        else:
+            n_steps, n_tok, p1 = (list(args) + [None, None, None])[:3]
+            self._wave_steps, self._wave_tokens = int(n_steps or 0), int(n_tok or 0)
+        self._postfix(p1)
 
     def wave_done(self, wave: int, n_docs: int, n_tokens: int, steps_table, seconds: float) -> None:
         self.tokens += int(n_tokens)
-        self._wave_tokens = self._wave_steps = 0
+        self._wave_tokens = self._wave_steps = self._live_k = self._live_a = 0
         p1 = None
         try:
             k = steps_table.column("k").to_numpy()
