@@ -146,6 +146,17 @@ def test_missing_column(capsys, tmp_path, good, seeds_runs):
     one_error(capsys, "compare", seeds_runs[0], r, must=("part-00000.parquet", "missing required column 'accept_len'"))
 
 
+def test_wrong_type_and_nulls(capsys, tmp_path, good, seeds_runs):
+    r = write_run(tmp_path / "f", good, "refeed_on")
+    pq.write_table(pa.Table.from_pandas(good.astype({"k": "float64"})), r / "steps/part-00000.parquet")
+    one_error(capsys, "compare", seeds_runs[0], r, must=("part-00000.parquet", "column 'k' has type double"))
+    bad = good.astype({"turn": "Int32"})
+    bad.loc[2, "turn"] = None
+    r = write_run(tmp_path / "n", good, "refeed_on")
+    pq.write_table(pa.Table.from_pandas(bad), r / "steps/part-00000.parquet")
+    one_error(capsys, "compare", seeds_runs[0], r, must=("part-00000.parquet", "'turn' has 1 null values"))
+
+
 def test_empty_run(capsys, tmp_path, good, seeds_runs):
     (tmp_path / "r" / "steps").mkdir(parents=True)
     one_error(capsys, "compare", seeds_runs[0], tmp_path / "r", must=(str(tmp_path / "r" / "steps"), "empty run"))

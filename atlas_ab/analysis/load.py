@@ -107,6 +107,10 @@ def _read_shard(path: Path, columns: list[str], optional: tuple[str, ...]) -> pa
         missing = [c for c in columns if c not in schema.names]
         if missing:
             raise AtlasError(f"{path}: missing required column {missing[0]!r}")
+        for c in REQUIRED:
+            t = schema.field(c).type
+            if not pa.types.is_integer(t):
+                raise AtlasError(f"{path}: column {c!r} has type {t}, expected an integer type")
         cols = columns + [c for c in optional if c in schema.names and c not in columns]
         table = pq.read_table(path, columns=cols)
     except AtlasError:
