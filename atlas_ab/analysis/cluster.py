@@ -49,12 +49,12 @@ class Bootstrap:
 def _crv1(means: np.ndarray, weights: np.ndarray, exog: np.ndarray, groups: np.ndarray,
           n_rows: int) -> np.ndarray:
     keep = weights > 0
-    res = WLS(means[keep], exog[keep], weights=weights[keep]).fit(
-        cov_type="cluster", cov_kwds={"groups": groups[keep], "use_correction": False})
     G = len(np.unique(groups[keep]))
     p = exog.shape[1]
-    if G < 2:
+    if G < 2 or keep.sum() < p:  # one document: no between-document variance to estimate
         return np.full(p, np.nan)
+    res = WLS(means[keep], exog[keep], weights=weights[keep]).fit(
+        cov_type="cluster", cov_kwds={"groups": groups[keep], "use_correction": False})
     factor = G / (G - 1) * (n_rows - 1) / (n_rows - p)
     return np.sqrt(np.diag(res.cov_params()) * factor)
 
@@ -96,6 +96,9 @@ def cluster_sd_difference(control: DocSums, treatment: DocSums) -> float:
 
 def _summarise(draws: np.ndarray, estimate: float, level: float, B: int, seed: int, G: int) -> Bootstrap:
     ok = draws[np.isfinite(draws)]  # a draw can miss every denominator row of an arm
+    if ok.size < 2:
+        nan = float("nan")
+        return Bootstrap(estimate, nan, nan, nan, level, B, seed, G)
     lo, hi = np.quantile(ok, [(1 - level) / 2, (1 + level) / 2])
     return Bootstrap(estimate=estimate, sd=float(ok.std(ddof=1)), ci_low=float(lo), ci_high=float(hi),
                      level=level, B=B, seed=seed, n_clusters=G)
