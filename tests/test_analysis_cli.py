@@ -38,7 +38,7 @@ def one_error(capsys, *argv, must=()):
 def seeds_runs(tmp_path_factory):
     """The seeds' powered A/B to the count (16 docs x 8 turns), as two run directories."""
     d = tmp_path_factory.mktemp("seeds")
-    off = write_run(d / "off", steps_from_counts({0: 4056, 1: 1995, 2: 4349}, seed=0), "refeed_off", shards=3)
+    off = write_run(d / "off", steps_from_counts({0: 4056, 1: 1995, 2: 4349}, seed=0), "catchup_on", shards=3)
     on = write_run(d / "on", steps_from_counts({0: 3775, 1: 1828, 2: 4497}, seed=1), "refeed_on")
     return off, on
 
@@ -77,12 +77,12 @@ def test_report_with_shipped_prereg_met(capsys, seeds_runs, tmp_path):
         assert (out_dir / png).stat().st_size > 1000 and f"]({png})" in md
     data = json.loads((out_dir / "report.json").read_text())
     assert data["verdict"]["status"] == "MET"
-    assert data["comparisons"][0]["control"] == "refeed_off"  # picked by the prereg, not the order
+    assert data["comparisons"][0]["control"] == "catchup_on"  # picked by the prereg, not the order
 
 
 def test_report_weak_effect_not_met(capsys, tmp_path):
     """A weak effect at the registered n is NOT MET or UNDERPOWERED, never MET."""
-    off = write_run(tmp_path / "off", simulate_steps(12_000, (0.61, 0.686), n_docs=24, seed=1), "refeed_off")
+    off = write_run(tmp_path / "off", simulate_steps(12_000, (0.61, 0.686), n_docs=24, seed=1), "catchup_on")
     on = write_run(tmp_path / "on", simulate_steps(12_000, (0.611, 0.687), n_docs=24, seed=2), "refeed_on")
     code, out, err = run_cli(capsys, "report", off, on, "--prereg", PREREG, "--out", tmp_path / "r1",
                              "--json", *FAST)

@@ -53,7 +53,7 @@ def test_shipped_prereg_is_the_seeds_criterion():
     pr = load_prereg(SHIPPED)
     assert (pr.primary_metric, pr.direction, pr.min_effect, pr.threshold_sd) == ("p2_uncond", "increase",
                                                                                  0.015, 3.0)
-    assert (pr.control, pr.treatment, pr.decides) == ("refeed_off", "refeed_on", "binomial")
+    assert (pr.control, pr.treatment, pr.decides) == ("catchup_on", "refeed_on", "binomial")
     assert len(pr.sha256) == 64
 
 
