@@ -176,16 +176,17 @@ class RunStore:
         # unless someone deleted it; then that wave is simply recomputed).
         shards = [s for s in old.get("shards", []) if (self.dir / s["steps"]).exists()
                   and (s.get("events") is None or (self.dir / s["events"]).exists())]
+        prior = old.get("status")
         self.manifest = old
         self.manifest["shards"] = sorted(shards, key=lambda s: s["wave"])
         self._recount()
-        if old.get("status") != "complete":
+        if prior != "complete":
             self.manifest["status"] = "running"
             self.manifest["resumed"] = True
             self.manifest["finished"] = None
             self.manifest.pop("error", None)
             self.manifest.setdefault("resumes", []).append(
-                {"at": now(), "from_status": old.get("status"), "shards_kept": len(shards)})
+                {"at": now(), "from_status": prior, "shards_kept": len(shards)})
             self.save()
         return self.manifest
 

@@ -252,3 +252,17 @@ def test_store_rejects_duplicate_wave(tmp_path):
     s.add_shard(0, [0], t, None, None, 1, 0.1)
     with pytest.raises(AtlasError, match="already stored"):
         s.add_shard(0, [0], t, None, None, 1, 0.1)
+
+
+def test_resume_auto_continues_the_job_dir_or_starts_fresh(tmp_path, monkeypatch):
+    d = tmp_path / "0_refeed_on"
+    monkeypatch.setenv("FAKE_RUNNER_CRASH_AT", "1")
+    with pytest.raises(RuntimeError):
+        run(cfg_of(*BASE, "+arm=refeed_on"), d, job_num=0, multirun=True)
+    monkeypatch.delenv("FAKE_RUNNER_CRASH_AT")
+    m = run(cfg_of(*BASE, "+arm=refeed_on", "runner.resume=auto"), d, job_num=0, multirun=True)
+    assert m["status"] == "complete" and m["resumed"] and m["resumes"][0]["from_status"] == "failed"
+    fresh = run(cfg_of(*BASE, "+arm=baseline", "runner.resume=auto"), tmp_path / "1_baseline", multirun=True)
+    assert fresh["status"] == "complete" and not fresh["resumed"]
+    with pytest.raises(AtlasError, match="resume a sweep"):
+        run(cfg_of(*BASE, "+arm=baseline", f"runner.resume={d}"), tmp_path / "2_x", multirun=True)
