@@ -181,7 +181,7 @@ def load_run(path: str | Path, columns: tuple[str, ...] = (), optional: tuple[st
     table = pa.concat_tables(tables, promote_options="permissive")
     df = table.to_pandas()
     for c, dtype in INT_TYPES.items():
-        df[c] = df[c].astype(dtype, copy=False)
+        df[c] = df[c].astype(dtype)
     _check_unique(root, files, lengths, df)
     arm = (manifest or {}).get("arm") or root.resolve().name
     return Run(path=root, arm=str(arm), manifest=manifest, steps=df, files=tuple(files),
