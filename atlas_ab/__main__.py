@@ -257,6 +257,15 @@ def run(cfg: DictConfig, run_dir: str | Path, job_num: int = 0, multirun: bool =
             finally:
                 prog.close()
             summary = acceptance_summary(store.read_steps(), arm.name)
+            gate = store.manifest.get("gate") or {}
+            if gate.get("passed") is False:
+                # Not lossless at a clear margin: the run fails loudly (status
+                # "failed", which the analysis refuses), naming the first divergence.
+                d = gate.get("first_divergence") or {}
+                raise AtlasError(
+                    f"lossless gate failed: doc {d.get('doc_id')} turn {d.get('turn')} token {d.get('token')}: "
+                    f"speculative {d.get('speculative')} vs target-only {d.get('target_only')} "
+                    f"at top-1/top-2 margin {d.get('margin')}")
             store.finish("complete", summary=summary)
         manifest = store.manifest
         log.info("run complete: %s", summary_line(manifest))
@@ -264,9 +273,6 @@ def run(cfg: DictConfig, run_dir: str | Path, job_num: int = 0, multirun: bool =
               f"{manifest['rows']['steps']} step rows{', resumed' if manifest.get('resumed') else ''})",
               file=out)
         print(summary_line(manifest), file=out)
-        if manifest.get("gate", {}).get("passed") is False:
-            print(f"atlas_ab: warning: lossless gate FAILED in {run_dir}: "
-                  f"first divergence {manifest['gate'].get('first_divergence')}", file=sys.stderr)
         out.flush()
         return manifest
     except BaseException as ex:

@@ -7,6 +7,7 @@ PYTHONPATH). Failure knobs (environment, read at run_wave time):
   FAKE_RUNNER_CRASH_AT=i   raise RuntimeError in wave i
   FAKE_RUNNER_KILL_AT=i    os.kill(self, SIGKILL) at the start of wave i (a hard kill)
   FAKE_RUNNER_SLEEP=s      sleep s seconds per wave
+  FAKE_RUNNER_GATE_FAIL=i  wave i reports a divergence at a clear margin
 """
 from __future__ import annotations
 
@@ -118,6 +119,10 @@ class FakeRunner:
         n_gate = min(self.rc.gate_sequences, len(self.waves[i]))
         gate = {"checked_sequences": n_gate, "divergences": 0, "passed": True, "margins": [0.5] * n_gate,
                 "first_divergence": None}
+        if os.environ.get("FAKE_RUNNER_GATE_FAIL") == str(i):
+            gate.update(divergences=1, passed=False, first_divergence={
+                "doc_id": self.waves[i][0], "turn": 0, "token": 3, "speculative": 7, "target_only": 9,
+                "margin": 2.5, "near_tie": False})
         return WaveResult(steps_t, events_t, gate, tokens)
 
 

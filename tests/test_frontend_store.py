@@ -173,6 +173,18 @@ def test_crash_then_resume_equals_uninterrupted(tmp_path, monkeypatch):
     assert m["rows"] == manifest(full)["rows"] and m["summary"] == manifest(full)["summary"]
 
 
+def test_a_failed_lossless_gate_fails_the_run_loudly(tmp_path, monkeypatch):
+    d = tmp_path / "g"
+    monkeypatch.setenv("FAKE_RUNNER_GATE_FAIL", "1")
+    with pytest.raises(AtlasError, match="lossless gate failed: doc 1 turn 0 token 3"):
+        run(cfg_of(*BASE, "+arm=baseline"), d)
+    m = manifest(d)
+    assert m["status"] == "failed" and m["gate"]["passed"] is False
+    from atlas_ab.analysis.load import load_run
+    with pytest.raises(AtlasError):
+        load_run(d)                       # the analysis refuses it unless --allow-incomplete
+
+
 def test_resume_refuses_a_different_config(tmp_path, monkeypatch):
     d = tmp_path / "r"
     monkeypatch.setenv("FAKE_RUNNER_CRASH_AT", "1")
