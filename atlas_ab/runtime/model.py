@@ -72,6 +72,7 @@ def _cached_ctx(kv: KVPool, slots: torch.Tensor, length: Optional[int], a: Model
     if length is None:
         length = int(slots.max()) + 1        # one host sync on GPU: pass `length` to avoid it
     length = max(int(length), 1)
+    slots = slots.to(kv.device, non_blocking=True)       # no-op when already there
     B, T = slots.shape
     G = a.num_attention_heads // a.num_key_value_heads
     m = kv.mask(slots, length, a.sliding_window)                        # [B, 1, T, L] bool
@@ -207,7 +208,8 @@ class Transformer(nn.Module):
                       device=self.device, dtype=self.dtype)
 
     def _run(self, tokens, positions, ctx: _Ctx) -> torch.Tensor:
-        x = self.model.embed_tokens(tokens)
+        x = self.model.embed_tokens(tokens.to(self.device, non_blocking=True))
+        positions = positions.to(x.device, non_blocking=True)
         cos, sin = rope_cos_sin(positions, self.args.head_dim, self.args.rope_theta, x.dtype)
         for i, layer in enumerate(self.model.layers):
             x = layer(x, cos, sin, ctx, i)
@@ -276,10 +278,11 @@ class MTPModule(DecoderLayer):
             embed = self._ref(0, "embed")
         if hasattr(embed, "embed_tokens"):        # a Transformer was passed
             embed = embed.embed_tokens
-        e = embed(tokens)
+        e = embed(tokens.to(self.device, non_blocking=True))
         return self.eh_proj(torch.cat([self.enorm(e), self.hnorm(hiddens.to(e.dtype))], dim=-1))
 
     def _block(self, x, positions, ctx):
+        positions = positions.to(x.device, non_blocking=True)
         cos, sin = rope_cos_sin(positions, self.args.head_dim, self.args.rope_theta, x.dtype)
         return DecoderLayer.forward(self, x, cos, sin, ctx, 0)
 
