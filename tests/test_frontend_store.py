@@ -68,7 +68,7 @@ def test_groups_and_presets():
     assert cfg_of("model=gpu").model.init == "random"
     assert cfg_of("model=gpu", "model.path=/x").model.init == "checkpoint"
     s = cfg_of("+study=refeed")
-    assert list(s.study.arms) == ["baseline", "refeed_on"] and s.study.prereg.endswith("refeed_p2_uncond.yaml")
+    assert list(s.study.arms) == ["catchup_on", "refeed_on"] and s.study.prereg.endswith("refeed_p2_uncond.yaml")
 
 
 @pytest.mark.parametrize("override,match", [
@@ -236,7 +236,7 @@ def test_corrupt_checkpoint_is_one_line(tmp_path):
 def test_study_hashes_its_prereg_before_running(tmp_path):
     pre = tmp_path / "p.yaml"
     pre.write_text("metric: p2_uncond\n")
-    m = run(cfg_of(*BASE, "+arm=baseline", "+study=refeed", f"study.prereg={pre}"), tmp_path / "r")
+    m = run(cfg_of(*BASE, "+arm=catchup_on", "+study=refeed", f"study.prereg={pre}"), tmp_path / "r")
     import hashlib
     assert m["prereg"]["sha256"] == "sha256:" + hashlib.sha256(pre.read_bytes()).hexdigest()
     assert m["study"] == {"name": "refeed", "arms": ["baseline", "refeed_on"]}
