@@ -239,7 +239,7 @@ def test_study_hashes_its_prereg_before_running(tmp_path):
     m = run(cfg_of(*BASE, "+arm=catchup_on", "+study=refeed", f"study.prereg={pre}"), tmp_path / "r")
     import hashlib
     assert m["prereg"]["sha256"] == "sha256:" + hashlib.sha256(pre.read_bytes()).hexdigest()
-    assert m["study"] == {"name": "refeed", "arms": ["baseline", "refeed_on"]}
+    assert m["study"] == {"name": "refeed", "arms": ["catchup_on", "refeed_on"]}
     with pytest.raises(AtlasError, match="pre-registration"):
         run(cfg_of(*BASE, "+arm=baseline", "+study=refeed", f"study.prereg={tmp_path}/missing.yaml"),
             tmp_path / "r2")
