@@ -75,6 +75,51 @@ def evaluate(trunk, mtp, windows: torch.Tensor, batch: int = 8, autocast_dtype=N
     return res
 
 
+@torch.no_grad()
+def greedy_generate(trunk, prompts: torch.Tensor, n_new: int) -> torch.Tensor:
+    """Greedy continuation of `prompts` [B, P] by `n_new` tokens with the runtime's KV cache."""
+    B, P = prompts.shape
+    dev = trunk.device
+    kv = trunk.new_kv([P + n_new] * B)
+    pos = torch.arange(P, device=dev).expand(B, P)
+    h = trunk.forward(prompts.to(dev), pos, pos, kv, length=P)
+    nxt = trunk.logits(h[:, -1:]).argmax(-1)
+    out = [prompts.to(dev), nxt]
+    for t in range(P, P + n_new - 1):
+        p = torch.full((B, 1), t, device=dev)
+        nxt = trunk.logits(trunk.forward(nxt, p, p, kv, length=t + 1)).argmax(-1)
+        out.append(nxt)
+    return torch.cat(out, 1)
+
+
+@torch.no_grad()
+def generated_acceptance(trunk, mtp, prompts: torch.Tensor, n_new: int = 64) -> dict:
+    """K=2 acceptance proxy on the target's OWN greedy continuation of held-out prompts.
+
+    Under greedy verification the accepted text IS the target's greedy text, so draft 1 =
+    MTP(token i+1, true hidden i) is accepted iff it equals greedy token i+2: exact for p1 up to
+    the drafter's context rows (all true-hidden rows here). Draft 2 is chained on the MTP's own
+    output (context rows as in `evaluate`); oracle feeds the true hidden i+1 instead.
+    """
+    P = prompts.shape[1]
+    seq = greedy_generate(trunk, prompts, n_new)
+    h = trunk.forward_train(seq)
+    T = seq.shape[1]
+    out1 = mtp.forward_train(seq[:, 1:T - 1], h[:, :T - 2])
+    d1 = mtp.logits(out1, trunk.lm_head).argmax(-1)             # at i predicts token i+2
+    out2 = mtp.forward_train(seq[:, 2:T - 1], out1[:, :T - 3])
+    d2 = mtp.logits(out2, trunk.lm_head).argmax(-1)             # at i predicts token i+3
+    i0 = P - 2                                                  # first i whose token i+2 is generated
+    ok1 = d1[:, i0:T - 3] == seq[:, i0 + 2:T - 1]
+    ok2 = d2[:, i0:] == seq[:, i0 + 3:]
+    okor = d1[:, i0 + 1:] == seq[:, i0 + 3:]
+    n1 = max(int(ok1.sum()), 1)
+    return {"gen_p1": float(ok1.float().mean()), "gen_p2_uncond": float((ok1 & ok2).float().mean()),
+            "gen_p2_cond": float((ok1 & ok2).sum()) / n1, "gen_oracle_p2_cond": float((ok1 & okor).sum()) / n1,
+            "gen_positions": int(ok1.numel()), "gen_distinct_token_frac":
+            float(np.mean([len(set(r.tolist())) / len(r) for r in seq[:, P:]]))}
+
+
 def main(argv=None) -> None:
     from atlas_ab.runtime import checkpoint
     from atlas_ab.train.data import load
@@ -85,11 +130,17 @@ def main(argv=None) -> None:
     ap.add_argument("--len", type=int, default=512)
     ap.add_argument("--split", default="heldout_stdlib", choices=["heldout_stdlib", "heldout", "train"])
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--gen-prompts", type=int, default=16, help="held-out prompts for the greedy check (0 = skip)")
+    ap.add_argument("--gen-prompt-len", type=int, default=256)
+    ap.add_argument("--gen-new", type=int, default=64)
     a = ap.parse_args(argv)
     ck = checkpoint.load(a.ckpt, device=a.device, dtype=torch.float32)
     _, arrs = load(a.data)
     w = heldout_windows(arrs[a.split], a.windows, a.len)
     res = evaluate(ck.trunk, ck.mtp, w)
+    if a.gen_prompts and ck.mtp is not None:
+        pr = heldout_windows(arrs[a.split], a.gen_prompts, a.gen_prompt_len)
+        res.update(generated_acceptance(ck.trunk, ck.mtp, pr, a.gen_new))
     res.update(ckpt=a.ckpt, ckpt_hash=ck.hash, split=a.split, windows=a.windows, window_len=a.len)
     print(json.dumps(res, indent=1))
 

@@ -37,7 +37,7 @@ ARCH = {  # hidden, layers, heads, kv heads, SwiGLU width
 }
 PRESETS = {
     "tiny": dict(mtp=True, steps=30, batch=4, seq_len=128, warmup=5, eval_every=0, eval_windows=4),
-    "default": dict(mtp=True, steps=3000, batch=48, seq_len=1024, warmup=100, eval_every=250, eval_windows=32),
+    "default": dict(mtp=True, steps=800, batch=48, seq_len=1024, warmup=100, eval_every=250, eval_windows=32),
     "draft": dict(mtp=False, steps=3000, batch=48, seq_len=1024, warmup=100, eval_every=500, eval_windows=32),
     "gpu": dict(mtp=True, steps=1500, batch=48, seq_len=1024, warmup=100, eval_every=250, eval_windows=32),
 }
