@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from atlas_ab.runtime.config import ModelArgs
+from atlas_ab.runtime import model as model_mod
 from atlas_ab.runtime.model import MTPModule, Transformer, init_weights
 
 ARGS = ModelArgs(vocab_size=61, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
@@ -20,8 +21,10 @@ def _trunk():
 STEPS = [(5, 9, 3), (1, 3, 0), (2, 1, 1), (0, 4, 3), (4, 2, 1), (1, 1, 1)]
 
 
+@pytest.mark.parametrize("fold", [64, 0, 10**6], ids=["fold_small", "fold_never", "fold_always"])
 @pytest.mark.parametrize("caps", [(20, 32, 12), (24, 24, 24)], ids=["ragged_caps", "uniform_caps"])
-def test_ragged_batch_equals_alone(caps):
+def test_ragged_batch_equals_alone(caps, fold, monkeypatch):
+    monkeypatch.setattr(model_mod, "FOLD_MAX_ROWS", fold)
     m = _trunk()
     torch.manual_seed(1)
     toks = [torch.randint(0, 61, (sum(s[b] for s in STEPS),)) for b in range(3)]

@@ -62,10 +62,13 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 class _Ctx:
     """Per-forward attention context shared by all layers (computed once)."""
-    __slots__ = ("kv", "flat", "length", "mask", "causal")
+    __slots__ = ("kv", "flat", "length", "mask", "causal", "fold")
 
-    def __init__(self, kv=None, flat=None, length=0, mask=None, causal=False):
-        self.kv, self.flat, self.length, self.mask, self.causal = kv, flat, length, mask, causal
+    def __init__(self, kv=None, flat=None, length=0, mask=None, causal=False, fold=False):
+        self.kv, self.flat, self.length, self.mask, self.causal, self.fold = kv, flat, length, mask, causal, fold
+
+
+FOLD_MAX_ROWS = 64      # fold GQA groups into the query rows when G*T is at most this
 
 
 def _cached_ctx(kv: KVPool, slots: torch.Tensor, length: Optional[int], a: ModelArgs, dtype) -> _Ctx:
@@ -76,13 +79,16 @@ def _cached_ctx(kv: KVPool, slots: torch.Tensor, length: Optional[int], a: Model
     B, T = slots.shape
     G = a.num_attention_heads // a.num_key_value_heads
     m = kv.mask(slots, length, a.sliding_window)                        # [B, 1, T, L] bool
-    # Queries are folded to [B, KVH, G*T, D] (grouped heads share K/V without repeat_interleave,
-    # and without enable_gqa, which forces the math kernel when a mask is given on GPU); the mask
-    # is built once per forward, additive in the activation dtype (SDPA would convert a bool mask
-    # in every layer).
-    m = m.expand(B, G, T, length).reshape(B, 1, G * T, length)
+    # Few rows (decode / verify / drafts): queries are folded to [B, KVH, G*T, D], so grouped heads
+    # share K/V with no copy and no enable_gqa (which forces the math kernel when a mask is given
+    # on GPU); the mask is repeated G times. Many rows (prefill): K/V are repeated to all heads
+    # instead, so the mask stays [B, 1, T, L]. Either way the mask is built once per forward,
+    # additive in the activation dtype (SDPA would convert a bool mask in every layer).
+    fold = G > 1 and G * T <= FOLD_MAX_ROWS
+    if fold:
+        m = m.expand(B, G, T, length).reshape(B, 1, G * T, length)
     add = torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill_(~m, float("-inf"))
-    return _Ctx(kv=kv, flat=kv.flat(slots), length=length, mask=add)
+    return _Ctx(kv=kv, flat=kv.flat(slots), length=length, mask=add, fold=fold)
 
 
 def _train_ctx(T: int, device, window: Optional[int]) -> _Ctx:
@@ -123,6 +129,12 @@ class Attention(nn.Module):
         ctx.kv.write(layer, None, k, v, flat=ctx.flat)
         k, v = ctx.kv.read(layer, ctx.length)                            # [B, L, KVH, D]
         KVH, G, D = self.n_kv_heads, self.n_heads // self.n_kv_heads, self.head_dim
+        if not ctx.fold:
+            if G > 1:
+                k, v = k.repeat_interleave(G, dim=2), v.repeat_interleave(G, dim=2)
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               attn_mask=ctx.mask)
+            return self.o_proj(o.transpose(1, 2).reshape(B, T, self.n_heads * D))
         qf = q.view(B, T, KVH, G, D).permute(0, 2, 3, 1, 4).reshape(B, KVH, G * T, D)
         o = F.scaled_dot_product_attention(qf, k.transpose(1, 2), v.transpose(1, 2), attn_mask=ctx.mask)
         o = o.view(B, KVH, G, T, D).permute(0, 3, 1, 2, 4)                # [B, T, KVH, G, D]
