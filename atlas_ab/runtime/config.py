@@ -50,10 +50,6 @@ class ModelArgs:
         if self.num_nextn_predict_layers not in (0, 1):
             raise AtlasError(f"num_nextn_predict_layers={self.num_nextn_predict_layers} unsupported (0 or 1)")
 
-    @property
-    def n_params_hint(self) -> str:
-        return f"{self.model_type} d={self.hidden_size} L={self.num_hidden_layers} V={self.vocab_size}"
-
     @classmethod
     def from_hf(cls, cfg: dict) -> "ModelArgs":
         """Parse a HF config.json dict (transformers 4.x `rope_theta`/`rope_scaling` or 5.x `rope_parameters`)."""
