@@ -241,7 +241,7 @@ def test_study_hashes_its_prereg_before_running(tmp_path):
     assert m["prereg"]["sha256"] == "sha256:" + hashlib.sha256(pre.read_bytes()).hexdigest()
     assert m["study"] == {"name": "refeed", "arms": ["catchup_on", "refeed_on"]}
     with pytest.raises(AtlasError, match="pre-registration"):
-        run(cfg_of(*BASE, "+arm=baseline", "+study=refeed", f"study.prereg={tmp_path}/missing.yaml"),
+        run(cfg_of(*BASE, "+arm=catchup_on", "+study=refeed", f"study.prereg={tmp_path}/missing.yaml"),
             tmp_path / "r2")
 
 
