@@ -1,0 +1,85 @@
+"""The shipped checkpoints: they load fast on CPU, transformers reads the same trunk, and they are trained."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from atlas_ab.corpus import build_corpus, file_sha256
+from atlas_ab.runtime import checkpoint
+
+MODELS = Path(__file__).resolve().parents[1] / "atlas_ab" / "models"
+DEFAULT, DRAFT = MODELS / "default", MODELS / "draft"
+
+
+@pytest.fixture(scope="module")
+def ck():
+    return checkpoint.load(DEFAULT, device="cpu", dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def snippet():
+    """The first 96 tokens of a held-out stdlib file (the models never trained on it)."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(str(DEFAULT / "tokenizer.json"))
+    held = [d for d in build_corpus().select("stdlib", "heldout") if len(d.text) > 4000]
+    ids = tok.encode(held[0].text, add_special_tokens=False).ids[:96]
+    return torch.tensor([ids])
+
+
+def test_default_loads_fast_with_mtp():
+    t0 = time.perf_counter()
+    c = checkpoint.load(DEFAULT, device="cpu", dtype=torch.float32)
+    assert time.perf_counter() - t0 < 2.0
+    a = c.args
+    assert (a.vocab_size, a.hidden_size, a.num_hidden_layers, a.num_attention_heads, a.num_key_value_heads) == \
+        (4096, 256, 6, 4, 2)
+    assert a.num_nextn_predict_layers == 1 and c.mtp is not None and not a.tie_word_embeddings
+    assert c.tokenizer_path and Path(c.tokenizer_path).is_file()
+    for f in DEFAULT.iterdir():
+        assert f.stat().st_size < 20_000_000, f
+
+
+def test_draft_loads_small_without_mtp(ck):
+    d = checkpoint.load(DRAFT, device="cpu", dtype=torch.float32)
+    assert d.mtp is None and d.args.num_nextn_predict_layers == 0
+    assert d.args.vocab_size == ck.args.vocab_size
+    n = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert n(d.trunk) < 0.3 * n(ck.trunk)
+    # one tokenizer for target and draft
+    assert file_sha256(DRAFT / "tokenizer.json") == file_sha256(DEFAULT / "tokenizer.json")
+
+
+def test_training_record_matches_artifacts():
+    for d in (DEFAULT, DRAFT):
+        rec = json.loads((d / "training.json").read_text())
+        assert rec["tokenizer_hash"] == file_sha256(d / "tokenizer.json")
+        assert rec["checkpoint_hash"] == checkpoint.file_hash([d / "config.json", d / "model.safetensors"])
+        info = build_corpus().info
+        if info.python_version == rec["corpus"]["python_version"]:
+            assert rec["corpus"]["sha256"] == info.sha256      # trained on this interpreter's corpus
+
+
+def test_transformers_reads_the_same_trunk(ck, snippet):
+    transformers = pytest.importorskip("transformers")
+
+    class Quiet(transformers.LlamaForCausalLM):
+        _keys_to_ignore_on_load_unexpected = checkpoint.hf_unexpected_patterns(ck.args)
+
+    hf, info = Quiet.from_pretrained(DEFAULT, dtype=torch.float32, output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"]
+    with torch.no_grad():
+        ours = ck.trunk.logits(ck.trunk.forward_train(snippet))
+        theirs = hf.eval()(input_ids=snippet).logits
+    assert torch.allclose(ours, theirs, atol=1e-4, rtol=1e-4), (ours - theirs).abs().max()
+
+
+def test_default_is_trained(ck, snippet):
+    """Held-out teacher-forced sanity: far better than chance (ln 4096 = 8.3 nats)."""
+    from atlas_ab.train.tf_eval import evaluate
+    r = evaluate(ck.trunk, ck.mtp, snippet)
+    assert r["main_loss"] < 5.0 and r["mtp_loss"] < 5.5
+    assert r["main_acc"] > 0.25 and r["p1_text"] > 0.2
