@@ -120,6 +120,20 @@ def generated_acceptance(trunk, mtp, prompts: torch.Tensor, n_new: int = 64) -> 
             float(np.mean([len(set(r.tolist())) / len(r) for r in seq[:, P:]]))}
 
 
+@torch.no_grad()
+def draft_model_acceptance(trunk, draft, prompts: torch.Tensor, n_new: int = 64) -> dict:
+    """K=2 proxy for a separate draft LM on the target's own greedy continuation: draft 1 is
+    right iff the draft's greedy token equals the target's; draft 2 (given draft 1 right) is the
+    draft's next greedy token on the same text, so p2_cond is the draft's accuracy one further on."""
+    P = prompts.shape[1]
+    seq = greedy_generate(trunk, prompts, n_new)
+    d = draft.logits(draft.forward_train(seq)).argmax(-1)      # at j predicts token j+1
+    ok = d[:, P - 1:-1] == seq[:, P:]                          # generated tokens P..end
+    ok1, ok2 = ok[:, :-1], ok[:, 1:]
+    return {"draft_gen_p1": float(ok1.float().mean()), "draft_gen_p2_uncond": float((ok1 & ok2).float().mean()),
+            "draft_gen_p2_cond": float((ok1 & ok2).sum()) / max(int(ok1.sum()), 1), "gen_positions": int(ok1.numel())}
+
+
 def main(argv=None) -> None:
     from atlas_ab.runtime import checkpoint
     from atlas_ab.train.data import load
@@ -130,6 +144,7 @@ def main(argv=None) -> None:
     ap.add_argument("--len", type=int, default=512)
     ap.add_argument("--split", default="heldout_stdlib", choices=["heldout_stdlib", "heldout", "train"])
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--target", default=None, help="with a draft --ckpt: the target whose greedy text it drafts")
     ap.add_argument("--gen-prompts", type=int, default=16, help="held-out prompts for the greedy check (0 = skip)")
     ap.add_argument("--gen-prompt-len", type=int, default=256)
     ap.add_argument("--gen-new", type=int, default=64)
@@ -138,6 +153,11 @@ def main(argv=None) -> None:
     _, arrs = load(a.data)
     w = heldout_windows(arrs[a.split], a.windows, a.len)
     res = evaluate(ck.trunk, ck.mtp, w)
+    if a.gen_prompts and a.target:
+        tg = checkpoint.load(a.target, device=a.device, dtype=torch.float32)
+        pr = heldout_windows(arrs[a.split], a.gen_prompts, a.gen_prompt_len)
+        res.update(draft_model_acceptance(tg.trunk, ck.trunk, pr, a.gen_new))
+        res["target"] = a.target
     if a.gen_prompts and ck.mtp is not None:
         pr = heldout_windows(arrs[a.split], a.gen_prompts, a.gen_prompt_len)
         res.update(generated_acceptance(ck.trunk, ck.mtp, pr, a.gen_new))
