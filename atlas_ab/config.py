@@ -74,7 +74,7 @@ class WorkloadConfig:
 class RunnerConfig:
     device: str = "auto"        # auto | cpu | cuda | cuda:N
     dtype: str = "auto"         # auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16
-    batch_width: int = 8        # sequences verified together; also the shard unit
+    batch_width: int = 16       # sequences verified together; also the shard unit
     gate_sequences: int = 2     # sequences per wave replayed target-only (lossless gate)
     seed: int = 0
     progress: bool = True       # tqdm bar on a TTY (never affects results; ignored by resume's check)

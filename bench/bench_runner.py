@@ -35,6 +35,7 @@ from atlas_ab.runtime.presets import random_checkpoint
 from atlas_ab.telemetry.fingerprint import fingerprint_rows
 from atlas_ab.workload import build_workload
 
+GRAPHS = torch.cuda.is_available()    # the runner's default on a GPU
 DEFAULT = "atlas_ab/models/default"
 DRAFT = "atlas_ab/models/draft"
 
@@ -64,7 +65,7 @@ def run_wave(trunk, proposer, arm, docs, gen):
     sync(dev)
     t0 = time.perf_counter()
     fp = fingerprint_rows if arm.fingerprints_on else None
-    trace = Wave(trunk, proposer, arm, docs, gen, fingerprint_rows=fp).run()
+    trace = Wave(trunk, proposer, arm, docs, gen, fingerprint_rows=fp, graphs=GRAPHS).run()
     if trace.events is not None:
         trace.events.table()            # the fingerprints' one copy back, part of the cost
     sync(dev)
@@ -156,11 +157,11 @@ def main(argv=None):
         ck = load_models(name, dev, dtype)
         trunk, mtp = ck.trunk.eval(), ck.mtp.eval()
         # warm-up (kernels, allocator, cuBLAS handles) outside the numbers
-        run_wave(trunk, MTPProposer(trunk, mtp, "compact", False), ArmConfig(num_drafts=2), docs_all[:4], 4)
+        run_wave(trunk, MTPProposer(trunk, mtp, "compact", False, GRAPHS), ArmConfig(num_drafts=2), docs_all[:4], 4)
         for B in widths:
             for K in ks:
                 arm = ArmConfig(name=f"k{K}", num_drafts=K)
-                r, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", False), arm, docs_all[:B], gen)
+                r, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", False, GRAPHS), arm, docs_all[:B], gen)
                 kv_len = int(r["mean_position"])
                 bare = bare_forward_ms(trunk, B, K, kv_len, dev, reps=5 if smoke else 50)
                 r.update(model=name, B=B, K=K, bare_forward_ms=bare,
@@ -174,8 +175,8 @@ def main(argv=None):
         docs = docs_all[:Bl]
 
         def ratio(on_arm, off_arm):
-            on, _ = run_wave(trunk, MTPProposer(trunk, mtp, on_arm.row_space, on_arm.refeed), on_arm, docs, gen)
-            off, _ = run_wave(trunk, MTPProposer(trunk, mtp, off_arm.row_space, off_arm.refeed), off_arm, docs, gen)
+            on, _ = run_wave(trunk, MTPProposer(trunk, mtp, on_arm.row_space, on_arm.refeed, GRAPHS), on_arm, docs, gen)
+            off, _ = run_wave(trunk, MTPProposer(trunk, mtp, off_arm.row_space, off_arm.refeed, GRAPHS), off_arm, docs, gen)
             return dict(on_rows_per_s=on["rows_per_s"], off_rows_per_s=off["rows_per_s"],
                         throughput_ratio=on["rows_per_s"] / off["rows_per_s"])
 
@@ -187,7 +188,7 @@ def main(argv=None):
         Bb = len(big) if smoke else 256
         rows = wall = 0
         for i in range(0, len(big), Bb):
-            r, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", True),
+            r, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", True, GRAPHS),
                             ArmConfig(name="refeed_on", catchup=True, refeed=True), big[i:i + Bb], gen)
             rows += r["rows"]
             wall += r["wall_s"]
@@ -198,7 +199,7 @@ def main(argv=None):
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
             base = torch.cuda.memory_allocated(dev)
-            r, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", False), ArmConfig(), docs, gen)
+            r, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", False, GRAPHS), ArmConfig(), docs, gen)
             peak = torch.cuda.max_memory_allocated(dev) - base
             out["memory"] = dict(batch_width=Bl, peak_bytes=peak, bytes_per_slot=peak / Bl,
                                  tokens_per_slot=turns * (chunk + gen) + 4)

@@ -63,7 +63,7 @@ def test_groups_and_presets():
     assert (d.workload.n_docs, d.workload.turns, d.workload.chunk_tokens, d.workload.gen_tokens) == (16, 8, 64, 32)
     t = cfg_of("workload=tiny")
     assert (t.workload.n_docs, t.workload.turns, t.workload.chunk_tokens, t.workload.gen_tokens) == (4, 2, 16, 8)
-    assert (d.runner.device, d.runner.dtype, d.runner.batch_width) == ("auto", "auto", 8)
+    assert (d.runner.device, d.runner.dtype, d.runner.batch_width) == ("auto", "auto", 16)
     assert d.model.path == "atlas_ab/models/default" and d.model.draft_path == "atlas_ab/models/draft"
     assert cfg_of("model=gpu").model.init == "random"
     assert cfg_of("model=gpu", "model.path=/x").model.init == "checkpoint"

@@ -1,9 +1,11 @@
 """Fingerprint events (FINGERPRINTS): host metadata now, device hashes later.
 
 Every hidden that enters or leaves the ring, every row fed to the drafter and
-every propose's target hidden is hashed on the device, all rows of a step in
-one kernel call; the hashes stay on the device until the wave ends, so the
-lever costs no host sync (the seeds' engine paid a copy and a sync per row).
+every propose's target hidden is snapshotted (as the BF16 row that is hashed)
+when the event happens, and all rows of a wave are hashed on the device in one
+kernel call when the wave ends, so the lever costs no host sync per row (the
+seeds' engine paid a copy and a sync per row). One call instead of one per
+event also keeps the CPU fallback (a loop over byte columns) cheap.
 """
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ class EventLog:
     def __init__(self, fingerprint_rows):
         self.fingerprint_rows = fingerprint_rows
         self.meta: list[dict] = []      # one dict of equal-length numpy columns per batch
-        self.fp: list[torch.Tensor] = []
-        self.fp2: list[torch.Tensor] = []
+        self.rows: list[torch.Tensor] = []   # BF16 snapshots, hashed at the end
+        self.rows2: list[torch.Tensor] = []
         self.fp2_valid: list[np.ndarray] = []
         self.order = 0
 
@@ -35,10 +37,10 @@ class EventLog:
                               label=full(label), key=full(key), rope=full(rope), slot=full(slot),
                               position=full(position)))
         self.order += n
-        both = rows if rows2 is None else torch.cat([rows, rows2])
-        fps = self.fingerprint_rows(both)
-        self.fp.append(fps[:n])
-        self.fp2.append(fps[n:] if rows2 is not None else torch.zeros(n, dtype=torch.int64, device=fps.device))
+        # rows are fresh gathers, never views of live state; .to(bf16) keeps them as hashed
+        self.rows.append(rows.to(torch.bfloat16))
+        self.rows2.append(rows.new_zeros(rows.shape, dtype=torch.bfloat16) if rows2 is None
+                          else rows2.to(torch.bfloat16))
         valid = np.zeros(n, bool) if rows2 is None else (np.ones(n, bool) if fp2_valid is None else fp2_valid)
         self.fp2_valid.append(valid)
 
@@ -46,8 +48,9 @@ class EventLog:
         if not self.meta:
             return EVENT_SCHEMA.empty_table()
         cols = {k: np.concatenate([m[k] for m in self.meta]) for k in self.meta[0]}
-        fp = torch.cat(self.fp).cpu().numpy()
-        fp2 = torch.cat(self.fp2).cpu().numpy()
+        n = len(cols["order"])
+        fps = self.fingerprint_rows(torch.cat(self.rows + self.rows2)).cpu().numpy()
+        fp, fp2 = fps[:n], fps[n:]
         valid = np.concatenate(self.fp2_valid)
         arrays = {k: pa.array(v.astype(str) if k == "kind" else v, type=EVENT_SCHEMA.field(k).type)
                   for k, v in cols.items()}
