@@ -26,14 +26,14 @@ from atlas_ab.config import ArmConfig
 from atlas_ab.proposers.base import RowFeed
 from atlas_ab.proposers.ring import Ring, gap_keys
 from atlas_ab.telemetry.events import EventLog
-from atlas_ab.telemetry.records import STEP_SCHEMA, Columns
+from atlas_ab.telemetry.records import StepBlocks
 from atlas_ab.workload import Document
 
 
 @dataclass
 class WaveTrace:
     """What a wave produced: telemetry and each sequence's tokens per turn (for the gate)."""
-    steps: Columns
+    steps: StepBlocks
     events: EventLog | None
     generated: list = field(default_factory=list)   # [seq][turn] -> list[int] of G tokens
     n_tokens: int = 0
@@ -62,7 +62,7 @@ class Wave:
         self.last_hidden = torch.zeros(B, H, device=self.device, dtype=self.dtype)  # hidden of kv_len-1
         self.ring = Ring(B, arm.ring_size, H, self.device, self.dtype) if arm.has_ring else None
         self.ev = EventLog(fingerprint_rows) if arm.fingerprints_on else None
-        self.trace = WaveTrace(Columns(STEP_SCHEMA), self.ev, [[] for _ in range(B)])
+        self.trace = WaveTrace(StepBlocks(self.K, arm.shadow_topk), self.ev, [[] for _ in range(B)])
         self.turn = 0
         self.step_no = np.zeros(B, dtype=np.int64)
         self.gen = np.zeros(B, dtype=np.int64)
@@ -175,28 +175,37 @@ class Wave:
         acc = torch.where(gated, torch.zeros_like(acc), acc)
         oracle = self._oracle(prop, vh, target, acc, n, active) if arm.oracle_p2 else None
 
-        # The one read of the step: every integer the host needs, in one copy.
-        # (confidences ride along as their float32 bit patterns)
-        ints = [acc[:, None], gated.long()[:, None], prop.drafts, target,
-                prop.conf.float().view(torch.int32).long()]
+        # The one read of the step: every number the host needs, in one copy
+        # (float32 values ride along as their bit patterns).
+        bits = lambda x: x.float().view(torch.int32).long()
+        ints = [acc[:, None], gated.long()[:, None], prop.drafts, target, bits(prop.conf)]
         if oracle is not None:
             ints.append(oracle.long()[:, None])
+        if prop.topk_ids is not None:
+            ints += [prop.topk_ids.reshape(B, -1), bits(prop.topk_probs).reshape(B, -1)]
         host = torch.cat(ints, dim=1).cpu().numpy()
         acc_h, gated_h = host[:, 0], host[:, 1].astype(bool)
         drafts_h, target_h = host[:, 2:2 + K], host[:, 2 + K:3 + 2 * K]
-        floats = host[:, 3 + 2 * K:3 + 3 * K].astype(np.int32).view(np.float32)
-        oracle_h = host[:, 3 + 3 * K] if oracle is not None else None
+        col = 3 + 3 * K
+        conf_h = host[:, 3 + 2 * K:col].astype(np.int32).view(np.float32)
+        extra = {}
+        if oracle is not None:
+            extra["oracle"] = host[active, col]
+            col += 1
+        if prop.topk_ids is not None:
+            kk = K * arm.shadow_topk
+            extra["topk_ids"] = host[active, col:col + kk].reshape(-1, K, arm.shadow_topk)
+            extra["topk_probs"] = (host[active, col + kk:col + 2 * kk].astype(np.int32).view(np.float32)
+                                   .reshape(-1, K, arm.shadow_topk))
 
-        # commit: accepted drafts + bonus, cut at the turn's G tokens
+        # commit: accepted drafts + bonus (== the target's tokens), cut at the turn's G tokens
         c = np.where(active, np.minimum(acc_h + 1, self.G - self.gen), 0)
-        committed = []
-        for b in np.nonzero(active)[0]:
-            toks = target_h[b, :c[b]]          # accepted drafts equal the target's tokens
-            self.history[b, n[b] + 1:n[b] + 1 + c[b]] = toks
-            committed.append(toks)
+        rows, cols = np.nonzero(np.arange(K + 1)[None, :] < c[:, None])
+        self.history[rows, n[rows] + 1 + cols] = target_h[rows, cols]
         a_eff = np.maximum(c - 1, 0)           # accepted drafts the trajectory kept
-        act_t = self._t(np.nonzero(active)[0])
-        self.last_hidden[act_t] = vh[act_t, self._t(a_eff[active])]
+        act = np.nonzero(active)[0]
+        act_t = self._t(act)
+        self.last_hidden[act_t] = vh[act_t, self._t(a_eff[act])]
         self.kv_len = np.where(active, n + c, self.kv_len)
         self.n_tok = np.where(active, self.n_tok + c, self.n_tok)
         self.gen += c
@@ -205,9 +214,13 @@ class Wave:
             self._ring_after_verify(active, n, a_eff, gated_h, vh)
         self.proposer.after_verify(np.where(gated_h, 0, a_eff), active)
 
-        ms = (time.perf_counter() - t0) * 1e3
-        self._record(active, n, acc_h, gated_h, drafts_h, target_h, floats, prop, oracle_h,
-                     committed, ms, rows_at_propose, fed)
+        k = np.where(gated_h[act], 0, K)
+        self.trace.steps.add(
+            doc_id=self.doc_ids[act], turn=np.full(len(act), self.turn), step=self.step_no[act], k=k,
+            accept_len=acc_h[act], arm=[self.arm.name], seq=act, position=n[act], drafts=drafts_h[act],
+            target=target_h[act], conf=conf_h[act], gated=gated_h[act], n_committed=c[act],
+            step_ms=np.full(len(act), (time.perf_counter() - t0) * 1e3),
+            drafter_rows=rows_at_propose[act], fed_rows=fed[act], **extra)
         self.step_no += active
         self.trace.n_tokens += int(c.sum())
         if self.on_step is not None:
@@ -230,17 +243,11 @@ class Wave:
     def _catchup(self, active, n) -> np.ndarray:
         """CATCHUP: feed the gap rows between the drafter's newest row and this
         propose, from the ring (target hiddens), before proposing."""
-        rows = self.proposer.drafter_rows()
-        last = self.proposer.last_pair_key()
-        seqs, keys = [], []
-        for b in np.nonzero(active)[0]:
-            ks = gap_keys(self.ring, b, self.arm.row_space, int(last[b]), int(rows[b]), int(n[b]))
-            seqs.extend([b] * len(ks))
-            keys.extend(ks)
+        seq, key = gap_keys(self.ring, self.arm.row_space, self.proposer.last_pair_key(),
+                            self.proposer.drafter_rows(), n, active)
         fed = np.zeros(self.B, dtype=np.int64)
-        if not keys:
+        if len(key) == 0:
             return fed
-        seq, key = np.array(seqs), np.array(keys)
         labels = key + 1                          # pair key k reads ring label k+1
         feed = RowFeed(seq=seq, key=key, token=self.history[seq, key + 1], label=labels,
                        hiddens=self.ring.read(seq, labels))
@@ -256,16 +263,15 @@ class Wave:
         (CATCHUP); with REFEED every accepted position's true hidden is ringed,
         0..=accepted, the last being the next propose's own target hidden.
         SHIFT moves every re-fed label by s (mapping validation)."""
-        seqs, labels, src = [], [], []
-        for b in np.nonzero(active)[0]:
-            if gated[b]:                      # a serial step: ring its hidden (CATCHUP)
-                seqs.append(b); labels.append(n[b] + 1); src.append(0)
-            elif self.arm.refeed:             # REFEED: every accepted position, 0..=accepted
-                for j in range(a_eff[b] + 1):
-                    seqs.append(b); labels.append(n[b] + 1 + j + self.arm.refeed_shift); src.append(j)
-        if not seqs:
+        A = self.K + 1
+        j = np.arange(A)[None, :]
+        serial = active & gated                                  # a serial step: ring its hidden (CATCHUP)
+        refed = active & ~gated & self.arm.refeed                # REFEED: every accepted position, 0..=accepted
+        take = (serial[:, None] & (j == 0)) | (refed[:, None] & (j <= a_eff[:, None]))
+        seq, j = np.nonzero(take)
+        if len(seq) == 0:
             return
-        seq, label, j = np.array(seqs), np.array(labels), np.array(src)
+        label = n[seq] + 1 + j + np.where(refed[seq], self.arm.refeed_shift, 0)
         ok = label >= 0
         seq, label, j = seq[ok], label[ok], j[ok]
         rows = vh[self._t(seq), self._t(j)]
@@ -282,29 +288,9 @@ class Wave:
 
     def _propose_events(self, active, n) -> None:
         act = np.nonzero(active)[0]
-        live = np.array([self.ring is not None and self.ring.live(b, n[b]) for b in act], dtype=bool)
+        live = self.ring.live(act, n[act]) if self.ring is not None else np.zeros(len(act), bool)
         ring_rows = (self.ring.read(act, n[act]) if self.ring is not None
                      else torch.zeros_like(self.last_hidden[self._t(act)]))
         self.ev.add("propose", doc_id=self.doc_ids[act], turn=self.turn, step=self.step_no[act], seq=act,
                     rows=self.last_hidden[self._t(act)], rows2=ring_rows, fp2_valid=live, position=n[act])
 
-    # ------------------------------------------------------------ telemetry
-    def _record(self, active, n, acc, gated, drafts, target, conf, prop, oracle, committed, ms,
-                rows_at_propose, fed) -> None:
-        act = np.nonzero(active)[0]
-        k = np.where(gated[act], 0, self.K)
-        cols = dict(
-            doc_id=self.doc_ids[act].tolist(), turn=[self.turn] * len(act), step=self.step_no[act].tolist(),
-            k=k.tolist(), accept_len=acc[act].tolist(), arm=[self.arm.name] * len(act),
-            seq=act.tolist(), position=n[act].tolist(),
-            drafts=drafts[act].tolist(),
-            target=[target[b, :kk + 1].tolist() for b, kk in zip(act, k)],
-            conf=conf[act].tolist(), gated=gated[act].tolist(),
-            committed=[c.tolist() for c in committed], step_ms=[ms] * len(act),
-            drafter_rows=rows_at_propose[act].tolist(), fed_rows=fed[act].tolist())
-        if oracle is not None:
-            cols["oracle_hit2"] = [None if o < 0 else bool(o) for o in oracle[act]]
-        if prop.topk_ids is not None:
-            cols["topk_ids"] = prop.topk_ids[self._t(act)].cpu().tolist()
-            cols["topk_probs"] = prop.topk_probs[self._t(act)].float().cpu().tolist()
-        self.trace.steps.extend(**cols)

@@ -87,6 +87,25 @@ def bare_forward_ms(trunk, B, K, kv_len, dev, reps):
     tok = torch.randint(0, trunk.args.vocab_size, (B, K + 1), device=dev)
     pos = (kv_len + torch.arange(K + 1, device=dev)).expand(B, K + 1).contiguous()
     f = lambda: trunk.logits(trunk.forward(tok, pos, pos, kv, length=kv_len + K + 1)).argmax(-1)
+    return _time(f, dev, reps)
+
+
+def bare_draft_ms(trunk, mtp, B, kv_len, dev, reps):
+    """One MTP draft step (block + head + softmax) over B rows at drafter length
+    kv_len, graphed on the GPU: what each of a propose's K drafts costs at least."""
+    kv = mtp.new_kv([kv_len + 4] * B)
+    H = trunk.args.hidden_size
+    tok = torch.randint(0, trunk.args.vocab_size, (B, 1), device=dev)
+    hid = torch.randn(B, 1, H, device=dev, dtype=next(trunk.parameters()).dtype)
+    pos = torch.full((B, 1), kv_len, device=dev)
+
+    def f():
+        out = mtp.forward(tok, hid, pos, pos, kv, trunk.embed_tokens, length=kv_len + 1)
+        return torch.softmax(mtp.logits(out, trunk.lm_head)[:, 0], -1).max(-1)
+    return _time(f, dev, reps)
+
+
+def _time(f, dev, reps):
     with torch.no_grad():
         for _ in range(3):
             f()
@@ -114,6 +133,8 @@ def bare_forward_ms(trunk, B, K, kv_len, dev, reps):
 def hf_assisted(dev, dtype, prompts, gen, K):
     """transformers' assisted generation (batch 1, greedy) on the shipped pair."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()    # the MTP tensors are "unexpected" to LlamaForCausalLM, by design
     tgt = AutoModelForCausalLM.from_pretrained(str(resolve_path(DEFAULT)), dtype=dtype).to(dev).eval()
     dft = AutoModelForCausalLM.from_pretrained(str(resolve_path(DRAFT)), dtype=dtype).to(dev).eval()
     dft.generation_config.num_assistant_tokens = K
@@ -163,22 +184,35 @@ def main(argv=None):
                 arm = ArmConfig(name=f"k{K}", num_drafts=K)
                 r, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", False, GRAPHS), arm, docs_all[:B], gen)
                 kv_len = int(r["mean_position"])
-                bare = bare_forward_ms(trunk, B, K, kv_len, dev, reps=5 if smoke else 50)
-                r.update(model=name, B=B, K=K, bare_forward_ms=bare,
+                reps = 5 if smoke else 50
+                bare = bare_forward_ms(trunk, B, K, kv_len, dev, reps)
+                draft = bare_draft_ms(trunk, mtp, B, kv_len, dev, reps)
+                # where the step's time goes: the verify, K draft steps, and the rest
+                # (eager glue between graphs: index copies, acceptance, the host read)
+                r.update(model=name, B=B, K=K, bare_forward_ms=bare, draft_step_ms=draft,
+                         glue_ms=r["step_ms_median"] - bare - K * draft,
                          step_over_bare=r["step_ms_median"] / bare)
                 out["grid"].append(r)
                 print(f"{name:8s} B={B:4d} K={K} rows/s={r['rows_per_s']:10.0f} step={r['step_ms_median']:7.2f}ms "
-                      f"bare={bare:6.3f}ms x{r['step_over_bare']:5.1f} p1={r['p1']:.3f}", file=sys.stderr)
+                      f"bare={bare:6.3f}ms x{r['step_over_bare']:5.1f} draft={draft:6.3f}ms glue={r['glue_ms']:6.3f}ms "
+                      f"p1={r['p1']:.3f}", file=sys.stderr)
         if name != "default":
             continue
         Bl = widths[-1] if smoke else 64
         docs = docs_all[:Bl]
 
         def ratio(on_arm, off_arm):
-            on, _ = run_wave(trunk, MTPProposer(trunk, mtp, on_arm.row_space, on_arm.refeed, GRAPHS), on_arm, docs, gen)
-            off, _ = run_wave(trunk, MTPProposer(trunk, mtp, off_arm.row_space, off_arm.refeed, GRAPHS), off_arm, docs, gen)
-            return dict(on_rows_per_s=on["rows_per_s"], off_rows_per_s=off["rows_per_s"],
-                        throughput_ratio=on["rows_per_s"] / off["rows_per_s"])
+            """Throughput with a lever on / off, after a warm-up of each (Triton's JIT,
+            graph captures), alternating twice so drift hits both alike."""
+            prop = lambda arm: MTPProposer(trunk, mtp, arm.row_space, arm.refeed, GRAPHS)
+            for arm in (on_arm, off_arm):
+                run_wave(trunk, prop(arm), arm, docs[:8], 4)
+            rates = {"on": [], "off": []}
+            for _ in range(2):
+                for key, arm in (("off", off_arm), ("on", on_arm)):
+                    rates[key].append(run_wave(trunk, prop(arm), arm, docs, gen)[0]["rows_per_s"])
+            on, off = np.mean(rates["on"]), np.mean(rates["off"])
+            return dict(on_rows_per_s=on, off_rows_per_s=off, throughput_ratio=on / off)
 
         out["levers"]["fingerprints"] = ratio(ArmConfig(catchup=True, refeed=True, fingerprints=True),
                                               ArmConfig(catchup=True, refeed=True, fingerprints=False))
@@ -208,11 +242,14 @@ def main(argv=None):
             dck = checkpoint.load(resolve_path(DRAFT), dev, dtype)
             K = 3
             n_prompts = 2 if smoke else 8
-            ours, trace = run_wave(trunk, DraftModelProposer(dck.trunk.eval()),
-                                   ArmConfig(proposer="draft_model", num_drafts=K), docs_all[:Bl][:max(Bl, n_prompts)], gen)
+            # ours at our widest batch (assisted generation is limited to batch 1)
+            Bp = widths[-1]
+            dm = ArmConfig(proposer="draft_model", num_drafts=K)
+            run_wave(trunk, DraftModelProposer(dck.trunk.eval()), dm, docs_all[:8], 4)     # warm-up
+            ours, trace = run_wave(trunk, DraftModelProposer(dck.trunk.eval()), dm, docs_all[:Bp], gen)
             hf, hf_out = hf_assisted(dev, dtype, [d.chunks[0] for d in docs_all[:n_prompts]], gen, K)
             same = sum(int(trace.generated[i][0] == hf_out[i]) for i in range(n_prompts))
-            out["peer"] = dict(ours_tokens_per_s=ours["tokens_per_s"], ours_batch_width=Bl,
+            out["peer"] = dict(ours_tokens_per_s=ours["tokens_per_s"], ours_batch_width=Bp,
                                hf_assisted_tokens_per_s=hf["tokens_per_s"],
                                speedup=ours["tokens_per_s"] / hf["tokens_per_s"],
                                same_text=f"{same}/{n_prompts}", K=K, gen_tokens=gen)

@@ -155,10 +155,15 @@ class MTPProposer:
 
     # -- after verify ------------------------------------------------------
     def after_verify(self, num_accepted: np.ndarray, active: np.ndarray) -> None:
-        for b in np.nonzero(active)[0]:
-            trim = rows_to_trim(self.row_space, int(self.last_drafted[b]), int(num_accepted[b]), self.refeed)
-            if trim:
-                self.rows[b] -= trim
-                self.row_key[b, self.rows[b]:self.rows[b] + trim] = -1
-                self.row_target[b, self.rows[b]:self.rows[b] + trim] = False
-            self.last_drafted[b] = 0
+        act = np.nonzero(active & (self.last_drafted > 0))[0]
+        if len(act) == 0:
+            return
+        K = int(self.last_drafted[act].max())
+        # the row-space rule, tabulated for this propose's K
+        table = np.array([rows_to_trim(self.row_space, K, a, self.refeed) for a in range(K + 1)])
+        trim = table[num_accepted[act]]
+        self.rows[act] -= trim
+        b, j = np.nonzero(np.arange(K)[None, :] < trim[:, None])
+        self.row_key[act[b], self.rows[act[b]] + j] = -1      # trimmed rows are forgotten
+        self.row_target[act[b], self.rows[act[b]] + j] = False
+        self.last_drafted[act] = 0

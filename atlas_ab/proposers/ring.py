@@ -22,8 +22,10 @@ class Ring:
         self.hiddens = torch.zeros(batch, capacity, hidden, device=device, dtype=dtype)
         self.labels = np.full((batch, capacity), -1, dtype=np.int64)
 
-    def live(self, seq: int, label: int) -> bool:
-        return label >= 0 and self.labels[seq, label % self.capacity] == label
+    def live(self, seq, label):
+        """Whether sequence seq's ring holds `label` (scalars or equal-shape arrays)."""
+        label = np.asarray(label)
+        return (label >= 0) & (self.labels[seq, label % self.capacity] == label)
 
     def write(self, seqs: np.ndarray, labels: np.ndarray, rows: torch.Tensor) -> torch.Tensor:
         """Write rows[i] under labels[i] of sequence seqs[i]; returns the slots written."""
@@ -43,8 +45,10 @@ class Ring:
         self.labels.fill(-1)
 
 
-def gap_keys(ring: Ring, seq: int, row_space: str, last_key: int, rows: int, position: int) -> list[int]:
-    """Pair keys the catch-up feed should write before a propose at `position`.
+def gap_keys(ring: Ring, row_space: str, last_key: np.ndarray, rows: np.ndarray, position: np.ndarray,
+             active: np.ndarray):
+    """Pair keys the catch-up feed writes before a propose at `position`, for
+    every active sequence at once. Returns flat (seq, key), keys ascending.
 
     The propose itself writes key position-1, so the gap ends at position-2.
     compact: every missing key after the newest row whose label is live (rows
@@ -54,11 +58,19 @@ def gap_keys(ring: Ring, seq: int, row_space: str, last_key: int, rows: int, pos
     """
     end = position - 2
     if row_space == "compact":
-        start = last_key + 1
-        return [k for k in range(max(start, end - ring.capacity + 1), end + 1) if ring.live(seq, k + 1)]
-    keys = []
-    for k in range(rows, end + 1):
-        if not ring.live(seq, k + 1):
-            break
-        keys.append(k)
-    return keys
+        start = np.maximum(last_key + 1, end - ring.capacity + 1)   # the ring holds no more
+    else:
+        start = rows                                                # slot == key, no holes
+    width = np.where(active, end - start + 1, 0).clip(min=0, max=ring.capacity)
+    W = int(width.max()) if len(width) else 0
+    if W == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z
+    keys = start[:, None] + np.arange(W)[None, :]
+    inside = np.arange(W)[None, :] < width[:, None]
+    seq_grid = np.broadcast_to(np.arange(len(position))[:, None], keys.shape)
+    live = inside & ring.live(seq_grid, np.where(inside, keys + 1, -1))
+    if row_space == "dense":
+        live = np.cumprod(live, axis=1).astype(bool)       # contiguous from the start
+    s_idx, j = np.nonzero(live)
+    return s_idx.astype(np.int64), keys[s_idx, j]
