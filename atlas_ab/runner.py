@@ -113,7 +113,7 @@ class Runner:
             raise AtlasError("arm proposer=draft_model needs model.draft_path")
         dck = checkpoint.load(resolve_path(model.draft_path), self.device, self.dtype)
         self._draft_info = {"path": str(resolve_path(model.draft_path)), "hash": dck.hash}
-        return DraftModelProposer(dck.trunk.eval())
+        return DraftModelProposer(dck.trunk.eval(), self.graphs)
 
     def docs_of(self, wave: int):
         return [self._docs[i] for i in self.waves[wave]]

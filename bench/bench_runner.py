@@ -245,8 +245,8 @@ def main(argv=None):
             # ours at our widest batch (assisted generation is limited to batch 1)
             Bp = widths[-1]
             dm = ArmConfig(proposer="draft_model", num_drafts=K)
-            run_wave(trunk, DraftModelProposer(dck.trunk.eval()), dm, docs_all[:8], 4)     # warm-up
-            ours, trace = run_wave(trunk, DraftModelProposer(dck.trunk.eval()), dm, docs_all[:Bp], gen)
+            run_wave(trunk, DraftModelProposer(dck.trunk.eval(), GRAPHS), dm, docs_all[:8], 4)     # warm-up
+            ours, trace = run_wave(trunk, DraftModelProposer(dck.trunk.eval(), GRAPHS), dm, docs_all[:Bp], gen)
             hf, hf_out = hf_assisted(dev, dtype, [d.chunks[0] for d in docs_all[:n_prompts]], gen, K)
             same = sum(int(trace.generated[i][0] == hf_out[i]) for i in range(n_prompts))
             out["peer"] = dict(ours_tokens_per_s=ours["tokens_per_s"], ours_batch_width=Bp,

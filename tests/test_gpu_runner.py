@@ -40,3 +40,18 @@ def test_gpu_wave_is_lossless_up_to_near_ties(models, arm, graphs):
         ev = trace.events.table().to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
         t = fingerprint_table(ev, "compact")
         assert all(r.ok for r in t.rows), t.summary()
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+def test_gpu_draft_model_is_lossless_up_to_near_ties(models, graphs):
+    from atlas_ab.proposers.draft_model import DraftModelProposer
+    from tiny import tiny_draft
+    trunk, _ = models
+    draft = tiny_draft(trunk.float().cpu()).cuda().to(torch.bfloat16)
+    trunk.cuda().to(torch.bfloat16)
+    docs = tiny_docs(n=8, turns=2, chunk=12)
+    arm = ArmConfig(proposer="draft_model", num_drafts=3)
+    trace = Wave(trunk, DraftModelProposer(draft, graphs=graphs), arm, docs, G, graphs=graphs).run()
+    gate = check(trunk, docs, trace.generated, G, list(range(8)))
+    assert gate.passed, gate.first_divergence
+    assert trace.steps.table().to_pandas().accept_len.max() >= 1

@@ -85,6 +85,7 @@ def test_telemetry_columns(models):
 
 
 @pytest.mark.parametrize("arm", [ArmConfig(num_drafts=3, shadow_topk=3),
+                                 ArmConfig(proposer="draft_model", num_drafts=3, shadow_topk=2),
                                  ArmConfig(catchup=True, refeed=True, oracle_p2=True, fingerprints=False)])
 def test_static_shape_steps_match_dynamic_ones(models, arm):
     """The CUDA-graph path reads the whole KV capacity every step (static shapes);
@@ -93,7 +94,8 @@ def test_static_shape_steps_match_dynamic_ones(models, arm):
     docs = tiny_docs(n=3, turns=2, chunk=10)
     out = []
     for graphs in (False, True):
-        prop = MTPProposer(trunk, mtp, arm.row_space, arm.refeed, graphs=graphs)
+        prop = (DraftModelProposer(tiny_draft(trunk), graphs=graphs) if arm.proposer == "draft_model"
+                else MTPProposer(trunk, mtp, arm.row_space, arm.refeed, graphs=graphs))
         t = Wave(trunk, prop, arm, docs, G, graphs=graphs).run().steps.table().to_pandas()
         out.append(t.drop(columns=["step_ms"]))
     pd.testing.assert_frame_equal(out[0], out[1], check_exact=False, atol=1e-5)

@@ -19,8 +19,9 @@ _SLACK = 10
 class DraftModelProposer:
     kind = "draft_model"
 
-    def __init__(self, draft_trunk):
+    def __init__(self, draft_trunk, graphs: bool = False):
         self.model = draft_trunk
+        self.graphs = graphs          # static-shape single draft steps (CUDA graphs on the GPU)
 
     def alloc(self, budgets: np.ndarray) -> None:
         caps = np.asarray(budgets, dtype=np.int64) + _SLACK
@@ -29,9 +30,29 @@ class DraftModelProposer:
         self.seen = np.zeros(B, dtype=np.int64)       # positions the draft LM has processed
         self.base = np.zeros(B, dtype=np.int64)       # propose position of the last propose
         self.last_drafted = np.zeros(B, dtype=np.int64)
+        self._step = None
 
     def free(self) -> None:
         self.kv = None
+        self._step = None
+
+    def _head(self, h, topk):
+        probs = torch.softmax(self.model.logits(h[:, None])[:, 0].float(), dim=-1)
+        conf, draft = probs.max(dim=-1)
+        p, ids = probs.topk(topk, dim=-1) if topk else (conf, draft)
+        return conf, draft, ids, p
+
+    def _next(self, draft, pos, slots, topk):
+        """One draft token in, the next draft's hidden and head out."""
+        def fn(draft, pos, slots, length=self.kv.max_capacity):
+            h = self.model.forward(draft[:, None], pos[:, None], slots[:, None], self.kv, length=length)[:, 0]
+            return (h, *self._head(h, topk))
+        if not self.graphs:
+            return fn(draft, pos, slots, int(slots.max()) + 1)
+        if self._step is None:
+            from atlas_ab.runtime.graphs import StaticStep
+            self._step = StaticStep(fn, [draft, pos, slots], capture=draft.device.type == "cuda")
+        return self._step(draft, pos, slots)
 
     def drafter_rows(self) -> np.ndarray:
         return self.seen.copy()
@@ -62,20 +83,17 @@ class DraftModelProposer:
         last = torch.as_tensor(np.maximum(count - 1, 0), device=dev)
         h = out[torch.arange(B, device=dev), last]
         drafts, confs, tk_ids, tk_probs = [], [], [], []
+        conf, draft, ids, p = self._head(h, topk)
         for i in range(num_drafts):
-            probs = torch.softmax(self.model.logits(h[:, None])[:, 0].float(), dim=-1)
-            conf, draft = probs.max(dim=-1)
-            drafts.append(draft)
-            confs.append(conf)
+            drafts.append(draft.clone())
+            confs.append(conf.clone())
             if topk:
-                p, ids = probs.topk(topk, dim=-1)
-                tk_ids.append(ids)
-                tk_probs.append(p)
+                tk_ids.append(ids.clone())
+                tk_probs.append(p.clone())
             if i + 1 < num_drafts:
                 p_i = positions + 1 + i
-                h = self.model.forward(draft[:, None], torch.as_tensor(p_i, device=dev)[:, None],
-                                       torch.as_tensor(np.where(active, p_i, -1), device=dev)[:, None],
-                                       self.kv, length=int(p_i[active].max()) + 1)[:, 0]
+                _, conf, draft, ids, p = self._next(draft, torch.as_tensor(p_i, device=dev),
+                                                    torch.as_tensor(np.where(active, p_i, -1), device=dev), topk)
         self.seen[act] = positions[act] + num_drafts       # t_n, d1 .. d_{K-1} processed
         self.base[act] = positions[act]
         self.last_drafted[act] = num_drafts
