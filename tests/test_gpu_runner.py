@@ -47,8 +47,7 @@ def test_gpu_draft_model_is_lossless_up_to_near_ties(models, graphs):
     from atlas_ab.proposers.draft_model import DraftModelProposer
     from tiny import tiny_draft
     trunk, _ = models
-    draft = tiny_draft(trunk.float().cpu()).cuda().to(torch.bfloat16)
-    trunk.cuda().to(torch.bfloat16)
+    draft = tiny_draft(trunk).cuda().to(torch.bfloat16)   # built on the CPU from the GPU weights
     docs = tiny_docs(n=8, turns=2, chunk=12)
     arm = ArmConfig(proposer="draft_model", num_drafts=3)
     trace = Wave(trunk, DraftModelProposer(draft, graphs=graphs), arm, docs, G, graphs=graphs).run()
