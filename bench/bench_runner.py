@@ -201,18 +201,21 @@ def main(argv=None):
         Bl = widths[-1] if smoke else 64
         docs = docs_all[:Bl]
 
-        def ratio(on_arm, off_arm):
-            """Throughput with a lever on / off, after a warm-up of each (Triton's JIT,
-            graph captures), alternating twice so drift hits both alike."""
+        def ratio(on_arm, off_arm, reps=2 if smoke else 5):
+            """Throughput with a lever on / off at the widest batch, after a warm-up of
+            each (Triton's JIT, graph captures), alternating so drift hits both alike;
+            medians of `reps` runs (one run is ~0.3 s on the GPU: noisy alone)."""
             prop = lambda arm: MTPProposer(trunk, mtp, arm.row_space, arm.refeed, GRAPHS)
+            wide = docs_all[:widths[-1]]
             for arm in (on_arm, off_arm):
                 run_wave(trunk, prop(arm), arm, docs[:8], 4)
             rates = {"on": [], "off": []}
-            for _ in range(2):
+            for _ in range(reps):
                 for key, arm in (("off", off_arm), ("on", on_arm)):
-                    rates[key].append(run_wave(trunk, prop(arm), arm, docs, gen)[0]["rows_per_s"])
-            on, off = np.mean(rates["on"]), np.mean(rates["off"])
-            return dict(on_rows_per_s=on, off_rows_per_s=off, throughput_ratio=on / off)
+                    rates[key].append(run_wave(trunk, prop(arm), arm, wide, gen)[0]["rows_per_s"])
+            on, off = np.median(rates["on"]), np.median(rates["off"])
+            return dict(on_rows_per_s=on, off_rows_per_s=off, throughput_ratio=on / off,
+                        batch_width=len(wide), runs=rates)
 
         out["levers"]["fingerprints"] = ratio(ArmConfig(catchup=True, refeed=True, fingerprints=True),
                                               ArmConfig(catchup=True, refeed=True, fingerprints=False))
