@@ -28,32 +28,43 @@ class EventLog:
     def add(self, kind: str, *, doc_id, turn, step, seq, rows: torch.Tensor,
             rows2: torch.Tensor | None = None, fp2_valid: np.ndarray | None = None,
             label=-1, key=-1, rope=-1, slot=-1, position=-1) -> None:
+        """Record n events; fields are scalars or length-n arrays (expanded at the end:
+        the hot loop does no per-event work)."""
         n = len(seq)
         if n == 0:
             return
-        full = lambda v: np.broadcast_to(np.asarray(v, dtype=np.int64), (n,))
-        self.meta.append(dict(doc_id=full(doc_id), turn=full(turn), step=full(step), seq=full(seq),
-                              order=np.arange(self.order, self.order + n), kind=np.full(n, kind, dtype=object),
-                              label=full(label), key=full(key), rope=full(rope), slot=full(slot),
-                              position=full(position)))
+        self.meta.append((n, self.order, kind, dict(doc_id=doc_id, turn=turn, step=step, seq=seq, label=label,
+                                                     key=key, rope=rope, slot=slot, position=position)))
         self.order += n
         # rows are fresh gathers, never views of live state; .to(bf16) keeps them as hashed
         self.rows.append(rows.to(torch.bfloat16))
-        self.rows2.append(rows.new_zeros(rows.shape, dtype=torch.bfloat16) if rows2 is None
-                          else rows2.to(torch.bfloat16))
-        valid = np.zeros(n, bool) if rows2 is None else (np.ones(n, bool) if fp2_valid is None else fp2_valid)
-        self.fp2_valid.append(valid)
+        self.rows2.append(None if rows2 is None else rows2.to(torch.bfloat16))
+        self.fp2_valid.append(fp2_valid)
 
     def table(self) -> pa.Table:
         if not self.meta:
             return EVENT_SCHEMA.empty_table()
-        cols = {k: np.concatenate([m[k] for m in self.meta]) for k in self.meta[0]}
-        n = len(cols["order"])
-        fps = self.fingerprint_rows(torch.cat(self.rows + self.rows2)).cpu().numpy()
-        fp, fp2 = fps[:n], fps[n:]
-        valid = np.concatenate(self.fp2_valid)
-        arrays = {k: pa.array(v.astype(str) if k == "kind" else v, type=EVENT_SCHEMA.field(k).type)
-                  for k, v in cols.items()}
+        cols = {k: np.concatenate([np.broadcast_to(np.asarray(f[k], dtype=np.int64), (n,)) for n, _, _, f in self.meta])
+                for k in self.meta[0][3]}
+        cols["order"] = np.concatenate([np.arange(o, o + n) for n, o, _, _ in self.meta])
+        kinds = [k for _, _, k, _ in self.meta]
+        # one hashing call for every row of the wave (second rows only where an event has them)
+        second = [r2 for r2 in self.rows2 if r2 is not None]
+        fps = self.fingerprint_rows(torch.cat(self.rows + second)).cpu().numpy()
+        N = len(cols["order"])
+        fp = fps[:N]
+        fp2 = np.zeros(N, dtype=np.int64)
+        valid = np.zeros(N, dtype=bool)
+        at, at2 = 0, N
+        for (n, _, _, _), r2, v in zip(self.meta, self.rows2, self.fp2_valid):
+            if r2 is not None:
+                fp2[at:at + n] = fps[at2:at2 + n]
+                valid[at:at + n] = True if v is None else v
+                at2 += n
+            at += n
+        arrays = {k: pa.array(v, type=EVENT_SCHEMA.field(k).type) for k, v in cols.items()}
+        arrays["kind"] = pa.array(np.repeat(np.array(kinds, dtype=object), [m[0] for m in self.meta]),
+                                  type=pa.string())
         arrays["fp"] = pa.array(fp, type=pa.int64())
         arrays["fp2"] = pa.array(fp2, type=pa.int64(), mask=~valid)
         return pa.table({n: arrays[n] for n in EVENT_SCHEMA.names}, schema=EVENT_SCHEMA)
