@@ -186,11 +186,14 @@ def build_report(runs: list[Run], out: Path, prereg: Prereg | None = None, B: in
         md += ["", f"## Headline (deltas vs {control.arm}; sd = unpooled i.i.d. sd)", ""]
         md += _headline(comps, arms[0])
         md += ["", "## Uncertainty", "",
-               "Outcomes cluster by document and the arms emit different text, so the i.i.d. "
-               "(binomial; delta method for p2_cond and tokens/step) sd understates the variance. "
-               "The cluster sd treats documents as clusters (CRV1, the same document in both arms "
-               "is one cluster); the bootstrap resamples documents jointly in both arms. "
-               "Design effect = (cluster sd / i.i.d. sd)^2.", ""]
+               "Outcomes cluster by document, so the i.i.d. (binomial; delta method for p2_cond "
+               "and tokens/step) sd misstates the variance of a rate. The cluster sd treats documents "
+               "as clusters (CRV1, the same document in both arms is one cluster); the bootstrap "
+               "resamples documents jointly in both arms. Design effect = (cluster sd / i.i.d. sd)^2. "
+               "When the arms run the same documents (a sweep does), the shared content correlates "
+               "the arms and the design effect of a difference can fall below 1; under greedy "
+               "verification both arms also commit the same text, so `mcnemar RUN_A RUN_B` pairs "
+               "their steps position by position.", ""]
         md += _uncertainty(comps)
     md += ["", "## Per depth", "", "![per-depth acceptance](depth.png)", ""] + _depths(arms)
     md += ["", "## Acceptance-length histogram", "", "![acceptance-length histogram](histogram.png)", ""]
