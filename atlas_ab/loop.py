@@ -156,7 +156,11 @@ class Wave:
         B, K, arm = self.B, self.K, self.arm
         ar = np.arange(B)
         n = self.kv_len.copy()                      # position of the last committed token
-        last_tok = self._t(self.history[ar, n])
+        pos = n[:, None] + np.arange(K + 1)[None, :]
+        # the step's inputs in one host->device copy: last token, verify positions and slots
+        inputs = self._t(np.concatenate([self.history[ar, n][:, None], pos,
+                                         np.where(active[:, None], pos, -1)], axis=1))
+        last_tok, pos_t, slots_t = inputs[:, 0], inputs[:, 1:K + 2], inputs[:, K + 2:]
         fed = self._catchup(active, n) if arm.catchup else np.zeros(B, dtype=np.int64)
         rows_at_propose = self.proposer.drafter_rows()
         if self.ev is not None:
@@ -166,9 +170,7 @@ class Wave:
 
         # verify: [t_n, d1..dK] at positions n..n+K
         vtok = torch.cat([last_tok[:, None], prop.drafts], dim=1)
-        pos = n[:, None] + np.arange(K + 1)[None, :]
-        vh, target = self._verify(vtok, self._t(pos), self._t(np.where(active[:, None], pos, -1)),
-                                  int(n[active].max()) + K + 1)
+        vh, target = self._verify(vtok, pos_t, slots_t, int(n[active].max()) + K + 1)
         acc = (prop.drafts == target[:, :K]).long().cumprod(dim=1).sum(dim=1)
         # DRAFT_CONF: a chain below tau is dropped; the step decodes serially.
         gated = (prop.chain_conf < arm.draft_conf) if arm.draft_conf > 0 else torch.zeros_like(acc, dtype=torch.bool)
@@ -204,8 +206,8 @@ class Wave:
         self.history[rows, n[rows] + 1 + cols] = target_h[rows, cols]
         a_eff = np.maximum(c - 1, 0)           # accepted drafts the trajectory kept
         act = np.nonzero(active)[0]
-        act_t = self._t(act)
-        self.last_hidden[act_t] = vh[act_t, self._t(a_eff[act])]
+        idx = self._t(np.stack([act, a_eff[act]]))
+        self.last_hidden[idx[0]] = vh[idx[0], idx[1]]
         self.kv_len = np.where(active, n + c, self.kv_len)
         self.n_tok = np.where(active, self.n_tok + c, self.n_tok)
         self.gen += c
@@ -274,11 +276,12 @@ class Wave:
         label = n[seq] + 1 + j + np.where(refed[seq], self.arm.refeed_shift, 0)
         ok = label >= 0
         seq, label, j = seq[ok], label[ok], j[ok]
-        rows = vh[self._t(seq), self._t(j)]
-        self.ring.write(seq, label, rows)
+        src = self._t(np.stack([seq, j]))
+        rows = vh[src[0], src[1]]
+        dst = self.ring.write(seq, label, rows)
         if self.ev is not None:
             self.ev.add("ring_write", doc_id=self.doc_ids[seq], turn=self.turn, step=self.step_no[seq],
-                        seq=seq, rows=rows, rows2=self.ring.read(seq, label), label=label)
+                        seq=seq, rows=rows, rows2=self.ring.hiddens[dst[0], dst[1]], label=label)
 
     def _oracle(self, prop, vh, target, acc, n, active):
         """ORACLE_P2: when draft 1 is accepted, would draft 2 from the target's
@@ -288,9 +291,14 @@ class Wave:
 
     def _propose_events(self, active, n) -> None:
         act = np.nonzero(active)[0]
-        live = self.ring.live(act, n[act]) if self.ring is not None else np.zeros(len(act), bool)
-        ring_rows = (self.ring.read(act, n[act]) if self.ring is not None
-                     else torch.zeros_like(self.last_hidden[self._t(act)]))
+        if self.ring is not None:
+            live = self.ring.live(act, n[act])
+            idx = self.ring.index(act, n[act])          # one copy serves both gathers
+            rows, ring_rows = self.last_hidden[idx[0]], self.ring.hiddens[idx[0], idx[1]]
+        else:
+            live = np.zeros(len(act), bool)
+            rows = self.last_hidden[self._t(act)]
+            ring_rows = torch.zeros_like(rows)
         self.ev.add("propose", doc_id=self.doc_ids[act], turn=self.turn, step=self.step_no[act], seq=act,
-                    rows=self.last_hidden[self._t(act)], rows2=ring_rows, fp2_valid=live, position=n[act])
+                    rows=rows, rows2=ring_rows, fp2_valid=live, position=n[act])
 

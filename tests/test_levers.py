@@ -169,11 +169,11 @@ def test_fingerprint_table_reads_100_percent_and_shows_a_corrupt_ring_row(models
     state = {"n": 0}
 
     def corrupt_once(self, seqs, labels, rows):
-        slots = orig(self, seqs, labels, rows)
+        idx = orig(self, seqs, labels, rows)
         state["n"] += 1
         if state["n"] == 5:                  # one ring row lands wrong
-            self.hiddens[int(seqs[0]), int(slots[0])] += 1.0
-        return slots
+            self.hiddens[int(idx[0, 0]), int(idx[1, 0])] += 1.0
+        return idx
 
     monkeypatch.setattr(Ring, "write", corrupt_once)
     _, bad = run(models, ARMS["refeed_on"], docs)

@@ -42,13 +42,13 @@ class DraftModelProposer:
         p, ids = probs.topk(topk, dim=-1) if topk else (conf, draft)
         return conf, draft, ids, p
 
-    def _next(self, draft, pos, slots, topk):
+    def _next(self, draft, pos, slots, topk, length: int):
         """One draft token in, the next draft's hidden and head out."""
         def fn(draft, pos, slots, length=self.kv.max_capacity):
             h = self.model.forward(draft[:, None], pos[:, None], slots[:, None], self.kv, length=length)[:, 0]
             return (h, *self._head(h, topk))
         if not self.graphs:
-            return fn(draft, pos, slots, int(slots.max()) + 1)
+            return fn(draft, pos, slots, length)
         if self._step is None:
             from atlas_ab.runtime.graphs import StaticStep
             self._step = StaticStep(fn, [draft, pos, slots], capture=draft.device.type == "cuda")
@@ -84,6 +84,9 @@ class DraftModelProposer:
         h = out[torch.arange(B, device=dev), last]
         drafts, confs, tk_ids, tk_probs = [], [], [], []
         conf, draft, ids, p = self._head(h, topk)
+        # later drafts' positions and slots, in one host->device copy
+        p_all = positions[:, None] + 1 + np.arange(max(num_drafts - 1, 1))[None, :]
+        idx = torch.as_tensor(np.stack([p_all, np.where(active[:, None], p_all, -1)]), device=dev)
         for i in range(num_drafts):
             drafts.append(draft.clone())
             confs.append(conf.clone())
@@ -91,9 +94,7 @@ class DraftModelProposer:
                 tk_ids.append(ids.clone())
                 tk_probs.append(p.clone())
             if i + 1 < num_drafts:
-                p_i = positions + 1 + i
-                _, conf, draft, ids, p = self._next(draft, torch.as_tensor(p_i, device=dev),
-                                                    torch.as_tensor(np.where(active, p_i, -1), device=dev), topk)
+                _, conf, draft, ids, p = self._next(draft, idx[0, :, i], idx[1, :, i], topk, int(p_all.max()) + 1)
         self.seen[act] = positions[act] + num_drafts       # t_n, d1 .. d_{K-1} processed
         self.base[act] = positions[act]
         self.last_drafted[act] = num_drafts

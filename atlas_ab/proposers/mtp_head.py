@@ -103,15 +103,13 @@ class MTPProposer:
             return out[:, 0], conf, draft, ids, p
         return step
 
-    def _draft_step(self, topk, tok, hid, pos, slots: np.ndarray):
-        dev = hid.device
-        pos_t, slot_t = torch.as_tensor(pos, device=dev), torch.as_tensor(slots, device=dev)
+    def _draft_step(self, topk, tok, hid, pos_t, slot_t, max_slot: int):
         if not self.graphs:
-            return self._draft_fn(topk, int(slots.max()) + 1)(tok, hid, pos_t, slot_t)
+            return self._draft_fn(topk, max_slot + 1)(tok, hid, pos_t, slot_t)
         if topk not in self._steps:
             from atlas_ab.runtime.graphs import StaticStep
             self._steps[topk] = StaticStep(self._draft_fn(topk, self.kv.max_capacity),
-                                           [tok, hid, pos_t, slot_t], capture=dev.type == "cuda")
+                                           [tok, hid, pos_t, slot_t], capture=hid.device.type == "cuda")
         return self._steps[topk](tok, hid, pos_t, slot_t)
 
     @torch.no_grad()
@@ -120,10 +118,15 @@ class MTPProposer:
         act = np.nonzero(active)[0]
         tok, hid = last_tokens, target_hidden
         drafts, confs, tk_ids, tk_probs = [], [], [], []
+        # every draft's RoPE positions and KV slots, in one host->device copy
+        i = np.arange(num_drafts)[None, :]
+        keys = positions[:, None] - 1 + i
+        slots = np.where(active[:, None], base[:, None] + i, -1)
+        idx = torch.as_tensor(np.stack([self._ropes(keys, base[:, None] + i), slots]), device=hid.device)
+        max_slot = int(slots.max())
         for i in range(num_drafts):
             keys = positions - 1 + i
-            slots = np.where(active, base + i, -1)
-            out, conf, draft, ids, p = self._draft_step(topk, tok, hid, self._ropes(keys, base + i), slots)
+            out, conf, draft, ids, p = self._draft_step(topk, tok, hid, idx[0, :, i], idx[1, :, i], max_slot)
             drafts.append(draft.clone())
             confs.append(conf.clone())
             if topk:

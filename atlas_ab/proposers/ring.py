@@ -27,19 +27,20 @@ class Ring:
         label = np.asarray(label)
         return (label >= 0) & (self.labels[seq, label % self.capacity] == label)
 
+    def index(self, seqs: np.ndarray, labels: np.ndarray) -> torch.Tensor:
+        """[2, N] device index (sequence, ring slot) of labels: one host->device copy."""
+        return torch.as_tensor(np.stack([seqs, labels % self.capacity]), device=self.hiddens.device)
+
     def write(self, seqs: np.ndarray, labels: np.ndarray, rows: torch.Tensor) -> torch.Tensor:
-        """Write rows[i] under labels[i] of sequence seqs[i]; returns the slots written."""
-        slots = labels % self.capacity
-        self.labels[seqs, slots] = labels
-        idx_s = torch.as_tensor(seqs, device=self.hiddens.device)
-        idx_l = torch.as_tensor(slots, device=self.hiddens.device)
-        self.hiddens[idx_s, idx_l] = rows.to(self.hiddens.dtype)
-        return idx_l
+        """Write rows[i] under labels[i] of sequence seqs[i]; returns their device index."""
+        self.labels[seqs, labels % self.capacity] = labels
+        idx = self.index(seqs, labels)
+        self.hiddens[idx[0], idx[1]] = rows.to(self.hiddens.dtype)
+        return idx
 
     def read(self, seqs: np.ndarray, labels: np.ndarray) -> torch.Tensor:
-        idx_s = torch.as_tensor(seqs, device=self.hiddens.device)
-        idx_l = torch.as_tensor(labels % self.capacity, device=self.hiddens.device)
-        return self.hiddens[idx_s, idx_l]
+        idx = self.index(seqs, labels)
+        return self.hiddens[idx[0], idx[1]]
 
     def clear(self) -> None:
         self.labels.fill(-1)
