@@ -28,7 +28,7 @@ from atlas_ab import AtlasError
 from atlas_ab import schema
 from atlas_ab.config import (ArmConfig, ModelConfig, RunnerConfig, StudyConfig, WorkloadConfig,
                              resolve_path, validate_arm)
-from atlas_ab.levers import resolved_levers
+from atlas_ab.levers import arm_from_env, resolved_levers
 from atlas_ab.progress import Progress
 from atlas_ab.provenance import git_info, host, sha256_file, versions
 from atlas_ab.store import RunStore, write_failed_manifest
@@ -181,6 +181,10 @@ def run(cfg: DictConfig, run_dir: str | Path, job_num: int = 0, multirun: bool =
     claim: Optional[DeviceClaim] = None
     try:
         arm, model, workload, rcfg, study = _config_objects(cfg)
+        if arm.name == "env":
+            # +arm=env: the levers come from the seeds' ATLAS_MTP_* variables, parsed as
+            # the engine parses them (clamps included), then checked like any arm.
+            arm = arm_from_env(os.environ, name="env")
         base["arm"] = arm.name
         validate_arm(arm)
         base["levers"] = resolved_levers(arm)

@@ -227,3 +227,18 @@ def test_real_joblib_two_arm_sweep(tmp_path, tiny_ckpt, slow_only):
                        env=_env(ATLAS_AB_N_JOBS=2))
     assert rc == 0, err
     _check_sweep(sweep, ["baseline", "refeed_on"])
+
+
+def test_arm_env_takes_the_levers_from_atlas_mtp_variables(tmp_path):
+    """`+arm=env` runs what the engine would run under ATLAS_MTP_*: parsed and clamped as the seeds."""
+    env = {**_env(), "ATLAS_MTP_CATCHUP": "1", "ATLAS_MTP_REFEED_ACCEPTED": "1",
+           "ATLAS_MTP_REFEED_SHIFT": "9", "ATLAS_MTP_SHADOW_TOPK": "12"}
+    d = tmp_path / "env"
+    rc, out, err = cli("+arm=env", "workload=tiny", *FAKE, f"hydra.run.dir={d}", "runner.progress=false", env=env)
+    assert rc == 0, err
+    lv = manifest(d)["levers"]
+    assert lv["catchup"] and lv["refeed"] and lv["refeed_shift"] == 4 and lv["shadow_topk"] == 8
+    # REFEED without CATCHUP is refused here as on the Hydra path: one line, exit 2
+    env = {**_env(), "ATLAS_MTP_REFEED_ACCEPTED": "1"}
+    rc, out, err = cli("+arm=env", "workload=tiny", *FAKE, f"hydra.run.dir={tmp_path / 'bad'}", env=env)
+    assert rc == 2 and "requires catchup" in err and len(err.strip().splitlines()) == 1
