@@ -24,7 +24,6 @@ reads 100% on every row.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +34,7 @@ import pyarrow.parquet as pq
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli
+from atlas_ab.analysis.load import read_manifest, shard_files
 
 SEQ = ["doc_id", "turn", "seq"]
 # A sequence keeps its ring and drafter rows across turns (the target KV is
@@ -250,41 +250,16 @@ def fingerprint_table(events: pd.DataFrame, row_space: str) -> FingerprintTable:
 
 # ---- reading a run -----------------------------------------------------------
 
-def _manifest(root: Path, allow_incomplete: bool) -> dict | None:
-    mf = root / "manifest.json"
-    if not mf.exists():
-        return None
-    try:
-        manifest = json.loads(mf.read_text())
-    except (OSError, ValueError) as e:
-        raise AtlasError(f"{mf}: unreadable manifest ({e.__class__.__name__}: {e})") from None
-    if not isinstance(manifest, dict):
-        raise AtlasError(f"{mf}: manifest is not a JSON object")
-    status = manifest.get("status")
-    if status != "complete" and not allow_incomplete:
-        raise AtlasError(f"{mf}: run status is {status!r}, not 'complete' "
-                         "(pass --allow-incomplete to analyse it anyway)")
-    return manifest
-
-
 def read_events(path: str | Path, allow_incomplete: bool = False) -> tuple[pd.DataFrame, dict | None]:
     """The run's events (only the shards its manifest lists, if it lists any) and its manifest."""
     root = Path(path)
     if not root.is_dir():
         raise AtlasError(f"{root}: run directory does not exist")
-    manifest = _manifest(root, allow_incomplete)
+    manifest = read_manifest(root, allow_incomplete)
     events_dir = root / "events"
-    if manifest is not None and "shards" in manifest:
-        files = [root / s["events"] for s in manifest["shards"] or [] if isinstance(s, dict) and s.get("events")]
-        for f in files:
-            if not f.exists():
-                raise AtlasError(f"{f}: listed in manifest.json but missing")
-        listed = {f.resolve() for f in files}
-        for f in sorted(events_dir.glob("*.parquet")) if events_dir.is_dir() else []:
-            if f.resolve() not in listed:  # debris of a crash
-                cli.warn(f"{f}: not listed in manifest.json shards; ignored")
-    else:
-        files = sorted(events_dir.glob("*.parquet")) if events_dir.is_dir() else []
+    files, warnings = shard_files(root, manifest, "events")
+    for w in warnings:
+        cli.warn(w)
     if not files:
         raise AtlasError(f"{events_dir}: no fingerprint events (was FINGERPRINTS on?)")
     tables = []

@@ -50,7 +50,9 @@ class Run:
         return f"{self.arm} ({self.path}, {len(self.steps):,} steps, K={self.K})"
 
 
-def _read_manifest(root: Path) -> dict | None:
+def read_manifest(root: Path, allow_incomplete: bool = False) -> dict | None:
+    """The run's manifest (None without one); a run not `complete` is refused
+    unless allow_incomplete."""
     mf = root / "manifest.json"
     if not mf.exists():
         return None
@@ -60,24 +62,33 @@ def _read_manifest(root: Path) -> dict | None:
         raise AtlasError(f"{mf}: unreadable manifest ({e.__class__.__name__}: {e})") from None
     if not isinstance(manifest, dict):
         raise AtlasError(f"{mf}: manifest is not a JSON object")
+    status = manifest.get("status")
+    if status != "complete" and not allow_incomplete:
+        raise AtlasError(f"{mf}: run status is {status!r}, not 'complete' "
+                         "(pass --allow-incomplete to analyse it anyway)")
     return manifest
 
 
-def _shard_files(root: Path, manifest: dict | None) -> tuple[list[Path], list[str]]:
-    steps_dir = root / "steps"
-    on_disk = sorted(steps_dir.glob("*.parquet")) if steps_dir.is_dir() else []
+def shard_files(root: Path, manifest: dict | None, table: str = "steps") -> tuple[list[Path], list[str]]:
+    """The Parquet shards of one table (`steps` or `events`) and warnings.
+
+    With a manifest that lists shards, exactly those files (a shard may have no
+    events file); anything else on disk is debris of a crash, ignored loudly."""
+    tdir = root / table
+    on_disk = sorted(tdir.glob("*.parquet")) if tdir.is_dir() else []
     if manifest is None or "shards" not in manifest:
         return on_disk, []
     listed = []
     for i, shard in enumerate(manifest["shards"] or []):
-        rel = shard.get("steps") if isinstance(shard, dict) else None
+        rel = shard.get(table) if isinstance(shard, dict) else None
         if not rel:
-            raise AtlasError(f"{root / 'manifest.json'}: shard {i} names no steps file")
+            if table == "steps":
+                raise AtlasError(f"{root / 'manifest.json'}: shard {i} names no steps file")
+            continue
         p = root / rel
         if not p.exists():
             raise AtlasError(f"{p}: listed in manifest.json but missing")
         listed.append(p)
-    # A shard on disk the manifest does not list is debris of a crash: ignore it, loudly.
     listed_real = {p.resolve() for p in listed}
     debris = [p for p in on_disk if p.resolve() not in listed_real]
     warnings = [f"{p}: not listed in manifest.json shards; ignored" for p in debris]
@@ -159,13 +170,8 @@ def load_run(path: str | Path, columns: tuple[str, ...] = (), optional: tuple[st
     root = Path(path)
     if not root.is_dir():
         raise AtlasError(f"{root}: run directory does not exist")
-    manifest = _read_manifest(root)
-    if manifest is not None:
-        status = manifest.get("status")
-        if status != "complete" and not allow_incomplete:
-            raise AtlasError(f"{root / 'manifest.json'}: run status is {status!r}, not 'complete' "
-                             "(pass --allow-incomplete to analyse it anyway)")
-    files, warnings = _shard_files(root, manifest)
+    manifest = read_manifest(root, allow_incomplete)
+    files, warnings = shard_files(root, manifest, "steps")
     if not files:
         raise AtlasError(f"{root / 'steps'}: empty run (no steps/*.parquet shards)")
 
