@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
+from atlas_ab.proposers.layout import ragged_window
+
 # Margin (in logits, relative to the top-1 logit's magnitude) under which two
 # paths of the same dtype may legitimately pick different argmaxes.
 # fp32: one ulp is ~1.2e-7 relative; sums of ~1e3 terms in another order move
@@ -34,13 +36,6 @@ class GateResult:
     passed: bool = True
     margins: list = field(default_factory=list)
     first_divergence: dict | None = None
-
-    def merge(self, other: "GateResult") -> "GateResult":
-        return GateResult(
-            self.checked_sequences + other.checked_sequences, self.checked_tokens + other.checked_tokens,
-            self.divergences + other.divergences, self.near_ties + other.near_ties,
-            self.passed and other.passed, self.margins + other.margins,
-            self.first_divergence or other.first_divergence)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -68,14 +63,9 @@ def replay_greedy(trunk, docs, gen_tokens: int):
         mar = [[] for _ in range(B)]
         for g in range(gen_tokens):
             count = n_tok - kv_len
-            T = int(count.max())
-            cols = np.arange(T)
-            pos = kv_len[:, None] + cols[None, :]
-            valid = cols[None, :] < count[:, None]
-            tok = np.where(valid, hist[np.arange(B)[:, None], np.minimum(pos, hist.shape[1] - 1)], 0)
+            tok, pos, slots, length = ragged_window(hist, kv_len, count)
             h = trunk.forward(torch.as_tensor(tok, device=dev), torch.as_tensor(pos, device=dev),
-                              torch.as_tensor(np.where(valid, pos, -1), device=dev), kv,
-                              length=int(n_tok.max()))
+                              torch.as_tensor(slots, device=dev), kv, length=length)
             last = h[torch.arange(B, device=dev), torch.as_tensor(count - 1, device=dev)]
             logits = trunk.logits(last[:, None])[:, 0].float()
             top2 = logits.topk(2, dim=-1)

@@ -24,6 +24,7 @@ import torch
 
 from atlas_ab.config import ArmConfig
 from atlas_ab.proposers.base import RowFeed
+from atlas_ab.proposers.layout import ragged_window
 from atlas_ab.proposers.ring import Ring, gap_keys
 from atlas_ab.telemetry.events import EventLog
 from atlas_ab.telemetry.records import StepBlocks
@@ -95,13 +96,8 @@ class Wave:
             self.n_tok[b] += len(c)
         start = self.kv_len.copy()
         count = self.n_tok - start
-        T = int(count.max())
-        cols = np.arange(T)
-        pos = start[:, None] + cols[None, :]
-        valid = cols[None, :] < count[:, None]
-        tok = np.where(valid, self.history[np.arange(B)[:, None], np.minimum(pos, self.history.shape[1] - 1)], 0)
-        hid = self.trunk.forward(self._t(tok), self._t(pos), self._t(np.where(valid, pos, -1)), self.kv,
-                                 length=int(self.n_tok.max()))
+        tok, pos, slots, length = ragged_window(self.history, start, count)
+        hid = self.trunk.forward(self._t(tok), self._t(pos), self._t(slots), self.kv, length=length)
         last = self._t(count - 1)
         ar = torch.arange(B, device=self.device)
         first = self.trunk.logits(hid[ar, last][:, None])[:, 0].argmax(-1)

@@ -14,7 +14,7 @@ import torch
 
 from atlas_ab import AtlasError
 from atlas_ab.config import ArmConfig, ModelConfig, RunnerConfig, WorkloadConfig, validate_arm
-from atlas_ab.gate import GateResult, check
+from atlas_ab.gate import check
 from atlas_ab.loop import Wave
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -132,9 +132,3 @@ class Runner:
                           events=trace.events.table() if trace.events is not None else None,
                           gate=gate.to_dict(), n_tokens=trace.n_tokens)
 
-
-def merge_gates(gates: list[dict]) -> dict:
-    total = GateResult()
-    for g in gates:
-        total = total.merge(GateResult(**g))
-    return total.to_dict()

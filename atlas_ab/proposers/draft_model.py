@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from atlas_ab.proposers.base import Proposal, RowFeed, RowsWritten
+from atlas_ab.proposers.layout import ragged_window
 
 _SLACK = 10
 
@@ -72,14 +73,9 @@ class DraftModelProposer:
         act = np.nonzero(active)[0]
         # Catch up on committed tokens [seen, n] (n = the last committed token).
         count = np.where(active, positions + 1 - self.seen, 0)
-        T = int(count.max())
-        cols = np.arange(T)
-        pos = self.seen[:, None] + cols[None, :]
-        valid = cols[None, :] < count[:, None]
-        tok = np.where(valid, history[np.arange(B)[:, None], np.minimum(pos, history.shape[1] - 1)], 0)
+        tok, pos, slots, length = ragged_window(history, self.seen, count)
         out = self.model.forward(torch.as_tensor(tok, device=dev), torch.as_tensor(pos, device=dev),
-                                 torch.as_tensor(np.where(valid, pos, -1), device=dev), self.kv,
-                                 length=int(pos[valid].max()) + 1)
+                                 torch.as_tensor(slots, device=dev), self.kv, length=length)
         last = torch.as_tensor(np.maximum(count - 1, 0), device=dev)
         h = out[torch.arange(B, device=dev), last]
         drafts, confs, tk_ids, tk_probs = [], [], [], []
