@@ -69,7 +69,9 @@ class Runner:
         if runner.batch_width < 1:
             raise AtlasError(f"runner.batch_width={runner.batch_width} must be >= 1")
 
-        path = resolve_path(model.path)
+        if model.init == "checkpoint" and not model.path:
+            raise AtlasError(f"model {model.name!r}: init=checkpoint needs model.path")
+        path = resolve_path(model.path) if model.path else None
         if model.init == "random":
             from atlas_ab.runtime.presets import random_checkpoint
             ck = random_checkpoint(model, resolve_path(DEFAULT_TOKENIZER), self.device, self.dtype, runner.seed)
@@ -87,7 +89,7 @@ class Runner:
         self.waves = [[d.doc_id for d in docs[i:i + bw]] for i in range(0, len(docs), bw)]
         self._docs = {d.doc_id: d for d in docs}
         self.info = {
-            "model": {"name": model.name, "path": str(path), "hash": ck.hash, "init": model.init,
+            "model": {"name": model.name, "path": str(path) if path else None, "hash": ck.hash, "init": model.init,
                       "tokenizer_hash": self.workload.info.get("tokenizer_hash"),
                       "params": sum(p.numel() for p in self.trunk.parameters()),
                       "draft": self._draft_info},
