@@ -66,13 +66,16 @@ def run_wave(trunk, proposer, arm, docs, gen):
     t0 = time.perf_counter()
     fp = fingerprint_rows if arm.fingerprints_on else None
     trace = Wave(trunk, proposer, arm, docs, gen, fingerprint_rows=fp, graphs=GRAPHS).run()
+    sync(dev)
+    t1 = time.perf_counter()
     if trace.events is not None:
-        trace.events.table()            # the fingerprints' one copy back, part of the cost
+        trace.events.table()            # the fingerprints' hashing and one copy back, part of the cost
     sync(dev)
     wall = time.perf_counter() - t0
+    events_s = time.perf_counter() - t1 if trace.events is not None else 0.0
     steps = trace.steps.table().to_pandas()
     batched = steps.groupby(["turn", "step"]).ngroups
-    return dict(wall_s=wall, rows=len(steps), batched_steps=batched, tokens=trace.n_tokens,
+    return dict(wall_s=wall, events_table_s=events_s, rows=len(steps), batched_steps=batched, tokens=trace.n_tokens,
                 rows_per_s=len(steps) / wall, tokens_per_s=trace.n_tokens / wall,
                 step_ms_median=float(steps.step_ms.median()),
                 p1=float((steps.accept_len >= 1).mean()),
@@ -209,13 +212,22 @@ def main(argv=None):
             wide = docs_all[:widths[-1]]
             for arm in (on_arm, off_arm):
                 run_wave(trunk, prop(arm), arm, docs[:8], 4)
-            rates = {"on": [], "off": []}
+            rates, step_ms, events_s = {"on": [], "off": []}, {"on": [], "off": []}, []
             for _ in range(reps):
                 for key, arm in (("off", off_arm), ("on", on_arm)):
-                    rates[key].append(run_wave(trunk, prop(arm), arm, wide, gen)[0]["rows_per_s"])
+                    r = run_wave(trunk, prop(arm), arm, wide, gen)[0]
+                    rates[key].append(r["rows_per_s"])
+                    step_ms[key].append(r["step_ms_median"])
+                    if key == "on":
+                        events_s.append(r["events_table_s"])
             on, off = np.median(rates["on"]), np.median(rates["off"])
+            # where the cost is: inside each step (extra gathers and copies) vs the
+            # wave-end hashing of every row (events.table())
             return dict(on_rows_per_s=on, off_rows_per_s=off, throughput_ratio=on / off,
-                        batch_width=len(wide), runs=rates)
+                        batch_width=len(wide), runs=rates,
+                        step_ms_median_on=float(np.median(step_ms["on"])),
+                        step_ms_median_off=float(np.median(step_ms["off"])),
+                        events_table_s_median=float(np.median(events_s)))
 
         out["levers"]["fingerprints"] = ratio(ArmConfig(catchup=True, refeed=True, fingerprints=True),
                                               ArmConfig(catchup=True, refeed=True, fingerprints=False))
