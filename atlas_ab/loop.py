@@ -121,11 +121,11 @@ class Wave:
         # never re-writing a key the drafter already holds. The dense space only
         # appends at slot == key (the seeds refuse a feed that would leave a
         # hole), so a misaligned dense drafter is left as it is.
-        rows, newest = self.proposer.drafter_rows(), self.proposer.last_pair_key()
+        drafter_rows, newest = self.proposer.drafter_rows(), self.proposer.last_pair_key()
         seqs, keys = [], []
         for b in range(self.B):
             k0 = max(start[b] - 1, newest[b] + 1, 0)
-            if self.arm.row_space == "dense" and self.proposer.kind == "mtp" and rows[b] != k0:
+            if self.arm.row_space == "dense" and self.proposer.kind == "mtp" and drafter_rows[b] != k0:
                 continue
             ks = np.arange(k0, start[b] + count[b] - 1)
             seqs.append(np.full(len(ks), b))
@@ -137,10 +137,11 @@ class Wave:
         # hidden of position k: from this prefill, or the saved hidden of start-1
         rel = key - start[seq]
         from_saved = rel < 0
-        rows = hid[self._t(seq), self._t(np.maximum(rel, 0))]
+        hiddens = hid[self._t(seq), self._t(np.maximum(rel, 0))]
         if from_saved.any():
-            rows[self._t(np.nonzero(from_saved)[0])] = self.last_hidden[self._t(seq[from_saved])]
-        feed = RowFeed(seq=seq, key=key, token=self.history[seq, key + 1], label=np.full(len(seq), -1), hiddens=rows)
+            hiddens[self._t(np.nonzero(from_saved)[0])] = self.last_hidden[self._t(seq[from_saved])]
+        feed = RowFeed(seq=seq, key=key, token=self.history[seq, key + 1], label=np.full(len(seq), -1),
+                       hiddens=hiddens)
         w = self.proposer.prefill_drafter(feed)
         if self.ev is not None and len(w) and w.hiddens is not None:
             self.ev.add("context", doc_id=self.doc_ids[w.seq], turn=self.turn, step=-1, seq=w.seq,
