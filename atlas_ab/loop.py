@@ -211,6 +211,7 @@ class Wave:
 
         if self.ring is not None:
             self._ring_after_verify(active, n, a_eff, gated_h, vh)
+        # dropped (gated) drafts were never verified: their rows go as rejected ones do
         self.proposer.after_verify(np.where(gated_h, 0, a_eff), active)
 
         k = np.where(gated_h[act], 0, K)
