@@ -66,3 +66,12 @@ def dump_json(obj) -> str:
 
 def emit_json(obj) -> None:
     print(dump_json(obj))
+
+
+def emit(args, data, text: str) -> int:
+    """A subcommand's answer: one JSON object with --json, else the human form."""
+    if args.json:
+        emit_json(data)
+    else:
+        print(text)
+    return 0

@@ -65,11 +65,7 @@ def run(args) -> int:
     runs, mismatches = cli.load_runs([args.run_a, args.run_b], args)
     comp = compare_runs(runs[0], runs[1], args.metric, B=args.bootstrap, seed=args.seed,
                         mismatches=tuple(mismatches))
-    if args.json:
-        cli.emit_json(comp.to_dict())
-    else:
-        print(comp.summary())
-    return 0
+    return cli.emit(args, comp.to_dict(), comp.summary())
 
 
 def register(subparsers) -> None:

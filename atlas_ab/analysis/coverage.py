@@ -176,9 +176,5 @@ def register(subparsers) -> None:
 def run(args) -> int:
     (r,), _ = cli.load_runs([args.run], args, optional=("topk_ids", "target", "drafts"))
     cov = topk_coverage(r.steps, r.arm)
-    if args.json:
-        cli.emit_json({"run": str(args.run), **cov.to_dict()})
-    else:
-        print(cov.summary())
-    return 0
+    return cli.emit(args, {"run": str(args.run), **cov.to_dict()}, cov.summary())
 

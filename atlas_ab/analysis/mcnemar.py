@@ -17,11 +17,7 @@ def run(args) -> int:
                "mismatches": mismatches, **result.to_dict()}
     else:
         raise AtlasError(f"mcnemar takes one run (oracle probe) or two (paired), got {len(args.runs)}")
-    if args.json:
-        cli.emit_json(out)
-    else:
-        print(result.summary())
-    return 0
+    return cli.emit(args, out, result.summary())
 
 
 def register(subparsers) -> None:

@@ -7,11 +7,7 @@ from atlas_ab.analysis import cli, sizing
 def run(args) -> int:
     res = sizing.solve(args.p, args.delta, sd=args.sd, alpha=args.alpha, power=args.power,
                        icc=args.icc, m=args.m, n=args.n)
-    if args.json:
-        cli.emit_json(res.to_dict())
-    else:
-        print(res.summary())
-    return 0
+    return cli.emit(args, res.to_dict(), res.summary())
 
 
 def register(subparsers) -> None:
