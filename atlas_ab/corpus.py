@@ -17,6 +17,7 @@ lands on the same side on both. The stdlib differs between Python versions, so
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import sysconfig
 from dataclasses import asdict, dataclass
@@ -85,10 +86,20 @@ def _keep(rel: Path) -> bool:
     return not parts[-1].startswith("_sysconfigdata")
 
 
+def _stdlib_files(root: Path) -> list[Path]:
+    """Every .py under root, pruning the skipped folders while walking (site-packages
+    alone holds tens of thousands of entries that rglob would visit and drop)."""
+    found = []
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if x not in _SKIP_DIRS and not x.startswith("config-")]
+        found += [Path(d) / f for f in files if f.endswith(".py")]
+    return found
+
+
 def _stdlib_docs() -> list[tuple[str, str]]:
     root = stdlib_dir()
     out = []
-    for p in sorted(root.rglob("*.py"), key=lambda q: q.relative_to(root).as_posix()):
+    for p in sorted(_stdlib_files(root), key=lambda q: q.relative_to(root).as_posix()):
         rel = p.relative_to(root)
         if not _keep(rel) or not p.is_file():
             continue
