@@ -12,13 +12,8 @@ import pytest
 from atlas_ab import AtlasError
 from atlas_ab.analysis.__main__ import main as cli_main
 from atlas_ab.analysis.fingerprints import COLUMNS, fingerprint_table, read_events
+from atlas_ab.telemetry.schema import EVENT_SCHEMA
 
-EVENT_SCHEMA = pa.schema([
-    ("doc_id", pa.int64()), ("turn", pa.int32()), ("step", pa.int64()), ("seq", pa.int32()),
-    ("order", pa.int64()), ("kind", pa.string()), ("label", pa.int64()), ("key", pa.int64()),
-    ("rope", pa.int64()), ("slot", pa.int64()), ("position", pa.int64()),
-    ("fp", pa.int64()), ("fp2", pa.int64()),
-])
 
 
 def simulate_events(shift: int = 0, row_space: str = "compact", n_seqs: int = 3, steps: int = 30,

@@ -70,7 +70,7 @@ def test_one_host_read_per_step(models, monkeypatch):
 
 
 def test_telemetry_columns(models):
-    from atlas_ab.telemetry.records import STEP_SCHEMA
+    from atlas_ab.telemetry.schema import STEP_SCHEMA
     trace = run(models, ArmConfig(num_drafts=2), tiny_docs(n=2, turns=2, chunk=10))
     t = trace.steps.table()
     assert t.schema == STEP_SCHEMA

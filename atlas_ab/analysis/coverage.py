@@ -19,8 +19,8 @@ import pandas as pd
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli
 from atlas_ab.analysis.stats import binomial_sd
+from atlas_ab.telemetry.schema import TURN_CLASSES
 
-TURN_CLASSES = ("all", "cold", "warm")
 
 
 @dataclass(frozen=True)

@@ -35,16 +35,15 @@ import pyarrow.parquet as pq
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli
 from atlas_ab.analysis.load import read_manifest, shard_files
+from atlas_ab.telemetry.schema import EVENT_KINDS, EVENT_NAMES, ROW_SPACES
 
 SEQ = ["doc_id", "turn", "seq"]
 # A sequence keeps its ring and drafter rows across turns (the target KV is
 # reused), so a feed on turn t may read a label written on turn t-1: joins are
 # per sequence, not per turn.
 SEQUENCE = ["doc_id", "seq"]
-COLUMNS = ["doc_id", "turn", "step", "seq", "order", "kind", "label", "key", "rope", "slot",
-           "position", "fp", "fp2"]
-KINDS = ("ring_write", "feed", "context", "propose")
-ROW_SPACES = ("compact", "dense")
+COLUMNS = list(EVENT_NAMES)
+KINDS = EVENT_KINDS
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from atlas_ab import AtlasError
+from atlas_ab.telemetry.schema import REQUIRED_STEP as REQUIRED, STEP_INT_TYPES as INT_TYPES
 
-REQUIRED = ("doc_id", "turn", "step", "k", "accept_len")
-NONNEGATIVE = ("k", "accept_len", "doc_id", "turn", "step")
-INT_TYPES = {"doc_id": "int64", "turn": "int32", "step": "int64", "k": "int32", "accept_len": "int32"}
+NONNEGATIVE = REQUIRED
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from atlas_ab import AtlasError
+from atlas_ab.telemetry.schema import TURN_CLASSES
 
-TURN_CLASSES = ("all", "cold", "warm")
 HEADLINE = ("p1", "p2_uncond", "p2_cond", "tokens_per_step")
 _METRIC = re.compile(r"^p(\d+)(_uncond|_cond)?$")
 

@@ -14,8 +14,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-_SCHEMA = {"doc_id": pa.int64(), "turn": pa.int32(), "step": pa.int64(), "k": pa.int32(),
-           "accept_len": pa.int32(), "position": pa.int64()}
+from atlas_ab.telemetry.schema import step_type
+
 
 
 def _layout(n: int, n_docs: int, turns: int) -> pd.DataFrame:
@@ -77,7 +77,7 @@ def write_run(root: str | Path, steps: pd.DataFrame, arm: str, shards: int = 1, 
     for i, part in enumerate(np.array_split(np.arange(len(steps)), shards)):
         rel = f"steps/part-{i:05d}.parquet"
         chunk = steps.iloc[part] if len(part) < len(steps) else steps
-        schema = pa.schema([(c, _SCHEMA.get(c) or pa.array(chunk[c]).type) for c in chunk.columns])
+        schema = pa.schema([(c, step_type(c) or pa.array(chunk[c]).type) for c in chunk.columns])
         pq.write_table(pa.Table.from_pandas(chunk, schema=schema, preserve_index=False), root / rel)
         listed.append({"steps": rel, "events": None, "rows": len(part),
                        "docs": sorted(int(d) for d in pd.unique(chunk["doc_id"]))})

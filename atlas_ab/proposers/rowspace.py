@@ -21,7 +21,7 @@ a space that also keeps the row of the last accepted draft.
 """
 from __future__ import annotations
 
-ROW_SPACES = ("compact", "dense")
+from atlas_ab.telemetry.schema import ROW_SPACES  # noqa: F401  (re-exported: the rules below are per space)
 
 
 def rows_to_trim(row_space: str, drafted: int, accepted: int, refeed: bool) -> int:

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from atlas_ab.telemetry.records import EVENT_SCHEMA
+from atlas_ab.telemetry.schema import EVENT_SCHEMA
 
 
 class EventLog:

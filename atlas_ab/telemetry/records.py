@@ -1,27 +1,10 @@
-"""Column buffers for the steps and events tables (docs/telemetry.md)."""
+"""Column buffers for the steps table (its columns: telemetry/schema.py)."""
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
 
-STEP_SCHEMA = pa.schema([
-    ("doc_id", pa.int64()), ("turn", pa.int32()), ("step", pa.int64()),
-    ("k", pa.int32()), ("accept_len", pa.int32()), ("arm", pa.string()),
-    ("seq", pa.int32()), ("position", pa.int64()),
-    ("drafts", pa.list_(pa.int32())), ("target", pa.list_(pa.int32())),
-    ("conf", pa.list_(pa.float32())), ("gated", pa.bool_()), ("oracle_hit2", pa.bool_()),
-    ("topk_ids", pa.list_(pa.list_(pa.int32()))), ("topk_probs", pa.list_(pa.list_(pa.float32()))),
-    ("committed", pa.list_(pa.int32())), ("step_ms", pa.float32()),
-    ("drafter_rows", pa.int32()), ("fed_rows", pa.int32()),
-])
-
-EVENT_SCHEMA = pa.schema([
-    ("doc_id", pa.int64()), ("turn", pa.int32()), ("step", pa.int64()), ("seq", pa.int32()),
-    ("order", pa.int64()), ("kind", pa.string()), ("label", pa.int64()), ("key", pa.int64()),
-    ("rope", pa.int64()), ("slot", pa.int64()), ("position", pa.int64()),
-    ("fp", pa.int64()), ("fp2", pa.int64()),
-])
-
+from atlas_ab.telemetry.schema import STEP_SCHEMA
 
 class StepBlocks:
     """Per-step numpy blocks, turned into one Arrow table at the end of a wave.

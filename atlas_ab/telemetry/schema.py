@@ -1,0 +1,109 @@
+"""The telemetry contract in one place: the steps and events columns, their types, and the names
+both sides of the contract share (row spaces, turn classes, event kinds).
+
+Torch-free (pyarrow only): the runner's writer, the analysis' reader and validator, the
+synthetic-run writer, the engine-telemetry ingest and the tests all import it, and
+`docs/telemetry.md`'s column tables are generated from it (`markdown_table`, checked by a test).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+#: Version of the run-directory layout written into every manifest.
+MANIFEST_SCHEMA = 1
+
+#: Drafter row spaces (proposers/rowspace.py has their rules).
+ROW_SPACES = ("compact", "dense")
+#: Turn classes every figure is reported by: turn 0 is cold, turns >= 1 are warm.
+TURN_CLASSES = ("all", "cold", "warm")
+#: Fingerprint event kinds (FINGERPRINTS).
+EVENT_KINDS = ("ring_write", "feed", "context", "propose")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    required: bool
+    doc: str
+    nullable: bool = False
+
+
+_I32, _I64, _F32 = pa.int32(), pa.int64(), pa.float32()
+
+STEP_COLUMNS: tuple[Column, ...] = (
+    Column("doc_id", _I64, True, "document index within the workload"),
+    Column("turn", _I32, True, "turn index; 0 is the cold turn, >= 1 warm turns"),
+    Column("step", _I64, True, "verify-step index within (doc_id, turn), from 0"),
+    Column("k", _I32, True, "drafts submitted to verification at this step; 0 = serial decode step"),
+    Column("accept_len", _I32, True, "drafts accepted, 0..k"),
+    Column("arm", pa.string(), False, "arm name (else the manifest's, else the directory name)"),
+    Column("seq", _I32, False, "batch slot that ran the sequence"),
+    Column("position", _I64, False, "sequence position of the last committed token when the step began "
+                                    "(the propose position); pairs steps of two arms"),
+    Column("drafts", pa.list_(_I32), False, "the drafted token ids (the K proposed ones when gated: see `gated`)"),
+    Column("target", pa.list_(_I32), False, "target argmax per depth: `target[i]` is the target's token at "
+                                            "depth i+1, length k+1 (the last is the bonus)"),
+    Column("conf", pa.list_(_F32), False, "drafter top-1 softmax prob per depth"),
+    Column("gated", pa.bool_(), False, "DRAFT_CONF dropped this step's drafts (then `k` = 0)"),
+    Column("oracle_hit2", pa.bool_(), False, "ORACLE_P2: draft 2 recomputed from the target's true hidden would "
+                                             "equal `target[1]`; null when draft 1 was not accepted or the probe "
+                                             "is off", nullable=True),
+    Column("topk_ids", pa.list_(pa.list_(_I32)), False, "SHADOW_TOPK: per depth, the drafter's top-k ids"),
+    Column("topk_probs", pa.list_(pa.list_(_F32)), False, "SHADOW_TOPK: per depth, their softmax probs"),
+    Column("committed", pa.list_(_I32), False, "tokens this step committed (accepted drafts + bonus, cut at "
+                                               "the turn's end)"),
+    Column("step_ms", _F32, False, "wall time of the batched step this row belongs to (live mode only; "
+                                   "null in replay runs, which carry no engine timing)", nullable=True),
+    Column("drafter_rows", _I32, False, "drafter KV rows at propose time (after catch-up)"),
+    Column("fed_rows", _I32, False, "rows the catch-up feed wrote before this propose"),
+)
+
+EVENT_COLUMNS: tuple[Column, ...] = (
+    Column("doc_id", _I64, True, "the sequence's document"),
+    Column("turn", _I32, True, "turn of the event"),
+    Column("step", _I64, True, "the step the event belongs to (-1 for a turn's prefill)"),
+    Column("seq", _I32, True, "batch slot"),
+    Column("order", _I64, True, "global order of events within the run (monotone)"),
+    Column("kind", pa.string(), True, "`" + "`, `".join(EVENT_KINDS) + "`"),
+    Column("label", _I64, True, "ring label (ring_write, feed); -1 otherwise"),
+    Column("key", _I64, True, "pair key (feed, context); -1 otherwise"),
+    Column("rope", _I64, True, "RoPE position the drafter row used (feed, context); -1 otherwise"),
+    Column("slot", _I64, True, "drafter KV slot written (feed, context); -1 otherwise"),
+    Column("position", _I64, True, "propose position (propose); -1 otherwise"),
+    Column("fp", _I64, True, "ring_write: fp of the source hidden; feed/context: fp of the hidden fed; "
+                             "propose: fp of the target hidden the propose consumed"),
+    Column("fp2", _I64, True, "ring_write: fp of the ring row after the write (destination); propose: fp of "
+                              "the live ring row at label == position (null when absent)", nullable=True),
+)
+
+STEP_SCHEMA = pa.schema([pa.field(c.name, c.type) for c in STEP_COLUMNS])
+EVENT_SCHEMA = pa.schema([pa.field(c.name, c.type) for c in EVENT_COLUMNS])
+
+#: Columns every steps table must hold (the analysis needs nothing else).
+REQUIRED_STEP = tuple(c.name for c in STEP_COLUMNS if c.required)
+EVENT_NAMES = tuple(c.name for c in EVENT_COLUMNS)
+#: The integer type each required step column is read as.
+STEP_INT_TYPES = {c.name: c.type.to_pandas_dtype().__name__ for c in STEP_COLUMNS if c.required}
+
+
+def step_type(name: str) -> pa.DataType | None:
+    """The contract's Arrow type of a steps column (None for a column the contract does not name)."""
+    return STEP_SCHEMA.field(name).type if name in STEP_SCHEMA.names else None
+
+
+def _type_name(t: pa.DataType) -> str:
+    return str(t).replace("list<item: ", "list<").replace("bool", "bool")
+
+
+def markdown_table(columns: tuple[Column, ...], required: bool = True) -> str:
+    """The docs' column table for one table of the contract."""
+    head = "| column | type | required | meaning |" if required else "| column | type | meaning |"
+    rows = [head, "|---|---|---|---|" if required else "|---|---|---|"]
+    for c in columns:
+        typ = _type_name(c.type) + (", nullable" if c.nullable else "")
+        mid = f" {'yes' if c.required else 'no'} |" if required else ""
+        rows.append(f"| `{c.name}` | {typ} |{mid} {c.doc} |")
+    return "\n".join(rows)
