@@ -1,22 +1,23 @@
-"""Structured configs: arm (the levers), model, workload, runner, study.
+"""Structured configs: arm (the levers), model, workload, runner, study, and their checks.
 
-These dataclasses are the schema Hydra validates against (see `schema.py` for
-the ConfigStore registration): a wrong key or a wrong type is rejected by
-OmegaConf, an out-of-range value by `validate()` below, both before any model
-loads. Each lever's meaning lives in `levers.py`.
+These dataclasses are the schema Hydra validates against (`config_store.py` registers them):
+a wrong type is rejected by OmegaConf, an unknown key (also one added with `+`) by
+`config_store.check_keys`, an out-of-range value or an impossible combination by the
+`validate_*` functions below, all before any model loads. Each lever's meaning lives in
+`levers.py`.
+
+A config tells the truth: fields that would have no effect are unset (None), not defaulted.
+The model's architecture fields exist for random initialisation only; a checkpoint's own
+config.json decides its architecture, and the manifest records what was actually loaded.
 """
 from __future__ import annotations
 
 import math
-import os
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, fields
 from typing import List, Optional
 
 from atlas_ab import AtlasError
-
-#: The directory that holds the atlas_ab package (the repo root in a checkout).
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+from atlas_ab.telemetry.schema import ROW_SPACES
 
 
 @dataclass
@@ -44,19 +45,24 @@ class ArmConfig:
         return self.has_ring if self.fingerprints is None else bool(self.fingerprints)
 
 
+#: The architecture fields of ModelConfig: for init=random only.
+ARCH_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+               "intermediate_size", "vocab_size")
+
+
 @dataclass
 class ModelConfig:
     name: str = "default"
-    path: Optional[str] = "atlas_ab/models/default"   # HF checkpoint dir (relative to the repo / package)
+    path: Optional[str] = "atlas_ab/models/default"   # HF checkpoint dir (init=checkpoint)
     draft_path: Optional[str] = None        # the draft-model proposer's checkpoint dir
-    init: str = "checkpoint"                # checkpoint | random (GPU preset for throughput work)
-    # Architecture for init=random (ignored for checkpoints).
-    hidden_size: int = 512
-    num_hidden_layers: int = 8
-    num_attention_heads: int = 8
-    num_key_value_heads: int = 8
-    intermediate_size: int = 1408
-    vocab_size: int = 4096
+    init: str = "checkpoint"                # checkpoint | random (shapes for speed work)
+    # Architecture, for init=random only (unset otherwise: a checkpoint's config.json decides).
+    hidden_size: Optional[int] = None
+    num_hidden_layers: Optional[int] = None
+    num_attention_heads: Optional[int] = None
+    num_key_value_heads: Optional[int] = None
+    intermediate_size: Optional[int] = None
+    vocab_size: Optional[int] = None
 
 
 @dataclass
@@ -75,9 +81,10 @@ class RunnerConfig:
     device: str = "auto"        # auto | cpu | cuda | cuda:N
     dtype: str = "auto"         # auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16
     batch_width: int = 16       # sequences verified together; also the shard unit
-    gate_sequences: int = 2     # sequences per wave replayed target-only (lossless gate)
+    gate_sequences: int = 2     # sequences per wave replayed target-only; 0 = gate off (recorded "not run")
     seed: int = 0
-    progress: bool = True       # tqdm bar on a TTY (never affects results; ignored by resume's check)
+    threads: int = 0            # torch CPU threads; 0 = the cores this job may use (see device.py)
+    progress: bool = True       # progress bar on a TTY (never affects results; ignored by resume's check)
     resume: Optional[str] = None  # PATH of an interrupted run to continue, or "auto" (this job's own dir)
     impl: str = "atlas_ab.runner:Runner"  # the engine class driven (module:Class); tests plug a double here
     cuda_graphs: bool = True    # replay the verify and draft steps from CUDA graphs (GPU only)
@@ -86,7 +93,8 @@ class RunnerConfig:
 @dataclass
 class StudyConfig:
     name: str = ""
-    prereg: Optional[str] = None    # path to analysis/prereg/*.yaml
+    # Pre-registrations (analysis/prereg/NAME.yaml, or just NAME), locked when the study starts.
+    preregs: List[str] = field(default_factory=list)
     arms: List[str] = field(default_factory=list)   # the arm names the study compares
 
 
@@ -99,47 +107,91 @@ _RANGES = {
 }
 
 
-def resolve_path(p: Optional[str]) -> Optional[str]:
-    """A config path made absolute without depending on Hydra's cwd.
-
-    Absolute paths stay. A relative path is looked up under the directory the
-    command was launched from (hydra.job.chdir is false, so that is os.getcwd()),
-    then under the package root (the directory holding atlas_ab/, i.e. the repo
-    in a checkout, site-packages in an install); when neither exists the
-    package-root form is returned so that the error names it.
-    """
-    if p is None or p == "":
-        return p
-    pp = Path(os.path.expanduser(str(p)))
-    if pp.is_absolute():
-        return str(pp)
-    here = Path.cwd() / pp
-    if here.exists():
-        return str(here.resolve())
-    return str((PACKAGE_ROOT / pp).resolve())
+def _number(where: str, key: str, v, lo=None, hi=None, integer: bool = True) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and math.isnan(v)) \
+            or (integer and not isinstance(v, int)):
+        raise AtlasError(f"{where}: {key}={v!r} is not {'an integer' if integer else 'a number'}")
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise AtlasError(f"{where}: {key}={v} is out of range {rng}")
 
 
 def validate_arm(arm: ArmConfig) -> ArmConfig:
     """Strict check of an arm (the Hydra path). One-line AtlasError on the first problem."""
+    where = f"arm {arm.name!r}"
     for key, (lo, hi) in _RANGES.items():
-        v = getattr(arm, key)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and math.isnan(v)):
-            raise AtlasError(f"arm {arm.name!r}: {key}={v!r} is not a number")
-        if not lo <= v <= hi:
-            raise AtlasError(f"arm {arm.name!r}: {key}={v} is out of range [{lo}, {hi}]")
+        _number(where, key, getattr(arm, key), lo, hi, integer=key != "draft_conf")
     if arm.proposer not in ("mtp", "draft_model"):
-        raise AtlasError(f"arm {arm.name!r}: proposer={arm.proposer!r} must be 'mtp' or 'draft_model'")
-    if arm.row_space not in ("compact", "dense"):
-        raise AtlasError(f"arm {arm.name!r}: row_space={arm.row_space!r} must be 'compact' or 'dense'")
+        raise AtlasError(f"{where}: proposer={arm.proposer!r} must be 'mtp' or 'draft_model'")
+    if arm.row_space not in ROW_SPACES:
+        raise AtlasError(f"{where}: row_space={arm.row_space!r} must be one of {', '.join(ROW_SPACES)}")
     if arm.refeed and not arm.catchup:
-        raise AtlasError(f"arm {arm.name!r}: refeed=true requires catchup=true "
+        raise AtlasError(f"{where}: refeed=true requires catchup=true "
                          "(the re-feed's rows are rebuilt by the catch-up feed)")
     if arm.refeed_shift != 0 and not arm.refeed:
-        raise AtlasError(f"arm {arm.name!r}: refeed_shift={arm.refeed_shift} has no effect without refeed=true")
+        raise AtlasError(f"{where}: refeed_shift={arm.refeed_shift} has no effect without refeed=true")
     if arm.proposer == "draft_model":
         mtp_only = [k for k in ("catchup", "refeed", "oracle_p2", "drafter_prefill") if getattr(arm, k)]
         if mtp_only:
-            raise AtlasError(f"arm {arm.name!r}: {', '.join(mtp_only)} apply to the MTP proposer only")
+            raise AtlasError(f"{where}: {', '.join(mtp_only)} apply to the MTP proposer only")
     if arm.oracle_p2 and arm.num_drafts < 2:
-        raise AtlasError(f"arm {arm.name!r}: oracle_p2 needs num_drafts >= 2 (it re-computes draft 2)")
+        raise AtlasError(f"{where}: oracle_p2 needs num_drafts >= 2 (it re-computes draft 2)")
     return arm
+
+
+def validate_model(model: ModelConfig) -> ModelConfig:
+    where = f"model {model.name!r}"
+    if model.init not in ("checkpoint", "random"):
+        raise AtlasError(f"{where}: init={model.init!r} must be 'checkpoint' or 'random'")
+    set_arch = [k for k in ARCH_FIELDS if getattr(model, k) is not None]
+    if model.init == "checkpoint":
+        if not model.path:
+            raise AtlasError(f"{where}: model.path is required (e.g. model=path model.path=DIR)")
+        if set_arch:
+            raise AtlasError(f"{where}: model.{set_arch[0]} applies to init=random only; a checkpoint's "
+                             "architecture comes from its config.json")
+        return model
+    if model.path:
+        raise AtlasError(f"{where}: model.path is for init=checkpoint (use model=path model.path=DIR)")
+    missing = [k for k in ARCH_FIELDS if getattr(model, k) is None]
+    if missing:
+        raise AtlasError(f"{where}: init=random needs model.{missing[0]}")
+    for k in ARCH_FIELDS:
+        _number(where, k, getattr(model, k), 1)
+    if model.hidden_size % model.num_attention_heads:
+        raise AtlasError(f"{where}: hidden_size={model.hidden_size} is not a multiple of "
+                         f"num_attention_heads={model.num_attention_heads}")
+    if model.num_attention_heads % model.num_key_value_heads:
+        raise AtlasError(f"{where}: num_attention_heads={model.num_attention_heads} is not a multiple of "
+                         f"num_key_value_heads={model.num_key_value_heads}")
+    return model
+
+
+def validate_workload(w: WorkloadConfig) -> WorkloadConfig:
+    from atlas_ab.corpus import SOURCES, SPLITS
+
+    if w.corpus not in SOURCES:
+        raise AtlasError(f"workload.corpus={w.corpus!r} must be one of {list(SOURCES)}")
+    if w.split not in SPLITS:
+        raise AtlasError(f"workload.split={w.split!r} must be one of {list(SPLITS)}")
+    for key in ("n_docs", "turns", "chunk_tokens", "gen_tokens"):
+        # gen_tokens=0 would be a run of prefills with no verify step: nothing to measure
+        _number("workload", key, getattr(w, key), 1)
+    _number("workload", "seed", w.seed)
+    return w
+
+
+def validate_runner(r: RunnerConfig) -> RunnerConfig:
+    _number("runner", "batch_width", r.batch_width, 1)
+    _number("runner", "gate_sequences", r.gate_sequences, 0)
+    _number("runner", "threads", r.threads, 0)
+    if r.dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise AtlasError(f"runner.dtype={r.dtype!r} must be auto, float32, bfloat16 or float16")
+    dev = r.device
+    if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
+        raise AtlasError(f"runner.device={dev!r} must be auto, cpu, cuda or cuda:N")
+    return r
+
+
+def field_names(cls) -> list[str]:
+    return [f.name for f in fields(cls)]

@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from atlas_ab.proposers.layout import ragged_window
+from atlas_ab.engine import status_of
+from atlas_ab.runtime.batch import ragged_window
 
 # Margin (in logits, relative to the top-1 logit's magnitude) under which two
 # paths of the same dtype may legitimately pick different argmaxes.
@@ -33,12 +34,17 @@ class GateResult:
     checked_tokens: int = 0
     divergences: int = 0
     near_ties: int = 0
-    passed: bool = True
+    passed: bool | None = None          # None: nothing was checked
     margins: list = field(default_factory=list)
     first_divergence: dict | None = None
 
+    @property
+    def status(self) -> str:
+        """passed | failed | not run (a gate that checked nothing never reads as passed)."""
+        return status_of(self.passed, self.checked_sequences)
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "status": self.status}
 
 
 @torch.no_grad()
@@ -90,7 +96,7 @@ def check(trunk, docs, generated, gen_tokens: int, seqs) -> GateResult:
     dtype = next(trunk.parameters()).dtype
     tol = NEAR_TIE.get(dtype, 1e-5)
     ref, margins = replay_greedy(trunk, [docs[s] for s in seqs], gen_tokens)
-    res = GateResult(checked_sequences=len(seqs))
+    res = GateResult(checked_sequences=len(seqs), passed=True)
     for i, s in enumerate(seqs):
         for t, (spec_toks, ref_toks) in enumerate(zip(generated[s], ref[i])):
             diverged = False

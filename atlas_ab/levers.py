@@ -42,7 +42,6 @@ import sys
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping, Optional
 
-from atlas_ab import AtlasError
 from atlas_ab.config import _RANGES, ArmConfig
 
 # ----------------------------------------------------------------------------
@@ -223,6 +222,33 @@ def arm_from_env(environ: Mapping[str, str], name: str = "env") -> ArmConfig:
     return arm
 
 
+_LOOKS_ON = {"true", "on", "yes", "y", "enable", "enabled", "t"}
+
+
+def env_report(environ: Mapping[str, str]) -> list[str]:
+    """What `arm_from_env` read: each ATLAS_MTP_* variable, its value and what it became;
+    a warning where a value that reads as "on" to a person parsed as off (the seeds turn a
+    switch on for exactly "1": `ATLAS_MTP_CATCHUP=true` is OFF in the engine too)."""
+    arm = arm_from_env(environ)
+    lines = []
+    for lv in LEVERS:
+        if lv.env is None:
+            continue
+        raw = environ.get(lv.env)
+        got = getattr(arm, lv.name)
+        if raw is None:
+            lines.append(f"atlas_ab: {lv.env} unset -> {lv.name}={got!r} (the engine's default)")
+            continue
+        lines.append(f"atlas_ab: {lv.env}={raw!r} -> {lv.name}={got!r}")
+        if lv.type is bool and not got and raw.strip().lower() in _LOOKS_ON:
+            lines.append(f"atlas_ab: warning: {lv.env}={raw!r} reads as OFF: the engine turns it on only "
+                         f"for exactly '1'")
+        elif lv.type is not bool and raw.strip() and lv.parse(raw) != lv.parse(raw.strip()):
+            lines.append(f"atlas_ab: warning: {lv.env}={raw!r} has surrounding spaces, which the engine's "
+                         f"parse rejects (-> {got!r})")
+    return lines
+
+
 def arm_to_env(arm: ArmConfig) -> dict[str, str]:
     """The `ATLAS_MTP_*` assignment that makes `arm_from_env` give back the arm's levers."""
     res = resolved_levers(arm)
@@ -252,33 +278,51 @@ def compose_arm(overrides: list[str]) -> ArmConfig:
     from omegaconf import OmegaConf
 
     from atlas_ab.config import validate_arm
-    from atlas_ab.schema import CONF_DIR
+    from atlas_ab.config_store import CONF_DIR, check_keys
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="levers"):
         cfg = compose(config_name="config", overrides=overrides)
+    check_keys(cfg)
     return validate_arm(OmegaConf.to_object(cfg.arm))
 
 
-def main(argv: list[str]) -> int:
-    from atlas_ab.schema import one_line
+def build_parser():
+    import argparse
 
-    usage = "usage: python -m atlas_ab.levers env +arm=NAME [overrides...] | table"
-    if not argv or argv[0] not in ("env", "table"):
-        print(usage, file=sys.stderr)
-        return 2
-    if argv[0] == "table":
-        print(table_markdown())
-        return 0
+    p = argparse.ArgumentParser(prog="python -m atlas_ab.levers",
+                                description="The lever table, and arms as the engine's ATLAS_MTP_* variables.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    e = sub.add_parser("env", help="print an arm as shell-sourceable ATLAS_MTP_* lines",
+                       description="Print the arm `python -m atlas_ab OVERRIDES` would run as ATLAS_MTP_* "
+                                   "lines (every variable, zeros included, so stale settings are overwritten).")
+    e.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                   help="Hydra overrides as for python -m atlas_ab, e.g. +arm=refeed_on arm.refeed_shift=1")
+    sub.add_parser("table", help="print the lever table as Markdown",
+                   description="Print every lever: type, range, the engine's env var and its meaning.")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    from atlas_ab.errors import closed_stdout, one_line
+
+    args = build_parser().parse_args(argv)
     try:
-        arm = compose_arm(argv[1:])
-    except Exception as ex:  # noqa: BLE001 -- every composition error becomes one line
-        msg = one_line(ex)
-        if msg is None:
-            raise
-        print(f"atlas_ab.levers: error: {msg}", file=sys.stderr)
-        return 2
-    print("\n".join(env_lines(arm)))
-    return 0
+        if args.command == "table":
+            print(table_markdown())
+            return 0
+        try:
+            arm = compose_arm(args.overrides)
+        except Exception as ex:  # noqa: BLE001 -- every composition error becomes one line
+            msg = one_line(ex)
+            if msg is None:
+                raise
+            print(f"atlas_ab.levers: error: {msg}", file=sys.stderr)
+            return 2
+        print("\n".join(env_lines(arm)))
+        sys.stdout.flush()
+        return 0
+    except BrokenPipeError:
+        return closed_stdout()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ import torch
 
 from atlas_ab.config import ArmConfig
 from atlas_ab.proposers.base import RowFeed
-from atlas_ab.proposers.layout import ragged_window
+from atlas_ab.runtime.batch import ragged_window
+from atlas_ab.runtime.graphs import Steps
 from atlas_ab.proposers.ring import Ring, gap_keys
 from atlas_ab.telemetry.events import EventLog
 from atlas_ab.telemetry.records import StepBlocks
@@ -67,8 +68,7 @@ class Wave:
         self.turn = 0
         self.step_no = np.zeros(B, dtype=np.int64)
         self.gen = np.zeros(B, dtype=np.int64)
-        self.graphs = graphs
-        self._verify_step = None
+        self.steps = Steps(graphs)
 
     # ------------------------------------------------------------------ run
     @torch.no_grad()
@@ -125,7 +125,7 @@ class Wave:
         seqs, keys = [], []
         for b in range(self.B):
             k0 = max(start[b] - 1, newest[b] + 1, 0)
-            if self.arm.row_space == "dense" and self.proposer.kind == "mtp" and drafter_rows[b] != k0:
+            if self.proposer.slot_is_key and drafter_rows[b] != k0:
                 continue
             ks = np.arange(k0, start[b] + count[b] - 1)
             seqs.append(np.full(len(ks), b))
@@ -224,20 +224,15 @@ class Wave:
         self.step_no += active
         self.trace.n_tokens += int(c.sum())
         if self.on_step is not None:
-            self.on_step(int(active.sum()), int(c.sum()), acc_h[active], gated_h[active])
+            self.on_step(int(c.sum()), k, acc_h[act])
+
+    def _verify_fn(self, vtok, pos, slots, length):
+        """Target forward over [t_n, d1..dK]: hiddens and argmaxes per depth."""
+        vh = self.trunk.forward(vtok, pos, slots, self.kv, length=length)
+        return vh, self.trunk.logits(vh).argmax(-1)
 
     def _verify(self, vtok, pos, slots, length):
-        """Target forward over [t_n, d1..dK]: hiddens and argmaxes per depth."""
-        def fn(vtok, pos, slots, length=self.kv.max_capacity):
-            vh = self.trunk.forward(vtok, pos, slots, self.kv, length=length)
-            return vh, self.trunk.logits(vh).argmax(-1)
-        if not self.graphs:
-            return fn(vtok, pos, slots, length)
-        if self._verify_step is None:
-            from atlas_ab.runtime.graphs import StaticStep
-            self._verify_step = StaticStep(fn, [vtok, pos, slots], capture=self.device.type == "cuda")
-        vh, target = self._verify_step(vtok, pos, slots)
-        return vh, target
+        return self.steps("verify", self._verify_fn, [vtok, pos, slots], length, self.kv.max_capacity)
 
     # ------------------------------------------------------------- levers
     def _catchup(self, active, n) -> np.ndarray:

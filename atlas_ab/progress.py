@@ -1,96 +1,72 @@
-"""Progress: a tqdm bar over documents with steps, tokens/s and the running p1.
+"""Progress: a tqdm bar over committed tokens (the run's known total) with an ETA, and the running
+acceptance figures, computed by the analysis' own definitions (`analysis.metrics`).
 
-Quiet when stderr is not a TTY (sweeps, CI, log files) or runner.progress=false;
-the per-wave lines always go to the run's log (run.log) through `logging`.
+Tokens, not documents: a wave verifies all its documents together, so a count of documents
+sits at 0 until the wave ends; every step commits tokens. After a resume the bar starts at
+the stored waves' tokens and the running figures include their steps.
+Quiet when stderr is not a TTY (sweeps, CI, log files) or runner.progress=false; the
+per-wave lines always go to the run's log (run.log) through `logging`.
 """
 from __future__ import annotations
 
 import logging
 import sys
 import time
-from typing import Optional
+
+import numpy as np
 
 log = logging.getLogger("atlas_ab")
 
+_MAX_K = 8     # the lever table's upper bound on K
+
 
 class Progress:
-    def __init__(self, total_docs: int, done_docs: int = 0, enabled: bool = True, desc: str = "",
-                 stream=None):
+    def __init__(self, total_tokens: int, done_tokens: int = 0, stored=None, enabled: bool = True,
+                 desc: str = "", stream=None):
         stream = sys.stderr if stream is None else stream
         self.enabled = bool(enabled) and hasattr(stream, "isatty") and stream.isatty()
         self.t0 = time.perf_counter()
-        self.tokens = 0            # committed tokens, completed waves (this invocation)
-        self.steps = 0             # batched steps, completed waves (this invocation)
-        self.k_ge1 = 0             # rows with k >= 1 over completed waves (for p1)
-        self.acc_ge1 = 0
-        self._wave_tokens = 0
-        self._wave_steps = 0
-        self._live_k = self._live_a = 0   # p1 counts of the current wave (loop callback form)
+        # [k, accept_len] step counts: the running figures' sufficient statistic
+        self.hist = np.zeros((_MAX_K + 1, _MAX_K + 1), dtype=np.int64)
+        if stored is not None and stored.num_rows:
+            np.add.at(self.hist, (stored.column("k").to_numpy(), stored.column("accept_len").to_numpy()), 1)
         self.bar = None
         if self.enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total_docs, initial=done_docs, unit="doc", desc=desc or None,
-                            file=stream, dynamic_ncols=True, leave=True)
+            self.bar = tqdm(total=total_tokens, initial=done_tokens, unit="tok", desc=desc or None,
+                            file=stream, dynamic_ncols=True, leave=True, smoothing=0.1)
 
-    def _postfix(self, p1: Optional[float]) -> None:
+    def figures(self) -> dict:
+        from atlas_ab.analysis.metrics import histogram_rates
+
+        return histogram_rates(self.hist)
+
+    def _postfix(self) -> None:
         if self.bar is None:
             return
-        dt = max(time.perf_counter() - self.t0, 1e-9)
-        tok = self.tokens + self._wave_tokens
-        fields = {"tok/s": f"{tok / dt:.1f}"}
-        if p1 is not None:
-            fields["p1"] = f"{p1:.3f}"
+        r = self.figures()
+        fields = {k: f"{r[k]:.3f}" for k in ("p1", "p2_uncond") if r.get(k) == r.get(k) and k in r}
         self.bar.set_postfix(fields, refresh=False)
-        self.bar.refresh()
 
-    def on_step(self, *args) -> None:
-        """The runner's per-batched-step callback. Two forms are accepted:
-
-        * (n_steps_done_in_wave, n_tokens_committed_in_wave, p1_running) -- the documented API;
-        * (n_active, n_committed_this_step, accept_len[active], gated[active]) -- what
-          atlas_ab.loop.Wave calls (per-step increments; p1 counted over non-gated rows).
-        """
-        if len(args) == 4:
-            n_active, n_tok, acc, gated = args
-            self._wave_steps += 1
-            self._wave_tokens += int(n_tok)
-            try:
-                import numpy as np
-
-                acc, gated = np.asarray(acc), np.asarray(gated, dtype=bool)
-                self._live_k += int((~gated).sum())
-                self._live_a += int(((acc >= 1) & ~gated).sum())
-            except Exception:  # noqa: BLE001 -- progress must never break a run
-                pass
-            k = self.k_ge1 + self._live_k
-            p1 = (self.acc_ge1 + self._live_a) / k if k else None
-        else:
-            n_steps, n_tok, p1 = (list(args) + [None, None, None])[:3]
-            self._wave_steps, self._wave_tokens = int(n_steps or 0), int(n_tok or 0)
-        self._postfix(p1)
+    def on_step(self, n_tokens: int, k, accept_len) -> None:
+        """The loop's per-batched-step callback (engine.OnStep): tokens committed, and each row's k and accept_len."""
+        np.add.at(self.hist, (np.asarray(k), np.asarray(accept_len)), 1)
+        if self.bar is not None:
+            self.bar.update(int(n_tokens))
+            if self.bar.n >= self.bar.total or time.perf_counter() - self.bar.last_print_t > 0.5:
+                self._postfix()
 
     def wave_done(self, wave: int, n_docs: int, n_tokens: int, steps_table, seconds: float) -> None:
-        self.tokens += int(n_tokens)
-        self._wave_tokens = self._wave_steps = self._live_k = self._live_a = 0
-        p1 = None
-        try:
-            k = steps_table.column("k").to_numpy()
-            a = steps_table.column("accept_len").to_numpy()
-            self.k_ge1 += int((k >= 1).sum())
-            self.acc_ge1 += int(((a >= 1) & (k >= 1)).sum())
-            self.steps += int(steps_table.num_rows)
-            p1 = self.acc_ge1 / self.k_ge1 if self.k_ge1 else None
-        except Exception:  # noqa: BLE001 -- progress must never break a run
-            pass
+        r = self.figures()
+        p1 = r.get("p1")
         log.info("wave %d: %d docs, %d step rows, %d tokens in %.2fs%s", wave, n_docs,
-                 steps_table.num_rows, n_tokens, seconds, "" if p1 is None else f", running p1 {p1:.4f}")
-        if self.bar is not None:
-            self.bar.update(n_docs)
-            self._postfix(p1)
+                 steps_table.num_rows, n_tokens, seconds, "" if p1 is None or p1 != p1 else f", running p1 {p1:.4f}")
+        self._postfix()
 
     def close(self) -> None:
         if self.bar is not None:
+            self._postfix()
             self.bar.close()
 
 

@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
-from atlas_ab.config import PACKAGE_ROOT
+from atlas_ab.paths import PACKAGE_ROOT
 
 _PACKAGES = ("atlas_ab", "torch", "numpy", "pandas", "pyarrow", "hydra-core", "omegaconf",
              "safetensors", "tokenizers", "tqdm")

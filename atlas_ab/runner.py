@@ -6,27 +6,19 @@ resume, since the loop is deterministic given the config.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
 import torch
 
 from atlas_ab import AtlasError
-from atlas_ab.config import ArmConfig, ModelConfig, RunnerConfig, WorkloadConfig, validate_arm
+from atlas_ab.config import (ArmConfig, ModelConfig, RunnerConfig, WorkloadConfig, validate_arm, validate_model,
+                             validate_runner, validate_workload)
+from atlas_ab.engine import RunInfo, WaveResult
 from atlas_ab.gate import check
 from atlas_ab.loop import Wave
+from atlas_ab.paths import PACKAGE_DIR, resolve_path
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_TOKENIZER = "atlas_ab/models/default/tokenizer.json"
-
-
-def resolve_path(p: str) -> Path:
-    """A checkpoint path as given, else relative to the repository/package root."""
-    path = Path(p).expanduser()
-    if path.is_absolute() or path.exists():
-        return path
-    return PACKAGE_ROOT / path
+DEFAULT_TOKENIZER = PACKAGE_DIR / "models" / "default" / "tokenizer.json"
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -47,60 +39,62 @@ def resolve_dtype(spec: str, device: torch.device) -> torch.dtype:
         raise AtlasError(f"runner.dtype={spec!r} must be auto, float32, bfloat16 or float16") from None
 
 
-@dataclass
-class WaveResult:
-    steps: pa.Table
-    events: pa.Table | None
-    gate: dict
-    n_tokens: int
+def n_params(module) -> int:
+    return sum(p.numel() for p in module.parameters()) if module is not None else 0
 
 
 class Runner:
+    """The real engine behind `engine.Engine`: loads the target (+ drafter), builds the
+    workload and runs waves of the speculative loop, each checked by the lossless gate."""
+
     def __init__(self, arm: ArmConfig, model: ModelConfig, workload: WorkloadConfig, runner: RunnerConfig):
         from atlas_ab.runtime import checkpoint
         from atlas_ab.workload import build_workload
 
         self.arm = validate_arm(arm)
-        self.cfg = runner
+        validate_model(model)
+        validate_workload(workload)
+        self.cfg = validate_runner(runner)
         self.device = resolve_device(runner.device)
         self.dtype = resolve_dtype(runner.dtype, self.device)
         torch.manual_seed(runner.seed)
         self.graphs = self.device.type == "cuda" and runner.cuda_graphs
-        if runner.batch_width < 1:
-            raise AtlasError(f"runner.batch_width={runner.batch_width} must be >= 1")
 
-        if model.init == "checkpoint" and not model.path:
-            raise AtlasError(f"model {model.name!r}: init=checkpoint needs model.path")
-        path = resolve_path(model.path) if model.path else None
+        path = Path(resolve_path(model.path)) if model.path else None
         if model.init == "random":
             from atlas_ab.runtime.presets import random_checkpoint
-            ck = random_checkpoint(model, resolve_path(DEFAULT_TOKENIZER), self.device, self.dtype, runner.seed)
-        elif model.init == "checkpoint":
-            ck = checkpoint.load(path, self.device, self.dtype)
+            ck = random_checkpoint(model, DEFAULT_TOKENIZER, self.device, self.dtype, runner.seed)
         else:
-            raise AtlasError(f"model.init={model.init!r} must be 'checkpoint' or 'random'")
+            ck = checkpoint.load(path, self.device, self.dtype)
         if ck.tokenizer_path is None:
             raise AtlasError(f"{path}: no tokenizer.json in the checkpoint directory")
         self.trunk = ck.trunk.eval()
         self.proposer = self._proposer(ck, model)
         self.workload = build_workload(workload, ck.tokenizer_path)
         docs = self.workload.docs
+        # Every position a run reaches must be one the model was built for (RoPE past
+        # max_position_embeddings is extrapolation the checkpoint never saw).
+        reach = max(sum(len(c) for c in d.chunks) for d in docs) + workload.turns * workload.gen_tokens \
+            + self.arm.num_drafts + 1
+        if reach > ck.args.max_position_embeddings:
+            raise AtlasError(f"workload reaches position {reach}, past the model's max_position_embeddings="
+                             f"{ck.args.max_position_embeddings} (fewer turns or tokens per turn)")
         bw = runner.batch_width
         self.waves = [[d.doc_id for d in docs[i:i + bw]] for i in range(0, len(docs), bw)]
         self._docs = {d.doc_id: d for d in docs}
-        self.info = {
-            "model": {"name": model.name, "path": str(path) if path else None, "hash": ck.hash, "init": model.init,
-                      "tokenizer_hash": self.workload.info.get("tokenizer_hash"),
-                      "params": sum(p.numel() for p in self.trunk.parameters()),
-                      "draft": self._draft_info},
-            "workload": {"hash": self.workload.hash, **self.workload.info},
-            "device": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
-            "dtype": str(self.dtype).replace("torch.", ""),
-            "row_space": self.arm.row_space,
-            "proposer": self.arm.proposer,
-            "levers": {k: getattr(self.arm, k) for k in self.arm.__dataclass_fields__},
-        }
-        self.info["levers"]["fingerprints"] = self.arm.fingerprints_on
+        trunk_n, mtp_n = n_params(self.trunk), n_params(ck.mtp)
+        self.info = RunInfo(
+            model={"name": model.name, "path": str(path) if path else None, "hash": ck.hash, "init": model.init,
+                   "tokenizer_hash": self.workload.info.get("tokenizer_hash"),
+                   "architecture": ck.args.as_dict(),
+                   "params": {"trunk": trunk_n, "mtp": mtp_n, "total": trunk_n + mtp_n},
+                   "draft": self._draft_info},
+            workload={"hash": self.workload.hash, **self.workload.info},
+            device=torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
+            dtype=str(self.dtype).replace("torch.", ""),
+            row_space=self.arm.row_space, proposer=self.arm.proposer,
+            levers={**{k: getattr(self.arm, k) for k in self.arm.__dataclass_fields__},
+                    "fingerprints": self.arm.fingerprints_on})
 
     def _proposer(self, ck, model: ModelConfig):
         self._draft_info = None
@@ -113,8 +107,10 @@ class Runner:
         from atlas_ab.runtime import checkpoint
         if not model.draft_path:
             raise AtlasError("arm proposer=draft_model needs model.draft_path")
-        dck = checkpoint.load(resolve_path(model.draft_path), self.device, self.dtype)
-        self._draft_info = {"path": str(resolve_path(model.draft_path)), "hash": dck.hash}
+        draft = resolve_path(model.draft_path)
+        dck = checkpoint.load(draft, self.device, self.dtype)
+        self._draft_info = {"path": draft, "hash": dck.hash, "architecture": dck.args.as_dict(),
+                            "params": n_params(dck.trunk)}
         return DraftModelProposer(dck.trunk.eval(), self.graphs)
 
     def docs_of(self, wave: int):

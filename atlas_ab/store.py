@@ -15,9 +15,15 @@ resume overwrites. A run that stops early says `running` (killed) or `failed`.
 
 Resume = the runner is deterministic and shard i is exactly wave i, so a resumed
 run recomputes only the waves the manifest does not list.
+
+One process at a time: a session holds an exclusive lock on `<run_dir>/.lock` from before
+it reads the manifest until it finishes, so a second resume of the same run is refused in
+one line instead of racing the first. A failed write (disk full) removes the run's `*.tmp`
+debris and marks the run `failed`; a later resume completes it.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -27,9 +33,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from atlas_ab import AtlasError
+from atlas_ab.engine import status_of
 from atlas_ab.provenance import now
-
-SCHEMA = 1
+from atlas_ab.telemetry.schema import MANIFEST_SCHEMA as SCHEMA
 MANIFEST = "manifest.json"
 
 #: Config keys that may differ between an interrupted run and its resumption.
@@ -63,21 +69,26 @@ def write_table_atomic(path: Path, table: pa.Table) -> None:
 
 
 def aggregate_gate(gates: Iterable[Optional[dict]]) -> dict:
-    """The lossless gate over shards: counts summed, passed only if every shard passed."""
-    out = {"checked_sequences": 0, "divergences": 0, "passed": True, "margins": [], "first_divergence": None}
-    seen = False
+    """The lossless gate over shards: counts summed; failed if any shard failed, passed only
+    if some shard checked a sequence and none failed, else `not run`."""
+    out = {"checked_sequences": 0, "checked_tokens": 0, "divergences": 0, "near_ties": 0, "arbitrated": 0,
+           "passed": None, "margins": [], "arbitrations": [], "first_divergence": None}
+    failed = False
     for g in gates:
         if not g:
             continue
-        seen = True
-        out["checked_sequences"] += int(g.get("checked_sequences", 0) or 0)
-        out["divergences"] += int(g.get("divergences", 0) or 0)
-        out["passed"] = bool(out["passed"] and g.get("passed", False))
+        for key in ("checked_sequences", "checked_tokens", "divergences", "near_ties", "arbitrated"):
+            out[key] += int(g.get(key, 0) or 0)
+        failed |= g.get("passed") is False
         out["margins"] += list(g.get("margins") or [])
+        out["arbitrations"] += list(g.get("arbitrations") or [])
         if out["first_divergence"] is None and g.get("first_divergence") is not None:
             out["first_divergence"] = g["first_divergence"]
-    if not seen:
-        out["passed"] = None
+    if failed:
+        out["passed"] = False
+    elif out["checked_sequences"]:
+        out["passed"] = True
+    out["status"] = status_of(out["passed"], out["checked_sequences"])
     return out
 
 
@@ -102,6 +113,39 @@ class RunStore:
     def __init__(self, run_dir: str | Path):
         self.dir = Path(run_dir)
         self.manifest: dict = {}
+        self._lock_fd: Optional[int] = None
+
+    # -- one process at a time -------------------------------------------
+    def lock(self) -> None:
+        """Take the run directory's lock, or refuse in one line if another process holds it."""
+        self._check_writable()
+        fd = os.open(self.dir / ".lock", os.O_CREAT | os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            holder = (self.dir / ".lock").read_text().strip() or "another process"
+            raise AtlasError(f"{self.dir} is in use by {holder}: a run directory is written by one "
+                             "process at a time (wait for it, or stop it first)") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)       # closing drops the flock
+            self._lock_fd = None
+
+    def remove_debris(self) -> list[Path]:
+        """Delete the `*.tmp` files a failed write left (they are never data)."""
+        gone = []
+        for p in [*self.dir.glob("*.tmp"), *self.dir.glob("*/*.tmp")]:
+            try:
+                p.unlink()
+                gone.append(p)
+            except OSError:
+                pass
+        return gone
 
     # -- reading ---------------------------------------------------------
     @property
@@ -150,11 +194,12 @@ class RunStore:
         self.save()
         return self.manifest
 
-    def resume(self, config: dict, info_check: dict) -> dict:
+    def resume(self, config: dict, info_check: dict, preregs: Optional[list] = None) -> dict:
         """Continue the run in this directory: its config must equal `config` (but RESUME_IGNORED).
 
         `info_check` maps manifest keys to the values this invocation computed
-        (model/workload hashes, ...): a changed checkpoint or corpus is refused too.
+        (model/workload hashes, ...): a changed checkpoint or corpus is refused too, and so
+        is a locked pre-registration whose hash is not the one the run started under.
         """
         self._check_writable()
         old = self.read_manifest()
@@ -172,6 +217,11 @@ class RunStore:
             if was != value:
                 raise AtlasError(f"cannot resume {self.dir}: {key} changed since the run started "
                                  f"({was!r} -> {value!r})")
+        had = {e.get("path"): e.get("sha256") for e in old.get("preregs") or []}
+        for e in preregs or []:
+            if e["path"] in had and had[e["path"]] != e["sha256"]:
+                raise AtlasError(f"cannot resume {self.dir}: pre-registration {e['path']} is locked at "
+                                 f"{had[e['path']][:12]} for this run, now {e['sha256'][:12]}")
         # Keep only shards whose files are really there (a listed file can't be missing
         # unless someone deleted it; then that wave is simply recomputed).
         shards = [s for s in old.get("shards", []) if (self.dir / s["steps"]).exists()
@@ -211,6 +261,7 @@ class RunStore:
             st_rel = f"steps/{name}"
             write_table_atomic(self.dir / st_rel, steps)
         except OSError as ex:
+            self.remove_debris()
             raise AtlasError(f"cannot write shard {name} in {self.dir}: {ex.strerror or ex}") from None
         entry = {"wave": wave, "steps": st_rel, "events": ev_rel, "rows": steps.num_rows,
                  "event_rows": 0 if events is None else events.num_rows, "docs": [int(d) for d in docs],

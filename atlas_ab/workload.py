@@ -9,8 +9,11 @@ Selection is a function of ``cfg.seed`` and the file names alone: the eligible
 files (those with at least turns * chunk_tokens tokens) are ordered by
 sha256(f"{seed}:{name}") and the first ``n_docs`` are taken, each at a
 seed-derived start offset. When fewer files are long enough than ``n_docs``,
-several disjoint windows are cut from the longest files instead (``info`` says
-so under ``selection``).
+several disjoint windows are cut from the longest files instead. Windows of one file
+share its content, so they are not independent documents: ``info`` then says so under
+``selection`` and carries ``cluster_unit: "source file"`` and ``doc_cluster`` (the source
+file of each doc_id), and the analysis clusters its sds by source file instead of by
+document (and reports how many clusters that leaves).
 """
 from __future__ import annotations
 
@@ -23,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from atlas_ab import AtlasError
-from atlas_ab.config import WorkloadConfig
-from atlas_ab.corpus import SOURCES, SPLITS, build_corpus, file_sha256
+from atlas_ab.config import WorkloadConfig, validate_workload
+from atlas_ab.corpus import build_corpus, file_sha256
 
 
 @dataclass
@@ -60,25 +63,13 @@ def _tokenized(tokenizer_path: str, tokenizer_hash: str, source: str, split: str
     return {d.name: tuple(e.ids) for d, e in zip(files, encs)}
 
 
-def _check(cfg: WorkloadConfig) -> None:
-    if cfg.corpus not in SOURCES:
-        raise AtlasError(f"workload.corpus={cfg.corpus!r} must be one of {list(SOURCES)}")
-    if cfg.split not in SPLITS:
-        raise AtlasError(f"workload.split={cfg.split!r} must be one of {list(SPLITS)}")
-    for key in ("n_docs", "turns", "chunk_tokens"):
-        if not isinstance(getattr(cfg, key), int) or getattr(cfg, key) < 1:
-            raise AtlasError(f"workload.{key}={getattr(cfg, key)!r} must be an integer >= 1")
-    if not isinstance(cfg.gen_tokens, int) or cfg.gen_tokens < 0:
-        raise AtlasError(f"workload.gen_tokens={cfg.gen_tokens!r} must be an integer >= 0")
-
-
 def build_workload(cfg: WorkloadConfig, tokenizer_path) -> Workload:
     """Deterministic documents x turns for `cfg`, tokenized with `tokenizer_path`.
 
     `tokenizer_path` is a tokenizer.json or a checkpoint dir holding one.
     Raises a one-line AtlasError on a bad config or an impossible request.
     """
-    _check(cfg)
+    validate_workload(cfg)
     tp = Path(tokenizer_path)
     if tp.is_dir():
         tp = tp / "tokenizer.json"
@@ -117,6 +108,8 @@ def build_workload(cfg: WorkloadConfig, tokenizer_path) -> Workload:
                     used[n] += 1
 
     docs = []
+    sources = sorted({name for name, _ in windows})
+    doc_cluster = [sources.index(name) for name, _ in windows]
     h = hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True).encode("utf-8"))
     for i, (name, start) in enumerate(windows):
         ids = list(toks[name][start:start + need])
@@ -135,6 +128,10 @@ def build_workload(cfg: WorkloadConfig, tokenizer_path) -> Workload:
         "files_in_split": len(files),
         "files_long_enough": len(eligible),
         "selection": selection,
+        # the unit outcomes cluster in: a document, unless several were cut from one file
+        "cluster_unit": "document" if len(sources) == len(windows) else "source file",
+        "n_clusters": len(sources),
+        "doc_cluster": doc_cluster,
         "tokenizer_hash": tok_hash,
         "tokens_per_doc": need,
     }

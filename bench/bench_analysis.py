@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from atlas_ab.analysis.compare import compare_runs
+from atlas_ab.analysis.comparison import compare_runs
 from atlas_ab.analysis.load import load_run
 from atlas_ab.analysis.metrics import arm_metrics, cell_counts
 from atlas_ab.analysis.synth import simulate_steps, write_run

@@ -29,7 +29,9 @@ from atlas_ab.config import ArmConfig, ModelConfig, WorkloadConfig
 from atlas_ab.loop import Wave
 from atlas_ab.proposers.draft_model import DraftModelProposer
 from atlas_ab.proposers.mtp_head import MTPProposer
-from atlas_ab.runner import DEFAULT_TOKENIZER, resolve_path
+from atlas_ab.analysis.metrics import cell_counts, rates
+from atlas_ab.paths import resolve_path
+from atlas_ab.runner import DEFAULT_TOKENIZER
 from atlas_ab.runtime import checkpoint
 from atlas_ab.runtime.presets import random_checkpoint
 from atlas_ab.telemetry.fingerprint import fingerprint_rows
@@ -47,17 +49,17 @@ def sync(dev):
 
 def load_models(name, dev, dtype):
     if name == "default":
-        ck = checkpoint.load(resolve_path(DEFAULT), dev, dtype)
+        ck = checkpoint.load(Path(resolve_path(DEFAULT)), dev, dtype)
     else:  # the GPU preset: the NOTES architecture, random weights
-        cfg = ModelConfig(name="gpu", init="random", hidden_size=512, num_hidden_layers=8,
-                          num_attention_heads=8, num_key_value_heads=8, intermediate_size=1408)
-        ck = random_checkpoint(cfg, resolve_path(DEFAULT_TOKENIZER), dev, dtype)
+        cfg = ModelConfig(name="gpu", init="random", path=None, hidden_size=512, num_hidden_layers=8,
+                          num_attention_heads=8, num_key_value_heads=8, intermediate_size=1408, vocab_size=4096)
+        ck = random_checkpoint(cfg, DEFAULT_TOKENIZER, dev, dtype)
     return ck
 
 
 def docs_for(n, turns, chunk, gen):
     return build_workload(WorkloadConfig(n_docs=n, turns=turns, chunk_tokens=chunk, gen_tokens=gen),
-                          resolve_path(DEFAULT_TOKENIZER)).docs
+                          DEFAULT_TOKENIZER).docs
 
 
 def run_wave(trunk, proposer, arm, docs, gen):
@@ -74,12 +76,12 @@ def run_wave(trunk, proposer, arm, docs, gen):
     wall = time.perf_counter() - t0
     events_s = time.perf_counter() - t1 if trace.events is not None else 0.0
     steps = trace.steps.table().to_pandas()
+    r = rates(cell_counts(steps, arm.name, K=arm.num_drafts))    # the analysis' own definitions
     batched = steps.groupby(["turn", "step"]).ngroups
     return dict(wall_s=wall, events_table_s=events_s, rows=len(steps), batched_steps=batched, tokens=trace.n_tokens,
                 rows_per_s=len(steps) / wall, tokens_per_s=trace.n_tokens / wall,
                 step_ms_median=float(steps.step_ms.median()),
-                p1=float((steps.accept_len >= 1).mean()),
-                tokens_per_step=float((1 + steps.accept_len).mean()),
+                **{m: float(r[m]) for m in ("p1", "tokens_per_step")},
                 mean_position=float(steps.position.mean())), trace
 
 
@@ -138,8 +140,8 @@ def hf_assisted(dev, dtype, prompts, gen, K):
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_error()    # the MTP tensors are "unexpected" to LlamaForCausalLM, by design
-    tgt = AutoModelForCausalLM.from_pretrained(str(resolve_path(DEFAULT)), dtype=dtype).to(dev).eval()
-    dft = AutoModelForCausalLM.from_pretrained(str(resolve_path(DRAFT)), dtype=dtype).to(dev).eval()
+    tgt = AutoModelForCausalLM.from_pretrained(str(Path(resolve_path(DEFAULT))), dtype=dtype).to(dev).eval()
+    dft = AutoModelForCausalLM.from_pretrained(str(Path(resolve_path(DRAFT))), dtype=dtype).to(dev).eval()
     dft.generation_config.num_assistant_tokens = K
     dft.generation_config.num_assistant_tokens_schedule = "constant"
     outs, n_new = [], 0
@@ -253,8 +255,8 @@ def main(argv=None):
             out["memory"] = dict(batch_width=Bl, peak_bytes=peak, bytes_per_slot=peak / Bl,
                                  tokens_per_slot=turns * (chunk + gen) + 4)
         # the peer: transformers' assisted generation on the same pair
-        if resolve_path(DRAFT).exists():
-            dck = checkpoint.load(resolve_path(DRAFT), dev, dtype)
+        if Path(resolve_path(DRAFT)).exists():
+            dck = checkpoint.load(Path(resolve_path(DRAFT)), dev, dtype)
             K = 3
             n_prompts = 2 if smoke else 8
             # ours at our widest batch (assisted generation is limited to batch 1)

@@ -76,7 +76,7 @@ def test_report_with_shipped_prereg_met(capsys, seeds_runs, tmp_path):
     for png in ("depth.png", "histogram.png", "turns.png"):
         assert (out_dir / png).stat().st_size > 1000 and f"]({png})" in md
     data = json.loads((out_dir / "report.json").read_text())
-    assert data["verdict"]["status"] == "MET"
+    assert data["verdicts"][0]["status"] == "MET"
     assert data["comparisons"][0]["control"] == "catchup_on"  # picked by the prereg, not the order
 
 
@@ -87,7 +87,7 @@ def test_report_weak_effect_not_met(capsys, tmp_path):
     code, out, err = run_cli(capsys, "report", off, on, "--prereg", PREREG, "--out", tmp_path / "r1",
                              "--json", *FAST)
     assert code == 0, err
-    status = json.loads(out)["verdict"]["status"]
+    status = json.loads(out)["verdicts"][0]["status"]
     assert status in ("NOT MET", "UNDERPOWERED")
     # (n below the registered minimum -> UNDERPOWERED is covered in test_analysis_power.py)
 

@@ -64,7 +64,7 @@ def test_oracle_probe_subset_and_rates():
 
 def test_oracle_probe_needs_the_column():
     df = pd.DataFrame({"doc_id": [0], "turn": [0], "step": [0], "k": [2], "accept_len": [1]})
-    with pytest.raises(AtlasError, match="oracle_hit2"):
+    with pytest.raises(AtlasError, match=r"without the ORACLE_P2 probe.*\+arm=oracle_p2"):
         oracle_probe(fake_run(df))
 
 

@@ -16,21 +16,14 @@ import os
 import signal
 import time
 import zlib
-from dataclasses import dataclass, asdict
+from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
 
 import pyarrow as pa
 
 from atlas_ab import AtlasError
-
-
-@dataclass
-class WaveResult:
-    steps: pa.Table
-    events: Optional[pa.Table]
-    gate: dict
-    n_tokens: int
+from atlas_ab.engine import RunInfo, WaveResult
+from atlas_ab.telemetry.schema import EVENT_SCHEMA, step_type
 
 
 def _h(*parts) -> int:
@@ -49,14 +42,14 @@ class FakeRunner:
         n, bw = workload.n_docs, runner.batch_width
         self.waves = [list(range(i, min(i + bw, n))) for i in range(0, n, bw)]
         wl = hashlib.sha256(repr(sorted(asdict(workload).items())).encode()).hexdigest()
-        self.info = {
-            "model": {"name": model.name, "path": model.path, "hash": "sha256:" + "0" * 64,
-                      "tokenizer_hash": "sha256:" + "1" * 64},
-            "workload": {"hash": "sha256:" + wl, "corpus_hash": "sha256:" + "2" * 64,
-                         "n_docs": workload.n_docs, "turns": workload.turns},
-            "device": runner.device, "dtype": "float32" if runner.dtype == "auto" else runner.dtype,
-            "row_space": arm.row_space, "proposer": arm.proposer, "levers": None,
-        }
+        self.info = RunInfo(
+            model={"name": model.name, "path": model.path, "hash": "sha256:" + "0" * 64,
+                   "tokenizer_hash": "sha256:" + "1" * 64},
+            workload={"hash": "sha256:" + wl, "corpus_hash": "sha256:" + "2" * 64,
+                      "n_docs": workload.n_docs, "turns": workload.turns},
+            device=runner.device, dtype="float32" if runner.dtype == "auto" else runner.dtype,
+            row_space=arm.row_space, proposer=arm.proposer,
+            levers={**{k: getattr(arm, k) for k in arm.__dataclass_fields__}, "fingerprints": arm.fingerprints_on})
 
     def _lever_key(self):
         a = self.arm
@@ -73,7 +66,7 @@ class FakeRunner:
                                 "committed", "step_ms")}
         ev = {c: [] for c in ("doc_id", "turn", "step", "seq", "order", "kind", "label", "key", "rope",
                               "slot", "position", "fp", "fp2")}
-        tokens = acc1 = k1 = steps = 0
+        tokens = 0
         for seq, doc in enumerate(self.waves[i]):
             for turn in range(self.workload.turns):
                 pos, made, step = 100 * turn, 0, 0
@@ -96,29 +89,15 @@ class FakeRunner:
                     pos += n
                     tokens += n
                     step += 1
-                    steps += 1
-                    k1 += k >= 1
-                    acc1 += a >= 1
                     if on_step is not None:
-                        on_step(steps, tokens, acc1 / k1 if k1 else None)
-        steps_t = pa.table({
-            "doc_id": pa.array(cols["doc_id"], pa.int64()), "turn": pa.array(cols["turn"], pa.int32()),
-            "step": pa.array(cols["step"], pa.int64()), "k": pa.array(cols["k"], pa.int32()),
-            "accept_len": pa.array(cols["accept_len"], pa.int32()), "arm": pa.array(cols["arm"], pa.string()),
-            "seq": pa.array(cols["seq"], pa.int32()), "position": pa.array(cols["position"], pa.int64()),
-            "committed": pa.array(cols["committed"], pa.list_(pa.int32())),
-            "step_ms": pa.array(cols["step_ms"], pa.float32()),
-        })
+                        on_step(n, [k], [a])
+        steps_t = pa.table({c: pa.array(v, step_type(c)) for c, v in cols.items()})
         events_t = None
         if self.arm.fingerprints_on:
-            types = {"doc_id": pa.int64(), "turn": pa.int32(), "step": pa.int64(), "seq": pa.int32(),
-                     "order": pa.int64(), "kind": pa.string(), "label": pa.int64(), "key": pa.int64(),
-                     "rope": pa.int64(), "slot": pa.int64(), "position": pa.int64(), "fp": pa.int64(),
-                     "fp2": pa.int64()}
-            events_t = pa.table({c: pa.array(v, types[c]) for c, v in ev.items()})
+            events_t = pa.table({c: pa.array(v, EVENT_SCHEMA.field(c).type) for c, v in ev.items()})
         n_gate = min(self.rc.gate_sequences, len(self.waves[i]))
-        gate = {"checked_sequences": n_gate, "divergences": 0, "passed": True, "margins": [0.5] * n_gate,
-                "first_divergence": None}
+        gate = {"checked_sequences": n_gate, "divergences": 0, "passed": True if n_gate else None,
+                "margins": [0.5] * n_gate, "first_divergence": None}
         if os.environ.get("FAKE_RUNNER_GATE_FAIL") == str(i):
             gate.update(divergences=1, passed=False, first_divergence={
                 "doc_id": self.waves[i][0], "turn": 0, "token": 3, "speculative": 7, "target_only": 9,

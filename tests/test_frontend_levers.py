@@ -16,7 +16,7 @@ from atlas_ab.config import ArmConfig, validate_arm
 from atlas_ab.levers import (LEVERS, arm_from_env, arm_to_env, compose_arm, env_draft_conf, env_lines,
                              env_num_drafts, env_refeed_shift, env_shadow_topk, env_switch, resolved_levers,
                              table_markdown)
-from atlas_ab.schema import CONF_DIR
+from atlas_ab.paths import CONF_DIR
 
 ARMS = sorted(p.stem for p in (CONF_DIR / "arm").glob("*.yaml"))
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,9 +10,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from atlas_ab import AtlasError
-from atlas_ab.__main__ import acceptance_summary, run
-from atlas_ab.config import PACKAGE_ROOT, resolve_path
-from atlas_ab.schema import CONF_DIR
+from atlas_ab.session import acceptance_summary, run
+from atlas_ab.paths import PACKAGE_ROOT, resolve_path
+from atlas_ab.paths import CONF_DIR
 from atlas_ab.store import RunStore, aggregate_gate, config_diff, write_table_atomic
 
 FAKE = "runner.impl=test_frontend_fakerunner:FakeRunner"
@@ -65,10 +65,12 @@ def test_groups_and_presets():
     assert (t.workload.n_docs, t.workload.turns, t.workload.chunk_tokens, t.workload.gen_tokens) == (4, 2, 16, 8)
     assert (d.runner.device, d.runner.dtype, d.runner.batch_width) == ("auto", "auto", 16)
     assert d.model.path == "atlas_ab/models/default" and d.model.draft_path == "atlas_ab/models/draft"
-    assert cfg_of("model=gpu").model.init == "random"
-    assert cfg_of("model=gpu", "model.path=/x").model.init == "checkpoint"
+    assert cfg_of("model=gpu").model.init == "random" and cfg_of("model=gpu").model.path is None
+    # the default checkpoint's config carries no architecture: its config.json decides
+    assert all(d.model[k] is None for k in ("hidden_size", "num_hidden_layers", "vocab_size"))
     s = cfg_of("+study=refeed")
-    assert list(s.study.arms) == ["catchup_on", "refeed_on"] and s.study.prereg.endswith("refeed_p2_uncond.yaml")
+    assert list(s.study.arms) == ["catchup_on", "refeed_on"]
+    assert list(s.study.preregs) == ["analysis/prereg/refeed_p2_uncond.yaml"]
 
 
 @pytest.mark.parametrize("override,match", [
@@ -110,9 +112,13 @@ def test_gate_aggregate_and_config_diff():
     g = aggregate_gate([{"checked_sequences": 2, "divergences": 0, "passed": True, "margins": [1.0]},
                         {"checked_sequences": 2, "divergences": 1, "passed": False, "margins": [],
                          "first_divergence": {"doc_id": 3}}])
-    assert g == {"checked_sequences": 4, "divergences": 1, "passed": False, "margins": [1.0],
-                 "first_divergence": {"doc_id": 3}}
-    assert aggregate_gate([])["passed"] is None
+    assert (g["checked_sequences"], g["divergences"], g["passed"], g["status"]) == (4, 1, False, "failed")
+    assert g["margins"] == [1.0] and g["first_divergence"] == {"doc_id": 3}
+    ok = aggregate_gate([{"checked_sequences": 2, "divergences": 0, "passed": True}])
+    assert (ok["passed"], ok["status"]) == (True, "passed")
+    # a gate that checked nothing is "not run", never "passed"
+    for none in ([], [{"checked_sequences": 0, "passed": None}], [{"checked_sequences": 0, "passed": True}]):
+        assert (aggregate_gate(none)["passed"], aggregate_gate(none)["status"]) == (None, "not run")
     a = {"runner": {"progress": True, "resume": None, "seed": 0}, "arm": {"k": 1}}
     b = {"runner": {"progress": False, "resume": "/x", "seed": 0}, "arm": {"k": 2}}
     assert config_diff(a, b) == ["arm.k: 1 -> 2"]
@@ -127,7 +133,7 @@ def test_complete_run_manifest(tmp_path):
     assert all(s["events"] for s in m["shards"])  # refeed has a ring: fingerprints on
     assert m["rows"]["steps"] == sum(s["rows"] for s in m["shards"]) == steps_of(d).num_rows
     for key in ("arm", "levers", "row_space", "proposer", "model", "workload", "git", "versions", "device",
-                "dtype", "seed", "started", "finished", "gate", "prereg", "config"):
+                "dtype", "seed", "started", "finished", "gate", "preregs", "config", "mode"):
         assert key in m, key
     assert m["levers"]["refeed"] and m["levers"]["fingerprints"] is True
     assert m["model"]["hash"].startswith("sha256:") and m["workload"]["hash"].startswith("sha256:")
@@ -147,7 +153,7 @@ def test_the_analysis_reads_the_run(tmp_path):
 def test_summary_matches_pandas_definition():
     t = pa.table({"doc_id": [0, 0, 0, 0], "turn": [0, 0, 1, 1], "step": [0, 1, 0, 1], "k": [2, 2, 2, 0],
                   "accept_len": [2, 1, 0, 0]})
-    s = acceptance_summary(t, "x")
+    s = acceptance_summary(t)
     assert s["n_steps"] == 4 and s["n_serial"] == 1
     assert s["p1"] == pytest.approx(2 / 3) and s["p2_uncond"] == pytest.approx(1 / 3)
     assert s["p2_cond"] == pytest.approx(1 / 2) and s["tokens_per_step"] == pytest.approx(2.0)
@@ -233,15 +239,17 @@ def test_corrupt_checkpoint_is_one_line(tmp_path):
         run(cfg_of(*BASE, "+arm=baseline", f"model.path={ck}"), tmp_path / "r")
 
 
-def test_study_hashes_its_prereg_before_running(tmp_path):
+def test_study_locks_its_prereg_before_running(tmp_path):
     pre = tmp_path / "p.yaml"
-    pre.write_text("metric: p2_uncond\n")
-    m = run(cfg_of(*BASE, "+arm=catchup_on", "+study=refeed", f"study.prereg={pre}"), tmp_path / "r")
+    pre.write_text((PACKAGE_ROOT / "analysis/prereg/refeed_p2_uncond.yaml").read_text())
+    m = run(cfg_of(*BASE, "+arm=catchup_on", "+study=refeed", f"study.preregs=[{pre}]"), tmp_path / "r")
     import hashlib
-    assert m["prereg"]["sha256"] == "sha256:" + hashlib.sha256(pre.read_bytes()).hexdigest()
+    (entry,) = m["preregs"]
+    assert entry["sha256"] == hashlib.sha256(pre.read_bytes()).hexdigest() == entry["source_sha256"]
+    assert entry["text"] == pre.read_text() and Path(entry["locked_copy"]).read_text() == pre.read_text()
     assert m["study"] == {"name": "refeed", "arms": ["catchup_on", "refeed_on"]}
     with pytest.raises(AtlasError, match="pre-registration"):
-        run(cfg_of(*BASE, "+arm=catchup_on", "+study=refeed", f"study.prereg={tmp_path}/missing.yaml"),
+        run(cfg_of(*BASE, "+arm=catchup_on", "+study=refeed", f"study.preregs=[{tmp_path}/missing.yaml]"),
             tmp_path / "r2")
 
 

@@ -5,8 +5,11 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 
 import numpy as np
+
+from atlas_ab import AtlasError
 
 from atlas_ab.analysis.load import Run, check_provenance, load_run, unchecked_provenance
 
@@ -30,10 +33,35 @@ def add_boot_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
 
 
+def is_run(path: Path) -> bool:
+    return (path / "manifest.json").is_file() or (path / "steps").is_dir()
+
+
+def expand(paths) -> list[Path]:
+    """The run directories named: a sweep's directory stands for its jobs' runs, and what a shell
+    glob over a sweep also matches (multirun.yaml, the locked prereg/ copies) is skipped with a
+    note. A path that does not exist stays, so that loading it names it."""
+    out = []
+    for given in map(Path, paths):
+        if given.is_dir() and not is_run(given):
+            jobs = sorted((d for d in given.iterdir() if d.is_dir() and is_run(d)),
+                          key=lambda d: (len(d.name), d.name))
+            if jobs:
+                out += jobs
+                continue
+        if given.exists() and not (given.is_dir() and is_run(given)):
+            warn(f"skipped {given}: not a run directory")
+            continue
+        out.append(given)
+    if not out:
+        raise AtlasError(f"no run directory among {', '.join(map(str, paths))}")
+    return out
+
+
 def load_runs(paths, args, columns=(), optional=()) -> tuple[list[Run], list[str]]:
     """Load runs, print their warnings, and check they measured the same thing."""
     runs = [load_run(p, columns=columns, optional=optional, allow_incomplete=args.allow_incomplete)
-            for p in paths]
+            for p in expand(paths)]
     for r in runs:
         for w in r.warnings:
             warn(w)

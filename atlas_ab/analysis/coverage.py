@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis import cli
 from atlas_ab.analysis.stats import binomial_sd
 from atlas_ab.telemetry.schema import TURN_CLASSES
 
@@ -163,18 +162,3 @@ def topk_coverage(steps: pd.DataFrame, arm: str = "") -> Coverage:
             cells += [CoverageCell(turns, i, j, int((r < j).sum()), n) for j in range(1, topk + 1)]
     return Coverage(arm, K, topk, tuple(cells), tuple(p_cond),
                     not_draft if has_drafts else None, checked_top1)
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser("coverage", help="per-depth conditional top-k coverage (SHADOW_TOPK runs)")
-    p.add_argument("run", metavar="RUN", help="run directory")
-    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    cli.add_run_flags(p, mismatch=False)
-    p.set_defaults(func=run)
-
-
-def run(args) -> int:
-    (r,), _ = cli.load_runs([args.run], args, optional=("topk_ids", "target", "drafts"))
-    cov = topk_coverage(r.steps, r.arm)
-    return cli.emit(args, {"run": str(args.run), **cov.to_dict()}, cov.summary())
-

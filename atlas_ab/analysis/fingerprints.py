@@ -30,11 +30,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli
-from atlas_ab.analysis.load import read_manifest, shard_files
+from atlas_ab.analysis.load import open_run, read_shards
+from atlas_ab.proposers.rowspace import rope_of
 from atlas_ab.telemetry.schema import EVENT_KINDS, EVENT_NAMES, ROW_SPACES
 
 SEQ = ["doc_id", "turn", "seq"]
@@ -186,8 +186,7 @@ def _normalise(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def _rope_ok(rows: pd.DataFrame, row_space: str) -> np.ndarray:
-    expected = rows["key"] + 1 if row_space == "compact" else rows["slot"]
-    return (rows["rope"] == expected).to_numpy()
+    return (rows["rope"] == rope_of(row_space, rows["key"], rows["slot"])).to_numpy()
 
 
 def fingerprint_table(events: pd.DataFrame, row_space: str) -> FingerprintTable:
@@ -251,54 +250,13 @@ def fingerprint_table(events: pd.DataFrame, row_space: str) -> FingerprintTable:
 
 def read_events(path: str | Path, allow_incomplete: bool = False) -> tuple[pd.DataFrame, dict | None]:
     """The run's events (only the shards its manifest lists, if it lists any) and its manifest."""
-    root = Path(path)
-    if not root.is_dir():
-        raise AtlasError(f"{root}: run directory does not exist")
-    manifest = read_manifest(root, allow_incomplete)
-    events_dir = root / "events"
-    files, warnings = shard_files(root, manifest, "events")
+    root, manifest = open_run(path, allow_incomplete)
+    tables, _, warnings = read_shards(root, manifest, "events", COLUMNS)
     for w in warnings:
         cli.warn(w)
-    if not files:
-        raise AtlasError(f"{events_dir}: no fingerprint events (was FINGERPRINTS on?)")
-    tables = []
-    for f in files:
-        try:
-            tables.append(pq.read_table(f))
-        except (pa.ArrowException, OSError) as e:
-            raise AtlasError(f"{f}: unreadable Parquet ({e.__class__.__name__}: {str(e).splitlines()[0]})") from None
-        missing = [c for c in COLUMNS if c not in tables[-1].column_names]
-        if missing:
-            raise AtlasError(f"{f}: missing column {missing[0]!r}")
     table = pa.concat_tables([t.select(COLUMNS) for t in tables], promote_options="permissive")
     if table.num_rows == 0:
-        raise AtlasError(f"{events_dir}: no fingerprint events (the shards hold no rows)")
+        raise AtlasError(f"{root / 'events'}: no fingerprint events (the shards hold no rows)")
     # nullable integers, so fp2's nulls never turn the 64-bit hashes into floats
     events = table.to_pandas(types_mapper=lambda t: pd.Int64Dtype() if pa.types.is_integer(t) else None)
     return events, manifest
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser("fingerprints", help="the REFEED fingerprint verification table of one run "
-                                                   "(FINGERPRINTS events)")
-    p.add_argument("run", metavar="RUN", help="run directory")
-    p.add_argument("--row-space", choices=ROW_SPACES,
-                   help="drafter row space for the RoPE rule (default: the manifest's row_space)")
-    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    cli.add_run_flags(p, mismatch=False)
-    p.set_defaults(func=run)
-
-
-def run(args) -> int:
-    """Print the table; exit 1 when any row is below 100%."""
-    events, manifest = read_events(args.run, allow_incomplete=args.allow_incomplete)
-    row_space = args.row_space or (manifest or {}).get("row_space")
-    if row_space is None:
-        raise AtlasError(f"{args.run}: no row_space in a manifest; pass --row-space compact|dense")
-    table = fingerprint_table(events, row_space)
-    if args.json:
-        cli.emit_json({"run": str(args.run), **table.to_dict()})
-    else:
-        print(f"{args.run}")
-        print(table.summary())
-    return 0 if table.ok else 1

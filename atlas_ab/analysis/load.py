@@ -7,7 +7,7 @@ is one AtlasError line naming the file it was found in; nothing is dropped.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,8 +34,32 @@ class Run:
 
     @property
     def K(self) -> int:
-        """The arm's configured K: the largest k any step submitted."""
-        return int(self.steps["k"].max())
+        """The arm's configured K: the manifest's num_drafts, else the largest k any step submitted."""
+        k = ((self.manifest or {}).get("levers") or {}).get("num_drafts")
+        return int(k) if k is not None else int(self.steps["k"].max())
+
+    @property
+    def clusters(self) -> tuple[object, str]:
+        """(doc_id -> cluster map or None, the cluster unit) from the manifest's workload."""
+        w = (self.manifest or {}).get("workload") or {}
+        if w.get("doc_cluster") is not None and w.get("cluster_unit", "document") != "document":
+            return w["doc_cluster"], w["cluster_unit"]
+        return None, "document"
+
+    def cells(self):
+        """The run's count table (metrics.Cells) with its K and cluster map."""
+        from atlas_ab.analysis.metrics import cell_counts
+
+        clusters, unit = self.clusters
+        return cell_counts(self.steps, self.arm, K=self.K, clusters=clusters, cluster_unit=unit)
+
+    @property
+    def gate_status(self) -> str:
+        """passed | failed | not run | unknown (no manifest gate)."""
+        g = (self.manifest or {}).get("gate")
+        if not g:
+            return "unknown"
+        return g.get("status") or {True: "passed", False: "failed", None: "not run"}[g.get("passed")]
 
     @property
     def status(self) -> str:
@@ -111,13 +135,16 @@ def _check_shard(path: Path, table: pa.Table) -> None:
         raise AtlasError(f"{path}: accept_len > k at row {bad} (accept_len={int(a[bad])}, k={int(k[bad])})")
 
 
-def _read_shard(path: Path, columns: list[str], optional: tuple[str, ...]) -> pa.Table:
+def _read_shard(path: Path, columns: list[str], optional: tuple[str, ...] = (),
+                integer: tuple[str, ...] = ()) -> pa.Table:
+    """One shard's `columns` (all required) plus whichever `optional` ones it has; the
+    `integer` columns must have an integer type."""
     try:
         schema = pq.read_schema(path)
         missing = [c for c in columns if c not in schema.names]
         if missing:
             raise AtlasError(f"{path}: missing required column {missing[0]!r}")
-        for c in REQUIRED:
+        for c in integer:
             t = schema.field(c).type
             if not pa.types.is_integer(t):
                 raise AtlasError(f"{path}: column {c!r} has type {t}, expected an integer type")
@@ -128,6 +155,31 @@ def _read_shard(path: Path, columns: list[str], optional: tuple[str, ...]) -> pa
     except (pa.ArrowException, OSError) as e:
         raise AtlasError(f"{path}: unreadable Parquet ({e.__class__.__name__}: {str(e).splitlines()[0]})") from None
     return table
+
+
+def open_run(path: str | Path, allow_incomplete: bool = False) -> tuple[Path, dict | None]:
+    """A run directory and its manifest (None without one): the one way every reader opens a run."""
+    root = Path(path)
+    if not root.is_dir():
+        raise AtlasError(f"{root}: run directory does not exist")
+    return root, read_manifest(root, allow_incomplete)
+
+
+def read_shards(root: Path, manifest: dict | None, table: str, columns: list[str], optional=(),
+                integer=(), check=None) -> tuple[list[pa.Table], list[Path], list[str]]:
+    """Every listed shard of one table (`steps`/`events`), read and checked; plus the warnings."""
+    files, warnings = shard_files(root, manifest, table)
+    if not files:
+        what = "steps/*.parquet shards" if table == "steps" else "fingerprint events (was FINGERPRINTS on?)"
+        raise AtlasError(f"{root / table}: empty run (no {what})" if table == "steps" else
+                         f"{root / table}: no {what}")
+    tables = []
+    for f in files:
+        t = _read_shard(f, list(columns), tuple(optional), tuple(integer))
+        if check is not None:
+            check(f, t)
+        tables.append(t)
+    return tables, files, warnings
 
 
 def _check_unique(root: Path, files: list[Path], lengths: list[int], df: pd.DataFrame) -> None:
@@ -166,20 +218,10 @@ def load_run(path: str | Path, columns: tuple[str, ...] = (), optional: tuple[st
     columns: extra columns that must be present (beyond REQUIRED);
     optional: extra columns read when present (e.g. ``oracle_hit2``).
     """
-    root = Path(path)
-    if not root.is_dir():
-        raise AtlasError(f"{root}: run directory does not exist")
-    manifest = read_manifest(root, allow_incomplete)
-    files, warnings = shard_files(root, manifest, "steps")
-    if not files:
-        raise AtlasError(f"{root / 'steps'}: empty run (no steps/*.parquet shards)")
-
+    root, manifest = open_run(path, allow_incomplete)
     want = list(REQUIRED) + [c for c in columns if c not in REQUIRED]
-    tables = []
-    for f in files:
-        table = _read_shard(f, want, optional)
-        _check_shard(f, table)
-        tables.append(table)
+    tables, files, warnings = read_shards(root, manifest, "steps", want, optional, integer=REQUIRED,
+                                          check=_check_shard)
     lengths = [t.num_rows for t in tables]
     if sum(lengths) == 0:
         raise AtlasError(f"{root / 'steps'}: empty run (shards hold no rows)")
@@ -189,8 +231,11 @@ def load_run(path: str | Path, columns: tuple[str, ...] = (), optional: tuple[st
         df[c] = df[c].astype(dtype)
     _check_unique(root, files, lengths, df)
     arm = (manifest or {}).get("arm") or root.resolve().name
-    return Run(path=root, arm=str(arm), manifest=manifest, steps=df, files=tuple(files),
-               warnings=tuple(warnings))
+    run = Run(path=root, arm=str(arm), manifest=manifest, steps=df, files=tuple(files), warnings=tuple(warnings))
+    if manifest is not None and run.gate_status == "not run":
+        warnings.append(f"{root}: the lossless gate checked no sequence (gate not run): nothing shows that "
+                        "this run's drafts were verified losslessly")
+    return replace(run, warnings=tuple(warnings))
 
 
 def provenance_mismatches(runs: list[Run]) -> list[str]:

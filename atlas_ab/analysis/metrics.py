@@ -11,7 +11,7 @@ one np.bincount over the rows and is tiny, so everything downstream is cheap.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -25,24 +25,33 @@ _METRIC = re.compile(r"^p(\d+)(_uncond|_cond)?$")
 
 @dataclass(frozen=True)
 class Cells:
-    """Step counts per (doc_id, turn, k, accept_len): the sufficient statistic."""
+    """Step counts per (doc_id, turn, k, accept_len): the sufficient statistic.
+
+    `clusters` maps doc_id -> the unit outcomes cluster in (index = doc_id), when documents
+    are not independent (several windows cut from one source file); None: each document is
+    its own cluster."""
 
     arm: str
     K: int
     table: pd.DataFrame  # columns doc_id, turn, k, accept_len, n
+    clusters: np.ndarray | None = None
+    cluster_unit: str = "document"
+
+    def _sub(self, table: pd.DataFrame) -> "Cells":
+        return replace(self, table=table)
 
     def where(self, turn_class: str) -> "Cells":
         t = self.table
         if turn_class == "all":
             return self
         if turn_class == "cold":
-            return Cells(self.arm, self.K, t[t["turn"] == 0])
+            return self._sub(t[t["turn"] == 0])
         if turn_class == "warm":
-            return Cells(self.arm, self.K, t[t["turn"] >= 1])
-        raise AtlasError(f"unknown turn class {turn_class!r} (all, cold, warm)")
+            return self._sub(t[t["turn"] >= 1])
+        raise AtlasError(f"unknown turn class {turn_class!r} ({', '.join(TURN_CLASSES)})")
 
     def turn(self, turn: int) -> "Cells":
-        return Cells(self.arm, self.K, self.table[self.table["turn"] == turn])
+        return self._sub(self.table[self.table["turn"] == turn])
 
 
 def _codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -54,15 +63,23 @@ def _codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return codes, np.asarray(uniques)
 
 
-def cell_counts(steps: pd.DataFrame, arm: str = "") -> Cells:
-    """Count steps per (doc_id, turn, k, accept_len) with one bincount."""
+def cell_counts(steps: pd.DataFrame, arm: str = "", K: int | None = None, clusters=None,
+                cluster_unit: str = "document") -> Cells:
+    """Count steps per (doc_id, turn, k, accept_len) with one bincount.
+
+    K: the arm's configured K (a run's manifest knows it); default the largest k observed.
+    clusters / cluster_unit: see Cells."""
     if len(steps) == 0:
         raise AtlasError(f"{arm or 'run'}: no steps")
     k = steps["k"].to_numpy(np.int64)
     a = steps["accept_len"].to_numpy(np.int64)
     dc, docs = _codes(steps["doc_id"].to_numpy(np.int64))
     tc, turns = _codes(steps["turn"].to_numpy(np.int64))
-    K = int(k.max())
+    seen = int(k.max())
+    if K is None:
+        K = seen
+    elif seen > K:
+        raise AtlasError(f"{arm or 'run'}: a step has k={seen}, above the arm's configured K={K}")
     w = K + 1
     size = len(docs) * len(turns) * w * w
     if size > 50_000_000:  # too sparse for a dense bincount: hash-group instead
@@ -79,7 +96,21 @@ def cell_counts(steps: pd.DataFrame, arm: str = "") -> Cells:
                               "accept_len": a_, "n": counts[nz]})
     for c in ("doc_id", "turn", "k", "accept_len", "n"):
         table[c] = table[c].astype(np.int64)
-    return Cells(arm=arm, K=K, table=table)
+    if clusters is not None:
+        clusters = np.asarray(clusters, dtype=np.int64)
+        if int(table["doc_id"].max()) >= len(clusters):
+            raise AtlasError(f"{arm or 'run'}: doc_id {int(table['doc_id'].max())} has no cluster in the "
+                             f"manifest's map of {len(clusters)} documents")
+    return Cells(arm=arm, K=K, table=table, clusters=clusters, cluster_unit=cluster_unit)
+
+
+def histogram_rates(hist: np.ndarray) -> dict[str, float]:
+    """Every headline figure from a [k, accept_len] count matrix (running figures: no documents)."""
+    k, a = np.nonzero(hist)
+    if len(k) == 0:
+        return {"n_steps": 0}
+    t = pd.DataFrame({"doc_id": 0, "turn": 0, "k": k, "accept_len": a, "n": hist[k, a]}).astype(np.int64)
+    return rates(Cells(arm="", K=int(k.max()), table=t))
 
 
 def parse_metric(name: str) -> tuple[str, int]:
@@ -106,13 +137,15 @@ def is_proportion(name: str) -> bool:
 
 @dataclass(frozen=True)
 class DocSums:
-    """Per-document sums for one metric: y (numerator), n (denominator rows), y2 (sum y^2)."""
+    """Per-cluster sums for one metric: y (numerator), n (denominator rows), y2 (sum y^2).
+    A cluster is a document unless the Cells say otherwise (`doc_id` then holds cluster ids)."""
 
     metric: str
     doc_id: np.ndarray
     y: np.ndarray
     n: np.ndarray
     y2: np.ndarray
+    unit: str = "document"
 
     @property
     def Y(self) -> float:
@@ -148,14 +181,15 @@ def doc_sums(cells: Cells, metric: str) -> DocSums:
         den, yv = (a >= i - 1) & (k >= i), (a >= i).astype(np.float64)
     else:
         den, yv = k >= 1, (1 + a).astype(np.float64)
-    docs, inv = np.unique(t["doc_id"].to_numpy()[den], return_inverse=True)
+    unit = t["doc_id"].to_numpy() if cells.clusters is None else cells.clusters[t["doc_id"].to_numpy()]
+    docs, inv = np.unique(unit[den], return_inverse=True)
     cd = c[den].astype(np.float64)
     yd = yv[den]
     G = len(docs)
     return DocSums(metric=metric, doc_id=docs,
                    y=np.bincount(inv, weights=cd * yd, minlength=G),
                    n=np.bincount(inv, weights=cd, minlength=G).astype(np.int64),
-                   y2=np.bincount(inv, weights=cd * yd * yd, minlength=G))
+                   y2=np.bincount(inv, weights=cd * yd * yd, minlength=G), unit=cells.cluster_unit)
 
 
 def metric_names(K: int) -> list[str]:
@@ -178,7 +212,7 @@ def rates(cells: Cells, K: int | None = None) -> dict[str, float]:
     """Point values of every metric plus the step counts, for one subset of cells."""
     K = cells.K if K is None else K
     t = cells.table
-    k, a, c = t["k"].to_numpy(), t["accept_len"].to_numpy(), t["n"].to_numpy()
+    k, c = t["k"].to_numpy(), t["n"].to_numpy()
     out: dict[str, float] = {"n_steps": int(c.sum()), "n_serial": int(c[k == 0].sum()),
                              "n_verify": int(c[k >= 1].sum())}
     for m in metric_names(K):

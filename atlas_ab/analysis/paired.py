@@ -128,14 +128,16 @@ class OracleProbe:
 def oracle_probe(run: Run) -> OracleProbe:
     """Within-run McNemar on steps with accept_len >= 1, k >= 2 and oracle_hit2 not null."""
     df = run.steps
-    if "oracle_hit2" not in df.columns:
-        raise AtlasError(f"{run.path}: no oracle_hit2 column (the run did not enable ORACLE_P2)")
+    if "oracle_hit2" not in df.columns or not df["oracle_hit2"].notna().any():
+        raise AtlasError(f"{run.path}: arm {run.arm!r} ran without the ORACLE_P2 probe, so there is nothing to "
+                         "pair within it; run it with the probe (`python -m atlas_ab +arm=oracle_p2`, or "
+                         "arm.oracle_p2=true) or give two runs to pair them (`mcnemar RUN_A RUN_B`)")
     k, a = df["k"].to_numpy(), df["accept_len"].to_numpy()
     eligible = (a >= 1) & (k >= 2)
     hit = df["oracle_hit2"]
     probed = eligible & hit.notna().to_numpy()
     if not probed.any():
-        raise AtlasError(f"{run.path}: oracle_hit2 is null on every step with accept_len >= 1 and k >= 2")
+        raise AtlasError(f"{run.path}: no step accepted draft 1 with k >= 2, so the ORACLE_P2 probe never ran")
     real = a[probed] >= 2
     oracle = hit.to_numpy()[probed].astype(bool)
     test = mcnemar(real, oracle, label=f"oracle probe, {run.arm}", names=("real", "oracle"))

@@ -1,7 +1,16 @@
-"""Report figures (matplotlib, Agg: no display needed): per-depth acceptance with CIs,
-the acceptance-length histogram, and acceptance by turn."""
+"""Report figures (matplotlib, Agg: no display needed).
+
+The first figure answers the question: each comparison's difference with the interval of
+the sd that decides, zero and the minimum effect as lines, the verdict in the title. Per-arm
+intervals that overlap while the difference is 9 sd from zero mislead; the difference does
+not. The others: per-depth acceptance, the acceptance-length histogram, acceptance by turn.
+Every interval is a 95% CI from the clustered sd (documents, or source files where the
+workload cut several documents from one file); where that sd is not computed (too few
+clusters), no interval is drawn and the panel says so.
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -14,25 +23,93 @@ from atlas_ab.analysis.metrics import ArmMetrics, Cells, doc_sums  # noqa: E402
 from atlas_ab.analysis.stats import estimate  # noqa: E402
 
 Z95 = 1.959964
+MARKERS = "osD^v<>p*h"
+LINES = ["-", "--", ":", "-."]
 
 
 def _offsets(n: int, width: float = 0.8) -> np.ndarray:
     return (np.arange(n) - (n - 1) / 2) * width / max(n, 1)
 
 
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+@dataclass(frozen=True)
+class DifferenceItem:
+    """One comparison as the difference figure draws it."""
+    label: str              # "refeed_on - catchup_on: p2_uncond"
+    delta: float
+    sd: float | None        # the deciding sd (None: not computed)
+    sd_kind: str
+    verdict: str | None = None      # MET / NOT MET / ... (None: no pre-registration)
+    min_effect: float | None = None
+    threshold_sd: float | None = None
+    direction: str = "increase"
+
+
+def difference_figure(items: list[DifferenceItem], path: Path) -> Path:
+    """Each difference with its 95% CI (thin) and +-threshold_sd sd (thick: the criterion needs
+    it clear of zero), zero and the signed minimum effect as vertical lines."""
+    n = max(len(items), 1)
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.9 * n))
+    for y, it in enumerate(items):
+        color = {"MET": "tab:green", "NOT MET": "tab:red", "UNDERPOWERED": "tab:orange",
+                 "PREREG CHANGED": "tab:purple"}.get(it.verdict or "", "tab:blue")
+        if it.sd is not None:
+            ax.errorbar(it.delta, y, xerr=Z95 * it.sd, fmt="none", ecolor=color, elinewidth=1.2, capsize=5,
+                        label="95% CI" if y == 0 else None)
+            if it.threshold_sd:
+                ax.errorbar(it.delta, y, xerr=it.threshold_sd * it.sd, fmt="none", ecolor=color, elinewidth=5,
+                            alpha=0.45, label=f"+-{it.threshold_sd:g} sd (must clear 0)" if y == 0 else None)
+        ax.plot(it.delta, y, "o", color=color)
+        note = f"{it.delta:+.4f}" + (f" ({abs(it.delta) / it.sd:.1f} {it.sd_kind} sd)" if it.sd else
+                                     f" (no {it.sd_kind} sd)")
+        ax.annotate(note + (f"  {it.verdict}" if it.verdict else ""), (it.delta, y), textcoords="offset points",
+                    xytext=(0, 9), ha="center", fontsize=8)
+        if it.min_effect:
+            m = it.min_effect if it.direction == "increase" else -it.min_effect
+            ax.plot([m, m], [y - 0.35, y + 0.35], color="black", linestyle="--", linewidth=1,
+                    label="minimum effect" if y == 0 else None)
+    ax.axvline(0.0, color="grey", linewidth=1)
+    ax.set_yticks(range(len(items)), [it.label for it in items])
+    ax.set_ylim(-0.7, n - 0.3)
+    ax.set_xlabel("difference (treatment - control)")
+    verdicts = "; ".join(f"{it.verdict}" for it in items if it.verdict)
+    ax.set_title("Pre-registered criterion: " + verdicts if verdicts else "Differences vs the control")
+    ax.grid(axis="x", alpha=0.3)
+    if items:
+        ax.legend(loc="lower right", fontsize=8)
+    return _save(fig, path)
+
+
+def _intervals(ests) -> tuple[np.ndarray | None, str]:
+    """yerr from the clustered sds, or None (and why) when any was not computed."""
+    if any(e.cluster_sd is None for e in ests):
+        note = next(e.cluster_note for e in ests if e.cluster_sd is None)
+        return None, f"no intervals: {note}"
+    return np.array([Z95 * e.cluster_sd for e in ests]), "95% CI, clustered"
+
+
 def depth_figure(cells: list[Cells], path: Path) -> Path:
-    """p_i and p_i_cond per depth per arm, 95% CI from the document-clustered sd."""
+    """p_i and p_i_cond per depth per arm, 95% CI from the clustered sd."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    off = _offsets(len(cells))
+    off = _offsets(len(cells), 0.5)
+    notes = set()
     for j, c in enumerate(cells):
         for ax, cond in zip(axes, (False, True)):
             depths = range(2 if cond else 1, c.K + 1)
             est = [estimate(doc_sums(c, f"p{i}_cond" if cond else f"p{i}"), B=0) for i in depths]
             if not est:
                 continue
+            yerr, note = _intervals(est)
+            notes.add(note)
             x = np.array(list(depths)) + off[j]
-            ax.errorbar(x, [e.value for e in est], yerr=[Z95 * e.cluster_sd for e in est],
-                        fmt="o", capsize=4, label=c.arm)
+            ax.errorbar(x, [e.value for e in est], yerr=yerr, fmt=MARKERS[j % len(MARKERS)], capsize=4,
+                        label=c.arm)
     axes[0].set_title("p_i: #(a >= i) / #(k >= i)")
     axes[1].set_title("p_i_cond: #(a >= i) / #(a >= i-1, k >= i)")
     K = max(c.K for c in cells)
@@ -41,12 +118,9 @@ def depth_figure(cells: list[Cells], path: Path) -> Path:
         ax.set_xticks(range(first, max(K, first) + 1))
         ax.set_xlim(first - 0.5, max(K, first) + 0.5)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("acceptance (95% CI, documents clustered)")
+    axes[0].set_ylabel("acceptance (" + "; ".join(sorted(notes)) + ")")
     axes[0].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def histogram_figure(arms: list[ArmMetrics], path: Path) -> Path:
@@ -66,28 +140,31 @@ def histogram_figure(arms: list[ArmMetrics], path: Path) -> Path:
         ax.set_xticks(range(k + 1))
         ax.legend()
     axes[0][0].set_ylabel("share of verify steps")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
-def turn_figure(arms: list[ArmMetrics], path: Path) -> Path:
-    """p1 and p2_uncond per turn index (turn 0 is the cold turn), +-1.96 binomial sd."""
-    metrics = [m for m in ("p1", "p2_uncond") if all(m in a.by_turn for a in arms)]
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
+def turn_figure(cells: list[Cells], path: Path) -> Path:
+    """p1 and p2_uncond per turn index (turn 0 is the cold turn), with the same interval kind as
+    the depth figure (95% CI from the clustered sd); arms offset, each its own marker and line."""
+    K = min(c.K for c in cells)
+    metrics = ["p1"] + (["p2"] if K >= 2 else [])
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4), squeeze=False)
+    turns = sorted(set().union(*(set(c.table["turn"].unique()) for c in cells)))
+    off = _offsets(len(cells), 0.4)
+    notes = set()
     for ax, m in zip(axes[0], metrics):
-        for j, a in enumerate(arms):
-            p, n = a.by_turn[m].to_numpy(float), a.by_turn[f"n_{m}"].to_numpy(float)
-            sd = np.sqrt(p * (1 - p) / np.where(n > 0, n, np.nan))
-            ax.errorbar(a.by_turn.index + 0.06 * (j - (len(arms) - 1) / 2), p, yerr=Z95 * sd,
-                        fmt="o-", capsize=3, label=a.arm)
-        ax.set_title(f"{m} by turn (0 = cold; 95% binomial CI)")
+        for j, c in enumerate(cells):
+            ts = [t for t in turns if (c.table["turn"] == t).any()]
+            est = [estimate(doc_sums(c.turn(int(t)), m), B=0) for t in ts]
+            yerr, note = _intervals(est)
+            notes.add(note)
+            ax.errorbar(np.array(ts, dtype=float) + off[j], [e.value for e in est], yerr=yerr,
+                        fmt=MARKERS[j % len(MARKERS)], linestyle=LINES[j % len(LINES)], capsize=3, label=c.arm)
+        name = "p2_uncond" if m == "p2" else m
+        ax.set_title(f"{name} by turn (0 = cold)")
         ax.set_xlabel("turn")
-        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_ylabel(f"{name} (" + "; ".join(sorted(notes)) + ")")
+        ax.set_xticks(turns)
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)

@@ -1,5 +1,13 @@
-"""`report RUN... [--prereg FILE] [--out DIR]`: a Markdown report with PNGs next to it
-(and report.json with every number), readable without the terminal."""
+"""`report RUN...`: a Markdown report with PNGs next to it (and report.json with every number),
+readable without the terminal, that judges the runs' pre-registrations.
+
+Which pre-registrations: by default the ones the runs' study locked before its first step
+(their text is in every manifest; all runs must carry the same hash). A `--prereg FILE`
+whose text differs from the locked one gets `PREREG CHANGED` and no verdict, naming both
+hashes and the changed fields; `--evaluate-edited` judges the edited file anyway and the
+report then says so at its very top. A file no study locked is judged, marked "not locked".
+Runs whose lossless gate checked nothing are refused for a verdict unless `allow_ungated`.
+"""
 from __future__ import annotations
 
 import datetime as _dt
@@ -10,10 +18,11 @@ import pandas as pd
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, paired, plots
-from atlas_ab.analysis.compare import Comparison, compare_runs, headline_metrics
+from atlas_ab.analysis.comparison import Comparison, compare_runs, headline_metrics
 from atlas_ab.analysis.load import Run
-from atlas_ab.analysis.metrics import TURN_CLASSES, Cells, arm_metrics, cell_counts
-from atlas_ab.analysis.prereg import Prereg, Verdict, evaluate, load_prereg
+from atlas_ab.analysis.metrics import TURN_CLASSES, Cells, arm_metrics
+from atlas_ab.analysis.prereg import (Prereg, Verdict, changed, evaluate, from_lock, load_prereg,
+                                      locked_preregs)
 from atlas_ab.analysis.stats import compare as compare_cells, format_delta
 
 HEAD = [("n_verify", "n"), ("p1", "p1"), ("p2_uncond", "p2_uncond"), ("p2_cond", "p2_cond"),
@@ -21,29 +30,75 @@ HEAD = [("n_verify", "n"), ("p1", "p1"), ("p2_uncond", "p2_uncond"), ("p2_cond",
 
 
 @dataclass(frozen=True)
+class Judged:
+    """One pre-registration as this report judged it."""
+    prereg: Prereg
+    origin: str                      # locked | not locked | edited
+    verdict: Verdict
+    comparison: Comparison
+    locked_sha256: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"origin": self.origin, "locked_sha256": self.locked_sha256, **self.verdict.to_dict()}
+
+
+@dataclass(frozen=True)
 class Report:
     path: Path                      # report.md
-    verdict: Verdict | None
+    judged: tuple[Judged, ...]
     comparisons: tuple[Comparison, ...]
     data: dict                      # everything report.json holds
 
+    @property
+    def verdict(self) -> Verdict | None:
+        """The first pre-registration's verdict (None without one)."""
+        return self.judged[0].verdict if self.judged else None
 
-def _pick_arms(runs: list[Run], pr: Prereg | None) -> tuple[Run, list[Run]]:
-    if pr is None:
-        return runs[0], runs[1:]
-    by_arm: dict[str, list[Run]] = {}
-    for r in runs:
-        by_arm.setdefault(r.arm, []).append(r)
-    picked = []
-    for role, name in (("control", pr.control), ("treatment", pr.treatment)):
-        found = by_arm.get(name, [])
-        if len(found) != 1:
-            have = ", ".join(f"{r.arm} ({r.path})" for r in runs)
-            raise AtlasError(f"{pr.path}: {role} arm {name!r} matches {len(found)} of the runs given "
-                             f"(need exactly one; runs: {have})")
-        picked.append(found[0])
-    control, treatment = picked
-    return control, [treatment] + [r for r in runs if r is not control and r is not treatment]
+
+def _arm_run(runs: list[Run], name: str, role: str, pr: Prereg) -> Run:
+    found = [r for r in runs if r.arm == name]
+    if len(found) != 1:
+        have = ", ".join(f"{r.arm} ({r.path})" for r in runs)
+        raise AtlasError(f"{pr.path.name}: {role} arm {name!r} matches {len(found)} of the runs given "
+                         f"(need exactly one; runs: {have})")
+    return found[0]
+
+
+def preregs_to_judge(runs: list[Run], given: str | Path | None = None,
+                     evaluate_edited: bool = False) -> list[tuple[Prereg, str, Prereg | None]]:
+    """(the pre-registration to judge, its origin, the locked one it differs from or None)."""
+    locked = locked_preregs([r.manifest for r in runs if r.manifest])
+    arms = {r.arm for r in runs}
+    if given is None:
+        out = []
+        for entry in locked.values():
+            pr = from_lock(entry)
+            if set(pr.arms) <= arms:
+                out.append((pr, "locked", None))
+        return out
+    pr = load_prereg(given)
+    entry = locked.get(Path(given).name)
+    if entry is None:
+        return [(pr, "not locked", None)]
+    lk = from_lock(entry)
+    if lk.sha256 == pr.sha256:
+        return [(pr, "locked", None)]
+    return [(pr, "edited" if evaluate_edited else "changed", lk)]
+
+
+def judge(runs: list[Run], todo, B: int, seed: int, mismatches, allow_ungated: bool) -> list[Judged]:
+    out = []
+    for pr, origin, lk in todo:
+        control = _arm_run(runs, pr.control, "control", pr)
+        treatment = _arm_run(runs, pr.treatment, "treatment", pr)
+        for r in (control, treatment):
+            if r.gate_status == "not run" and not allow_ungated:
+                raise AtlasError(f"{r.path}: its lossless gate checked no sequence, so nothing shows its drafts "
+                                 f"were verified losslessly; no verdict on it (pass --allow-ungated to judge anyway)")
+        comp = compare_runs(control, treatment, pr.primary_metric, B=B, seed=seed, mismatches=mismatches)
+        verdict = changed(lk, pr, comp.primary) if origin == "changed" else evaluate(pr, comp.primary)
+        out.append(Judged(pr, origin, verdict, comp, lk.sha256 if lk else None))
+    return out
 
 
 def _fmt(v, col: str) -> str:
@@ -81,13 +136,15 @@ def _uncertainty(comps: list[Comparison]) -> list[str]:
     for c in comps:
         for m, d in c.headline.items():
             b = d.bootstrap
+            none = f"not computed ({d.cluster_note})" if d.cluster_note else "n/a"
             rows.append([f"{c.treatment.arm} - {c.control.arm}", m, f"{d.delta:+.4f}",
                          f"{d.sd:.4f} ({d.sd_kind}) {format_delta(d.delta, d.z)}",
-                         f"{d.cluster_sd:.4f} {format_delta(d.delta, d.z_by('cluster'))}",
-                         f"{d.deff:.2f}",
-                         f"[{b.ci_low:+.4f}, {b.ci_high:+.4f}] sd {b.sd:.4f}" if b else "n/a"])
-    return _table(["comparison", "metric", "delta", "i.i.d. sd", "cluster sd (docs)", "design effect",
-                   "bootstrap 95% CI (docs)"], rows)
+                         f"{d.cluster_sd:.4f} {format_delta(d.delta, d.z_by('cluster'))}"
+                         if d.cluster_sd is not None else none,
+                         f"{d.deff:.2f}" if d.deff is not None else "n/a",
+                         f"[{b.ci_low:+.4f}, {b.ci_high:+.4f}] sd {b.sd:.4f}" if b else none])
+    return _table(["comparison", "metric", "delta", "i.i.d. sd", "cluster sd", "design effect",
+                   "bootstrap 95% CI (clusters)"], rows)
 
 
 def _by_class(arms) -> list[str]:
@@ -110,7 +167,7 @@ def _class_deltas(control: Cells, others: list[Cells]) -> tuple[list[str], list[
                     continue
                 rows.append([f"{t.arm} - {control.arm}", tc, m, f"{d.control.value:.4f}",
                              f"{d.treatment.value:.4f}", str(d),
-                             format_delta(d.delta, d.z_by("cluster"))])
+                             format_delta(d.delta, d.z_by("cluster")) if d.cluster_sd is not None else "n/a"])
                 data.append({"treatment": t.arm, "turn_class": tc, **d.to_dict()})
     return _table(["comparison", "turns", "metric", "control", "treatment", "delta (binomial/delta sd)",
                    "delta (cluster sd)"], rows), data
@@ -139,61 +196,106 @@ def _by_turn(arms) -> list[str]:
     return _table(["arm", "turn"] + [h for _, h in HEAD], rows)
 
 
-def build_report(runs: list[Run], out: Path, prereg: Prereg | None = None, B: int = 2000, seed: int = 0,
-                 mismatches: tuple[str, ...] = ()) -> Report:
+def _difference_items(judged: list[Judged], comps: list[Comparison]) -> list[plots.DifferenceItem]:
+    if judged:
+        items = []
+        for j in judged:
+            d, pr, v = j.comparison.primary, j.prereg, j.verdict
+            items.append(plots.DifferenceItem(
+                label=f"{pr.treatment} - {pr.control}\n{pr.primary_metric} ({pr.name})", delta=d.delta,
+                sd=v.sd, sd_kind=pr.decides, verdict=v.status, min_effect=pr.min_effect,
+                threshold_sd=pr.threshold_sd, direction=pr.direction))
+        return items
+    return [plots.DifferenceItem(label=f"{c.treatment.arm} - {c.control.arm}\n{c.primary.metric}",
+                                 delta=c.primary.delta,
+                                 sd=c.primary.cluster_sd if c.primary.cluster_sd is not None else c.primary.sd,
+                                 sd_kind="cluster" if c.primary.cluster_sd is not None else c.primary.sd_kind)
+            for c in comps]
+
+
+def _verdict_lines(j: Judged) -> list[str]:
+    pr, v = j.prereg, j.verdict
+    lines = [f"### {pr.name}: **{v.status}**", "", f"{v.reason}.", "",
+             f"- criterion: {pr.criterion()}", f"- hypothesis: {pr.hypothesis}",
+             f"- pre-registration: `{pr.path.name}` (sha256 `{pr.sha256}`; {j.origin}"
+             + (f", locked sha256 `{j.locked_sha256}`" if j.locked_sha256 else "") + ")"]
+    if v.sd is not None:
+        lines += [f"- observed: {format_delta(v.delta, v.z)} with the {pr.decides} sd {v.sd:.4f}",
+                  f"- power to detect the minimum effect ({pr.min_effect:g}) at {pr.threshold_sd:g} sd "
+                  f"given that sd: {v.power_at_min_effect:.2f}"]
+    else:
+        lines.append(f"- observed: {v.delta:+.4f}; the {pr.decides} sd was not computed")
+    return lines
+
+
+def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B: int = 2000, seed: int = 0,
+                 mismatches: tuple[str, ...] = (), evaluate_edited: bool = False,
+                 allow_ungated: bool = False) -> Report:
+    """The report of `runs`; `prereg` is a file to judge instead of the locked ones."""
     if len(runs) < 1:
         raise AtlasError("report needs at least one run")
     names = [r.arm for r in runs]
     if len(set(names)) != len(names):
         raise AtlasError(f"two runs carry the same arm name ({', '.join(names)}); "
                          "a report needs distinct arms")
-    control, others = _pick_arms(runs, prereg)
-    metric = prereg.primary_metric if prereg else "p2_uncond"
-    if prereg is None and min(r.K for r in runs) < 2:
-        metric = "p1"  # without a pre-registration, fall back to a depth every arm observed
+    judged = judge(runs, preregs_to_judge(runs, prereg, evaluate_edited), B, seed, mismatches, allow_ungated)
+    # the control: the first judged pre-registration's, else the first run
+    control = next((r for r in runs if judged and r.arm == judged[0].prereg.control), runs[0])
+    others = [r for r in runs if r is not control]
+    metric = judged[0].prereg.primary_metric if judged else ("p2_uncond" if min(r.K for r in runs) >= 2 else "p1")
     comps = [compare_runs(control, t, metric, B=B, seed=seed, mismatches=mismatches) for t in others]
-    verdict = evaluate(prereg, comps[0].primary) if prereg else None
     probes = [paired.oracle_probe(r) for r in runs
               if "oracle_hit2" in r.steps.columns and r.steps["oracle_hit2"].notna().any()]
 
     out.mkdir(parents=True, exist_ok=True)
     ordered = [control] + others
-    cells = [cell_counts(r.steps, r.arm) for r in ordered]
+    cells = [r.cells() for r in ordered]
     # a single run has no comparison: its own figures only
     arms = [comps[0].control] + [c.treatment for c in comps] if comps else [arm_metrics(cells[0])]
-    figs = {"depth": plots.depth_figure(cells, out / "depth.png"),
-            "histogram": plots.histogram_figure(arms, out / "histogram.png"),
-            "turns": plots.turn_figure(arms, out / "turns.png")}
+    figs = {}
+    if comps or judged:
+        figs["difference"] = plots.difference_figure(_difference_items(judged, comps), out / "difference.png")
+    figs.update({"depth": plots.depth_figure(cells, out / "depth.png"),
+                 "histogram": plots.histogram_figure(arms, out / "histogram.png"),
+                 "turns": plots.turn_figure(cells, out / "turns.png")})
 
-    md = [f"# Acceptance report: {' vs '.join(r.arm for r in ordered)}", "",
-          f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `python -m atlas_ab.analysis report`.",
-          "", "## Runs", ""]
-    md += _table(["arm", "run directory", "status", "K", "steps", "workload.hash", "model.hash"],
-                 [[r.arm, f"`{r.path}`", r.status, str(r.K), f"{len(r.steps):,}",
-                   f"`{r.hash('workload')}`", f"`{r.hash('model')}`"] for r in ordered])
+    md = []
+    edited = [j for j in judged if j.origin == "edited"]
+    for j in edited:
+        md += [f"> **WARNING: JUDGED AGAINST AN EDITED PRE-REGISTRATION.** `{j.prereg.path.name}` was locked at "
+               f"sha256 `{j.locked_sha256}` when the study began; this report evaluated the edited text "
+               f"(sha256 `{j.prereg.sha256}`) at the user's request (--evaluate-edited). Its verdict is not "
+               "the pre-registered one.", ""]
+    md += [f"# Acceptance report: {' vs '.join(r.arm for r in ordered)}", "",
+           f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `python -m atlas_ab.analysis report`.",
+           "", "## Runs", ""]
+    md += _table(["arm", "run directory", "status", "gate", "K", "steps", "clusters", "workload.hash", "model.hash"],
+                 [[r.arm, f"`{r.path}`", r.status, r.gate_status, str(r.K), f"{len(r.steps):,}",
+                   _clusters(c), f"`{r.hash('workload')}`", f"`{r.hash('model')}`"] for r, c in zip(ordered, cells)])
     if mismatches:
         md += ["", "**Provenance mismatch, compared anyway (--allow-mismatch):**", ""]
         md += [f"- {m}" for m in mismatches]
-    if verdict:
-        md += ["", "## Pre-registered verdict", "", f"**{verdict.status}**: {verdict.reason}.", "",
-               f"- criterion: {prereg.criterion()}", f"- hypothesis: {prereg.hypothesis}",
-               f"- pre-registration: `{prereg.path}` (sha256 `{prereg.sha256}`)",
-               f"- observed: {format_delta(verdict.delta, verdict.z)} with the {prereg.decides} sd "
-               f"{verdict.sd:.4f}",
-               f"- power to detect the minimum effect ({prereg.min_effect:g}) at {prereg.threshold_sd:g} sd "
-               f"given that sd: {verdict.power_at_min_effect:.2f}"]
+    if judged:
+        md += ["", "## Pre-registered verdicts", ""]
+        for j in judged:
+            md += _verdict_lines(j) + [""]
+    if "difference" in figs:
+        md += ["", "## The difference that decides", "",
+               "Each comparison's difference with the 95% CI of the sd that decides (thin) and +-threshold sd "
+               "(thick: the criterion needs it clear of zero), zero and the minimum effect as lines.", "",
+               "![paired difference with the threshold](difference.png)"]
     if comps:
         md += ["", f"## Headline (deltas vs {control.arm}; sd = unpooled i.i.d. sd)", ""]
         md += _headline(comps, arms[0])
         md += ["", "## Uncertainty", "",
-               "Outcomes cluster by document, so the i.i.d. (binomial; delta method for p2_cond "
-               "and tokens/step) sd misstates the variance of a rate. The cluster sd treats documents "
-               "as clusters (CRV1, the same document in both arms is one cluster); the bootstrap "
-               "resamples documents jointly in both arms. Design effect = (cluster sd / i.i.d. sd)^2. "
-               "When the arms run the same documents (a sweep does), the shared content correlates "
-               "the arms and the design effect of a difference can fall below 1; under greedy "
-               "verification both arms also commit the same text, so `mcnemar RUN_A RUN_B` pairs "
-               "their steps position by position.", ""]
+               "Outcomes cluster by document (by source file where the workload cut several documents from "
+               "one file), so the i.i.d. (binomial; delta method for p2_cond and tokens/step) sd misstates the "
+               "variance of a rate. The cluster sd is CRV1 over those clusters (the same cluster in both arms "
+               "is one cluster); the bootstrap resamples clusters jointly in both arms. Neither is reported "
+               "with fewer than 10 clusters. Design effect = (cluster sd / i.i.d. sd)^2. When the arms run "
+               "the same documents (a sweep does), the shared content correlates the arms and the design "
+               "effect of a difference can fall below 1; under greedy verification both arms also commit the "
+               "same text, so `mcnemar RUN_A RUN_B` pairs their steps position by position.", ""]
         md += _uncertainty(comps)
     md += ["", "## Per depth", "", "![per-depth acceptance](depth.png)", ""] + _depths(arms)
     md += ["", "## Acceptance-length histogram", "", "![acceptance-length histogram](histogram.png)", ""]
@@ -214,37 +316,19 @@ def build_report(runs: list[Run], out: Path, prereg: Prereg | None = None, B: in
     path = out / "report.md"
     path.write_text("\n".join(md))
     data = {"report": str(path), "figures": {k: str(v) for k, v in figs.items()},
-            "runs": [{"arm": r.arm, "path": str(r.path), "status": r.status, "K": r.K, "steps": len(r.steps),
-                      "workload_hash": r.hash("workload"), "model_hash": r.hash("model")} for r in ordered],
-            "mismatches": list(mismatches), "verdict": verdict.to_dict() if verdict else None,
+            "runs": [{"arm": r.arm, "path": str(r.path), "status": r.status, "gate": r.gate_status, "K": r.K,
+                      "steps": len(r.steps), "workload_hash": r.hash("workload"), "model_hash": r.hash("model")}
+                     for r in ordered],
+            "mismatches": list(mismatches), "verdicts": [j.to_dict() for j in judged],
             "comparisons": [c.to_dict() for c in comps], "turn_class_deltas": class_data,
             "arms": {a.arm: a.to_dict() for a in arms},
             "oracle_probes": [p.to_dict() for p in probes]}
     (out / "report.json").write_text(cli.dump_json(data))
-    return Report(path=path, verdict=verdict, comparisons=tuple(comps), data=data)
+    return Report(path=path, judged=tuple(judged), comparisons=tuple(comps), data=data)
 
 
-def run(args) -> int:
-    runs, mismatches = cli.load_runs(args.runs, args, optional=("oracle_hit2",))
-    pr = load_prereg(args.prereg) if args.prereg else None
-    out = Path(args.out) if args.out else Path("analysis/reports") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    rep = build_report(runs, out, prereg=pr, B=args.bootstrap, seed=args.seed, mismatches=tuple(mismatches))
-    if args.json:
-        cli.emit_json(rep.data)
-    else:
-        if rep.verdict:
-            print(rep.verdict.summary())
-        print(f"report: {rep.path}")
-    return 0
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser("report", help="Markdown report (+ PNGs, report.json); evaluates a pre-registration")
-    p.add_argument("runs", nargs="+", metavar="RUN", help="run directories; the first is the control "
-                                                          "unless --prereg names the arms")
-    p.add_argument("--prereg", help="pre-registration YAML (analysis/prereg/*.yaml)")
-    p.add_argument("--out", help="output directory (default analysis/reports/<timestamp>)")
-    p.add_argument("--json", action="store_true", help="also print every number as one JSON object")
-    cli.add_run_flags(p)
-    cli.add_boot_flags(p)
-    p.set_defaults(func=run)
+def _clusters(c: Cells) -> str:
+    docs = c.table["doc_id"].nunique()
+    if c.clusters is None:
+        return f"{docs} documents"
+    return f"{len(set(c.clusters[c.table['doc_id'].unique()]))} {c.cluster_unit}s ({docs} documents)"

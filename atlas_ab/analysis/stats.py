@@ -10,11 +10,28 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cluster
 from atlas_ab.analysis.metrics import Cells, DocSums, canonical, doc_sums, is_proportion
 
 SD_KINDS = ("binomial", "cluster", "bootstrap")
+
+#: Fewer clusters than this and no cluster-robust or bootstrap sd is reported: with few
+#: clusters CRV1 and the cluster bootstrap are biased low (Cameron & Miller 2015, "A
+#: Practitioner's Guide to Cluster-Robust Inference", sec. VI: rejection rates far above
+#: nominal below ~10-20 clusters), and with one cluster the bootstrap sd is exactly 0 (a
+#: report once printed MET at 6e15 sd from it). docs/analysis.md states the rule.
+MIN_CLUSTERS = 10
+
+
+def few_clusters(G: int, unit: str = "document") -> str | None:
+    """Why a clustered sd is not computed (None when it is)."""
+    if G >= MIN_CLUSTERS:
+        return None
+    return (f"only {G} {unit}{'s' if G != 1 else ''}: fewer than {MIN_CLUSTERS}, so no cluster or "
+            f"bootstrap sd is reported")
 
 
 def format_delta(delta: float, z: float) -> str:
@@ -44,6 +61,7 @@ class Rate:
     cluster_sd: float | None = None
     bootstrap: cluster.Bootstrap | None = None
     n_clusters: int | None = None
+    cluster_note: str | None = None    # why cluster_sd / bootstrap are None
 
     @property
     def deff(self) -> float | None:
@@ -55,7 +73,9 @@ class Rate:
     def summary(self) -> str:
         s = f"{self.arm} {self.metric} = {self.value:.4f} (n={self.n:,}, {self.sd_kind} sd {self.sd:.4f}"
         if self.cluster_sd is not None:
-            s += f", cluster sd {self.cluster_sd:.4f} over {self.n_clusters} docs, deff {self.deff:.2f}"
+            s += f", cluster sd {self.cluster_sd:.4f} over {self.n_clusters} clusters, deff {self.deff:.2f}"
+        elif self.cluster_note:
+            s += f"; {self.cluster_note}"
         s += ")"
         if self.bootstrap is not None:
             s += f"\n  {self.bootstrap}"
@@ -66,7 +86,7 @@ class Rate:
     def to_dict(self) -> dict:
         return {"metric": self.metric, "arm": self.arm, "value": self.value, "n": self.n,
                 "sd": self.sd, "sd_kind": self.sd_kind, "cluster_sd": self.cluster_sd,
-                "n_clusters": self.n_clusters, "deff": self.deff,
+                "n_clusters": self.n_clusters, "deff": self.deff, "cluster_note": self.cluster_note,
                 "bootstrap": self.bootstrap.to_dict() if self.bootstrap else None}
 
 
@@ -87,6 +107,7 @@ class Difference:
     sd_kind: str = "binomial"
     cluster_sd: float | None = None
     bootstrap: cluster.Bootstrap | None = None
+    cluster_note: str | None = None    # why cluster_sd / bootstrap are None
 
     @property
     def z(self) -> float:
@@ -110,7 +131,16 @@ class Difference:
             return self.cluster_sd
         if kind == "bootstrap" and self.bootstrap is not None:
             return self.bootstrap.sd
+        if kind in ("cluster", "bootstrap") and self.cluster_note:
+            raise AtlasError(f"{self.metric}: no {kind} sd: {self.cluster_note}")
         raise AtlasError(f"{self.metric}: no {kind} sd was computed (one of {', '.join(SD_KINDS)})")
+
+    def has(self, kind: str) -> bool:
+        try:
+            self.sd_by(kind)
+            return True
+        except AtlasError:
+            return False
 
     def z_by(self, kind: str) -> float:
         sd = self.sd_by(kind)
@@ -130,7 +160,9 @@ class Difference:
             b = self.bootstrap
             lines.append(f"  bootstrap sd {b.sd:.4f}: {format_delta(self.delta, self.z_by('bootstrap'))}"
                          f"; {b.level:.0%} CI [{b.ci_low:+.4f}, {b.ci_high:+.4f}] "
-                         f"({b.n_clusters} docs, B={b.B}, seed={b.seed})")
+                         f"({b.n_clusters} clusters, B={b.B}, seed={b.seed})")
+        if self.cluster_note:
+            lines.append(f"  {self.cluster_note}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -141,7 +173,8 @@ class Difference:
                 "z_cluster": self.z_by("cluster") if self.cluster_sd is not None else None,
                 "deff": self.deff,
                 "bootstrap": self.bootstrap.to_dict() if self.bootstrap else None,
-                "z_bootstrap": self.z_by("bootstrap") if self.bootstrap else None}
+                "z_bootstrap": self.z_by("bootstrap") if self.bootstrap else None,
+                "cluster_note": self.cluster_note}
 
 
 def difference(control: Rate, treatment: Rate) -> Difference:
@@ -152,11 +185,14 @@ def difference(control: Rate, treatment: Rate) -> Difference:
 
 
 def estimate(s: DocSums, arm: str = "", B: int = 2000, seed: int = 0) -> Rate:
-    """One arm's metric with i.i.d., clustered and bootstrap uncertainty."""
+    """One arm's metric with i.i.d., clustered and bootstrap uncertainty (the last two only
+    with at least MIN_CLUSTERS clusters)."""
+    note = few_clusters(len(s.doc_id), s.unit)
     return Rate(metric=canonical(s.metric), arm=arm, value=s.value, n=s.N, sd=s.iid_sd,
                 sd_kind="binomial" if is_proportion(s.metric) else "delta",
-                cluster_sd=cluster.cluster_sd(s), n_clusters=len(s.doc_id),
-                bootstrap=cluster.bootstrap(s, B=B, seed=seed) if B else None)
+                cluster_sd=None if note else cluster.cluster_sd(s), n_clusters=len(s.doc_id),
+                bootstrap=cluster.bootstrap(s, B=B, seed=seed) if B and not note else None,
+                cluster_note=note)
 
 
 def compare(control: Cells, treatment: Cells, metric: str, B: int = 2000, seed: int = 0) -> Difference:
@@ -167,6 +203,8 @@ def compare(control: Cells, treatment: Cells, metric: str, B: int = 2000, seed: 
             raise AtlasError(f"{cells.arm}: no steps in the denominator of {metric}")
     ra, rb = estimate(sa, control.arm, B, seed), estimate(sb, treatment.arm, B, seed)
     d = difference(ra, rb)
+    note = few_clusters(len(np.union1d(sa.doc_id, sb.doc_id)), sa.unit)
     return Difference(metric=d.metric, control=ra, treatment=rb, delta=d.delta, sd=d.sd,
-                      sd_kind=d.sd_kind, cluster_sd=cluster.cluster_sd_difference(sa, sb),
-                      bootstrap=cluster.bootstrap_difference(sa, sb, B=B, seed=seed) if B else None)
+                      sd_kind=d.sd_kind, cluster_sd=None if note else cluster.cluster_sd_difference(sa, sb),
+                      bootstrap=cluster.bootstrap_difference(sa, sb, B=B, seed=seed) if B and not note else None,
+                      cluster_note=note)

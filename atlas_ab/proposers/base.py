@@ -33,6 +33,39 @@ class Proposal:
         return self.conf.min(dim=1).values
 
 
+class DraftChain:
+    """Collects one propose's per-depth outputs (the draft, its top-1 prob, SHADOW_TOPK's
+    candidates) and stacks them into a Proposal; both proposers build theirs with it."""
+
+    def __init__(self, topk: int):
+        self.topk = topk
+        self.drafts, self.confs, self.ids, self.probs = [], [], [], []
+
+    def add(self, draft: torch.Tensor, conf: torch.Tensor, ids: torch.Tensor, probs: torch.Tensor) -> None:
+        # clones: with CUDA graphs the step's outputs are static buffers the next replay overwrites
+        self.drafts.append(draft.clone())
+        self.confs.append(conf.clone())
+        if self.topk:
+            self.ids.append(ids.clone())
+            self.probs.append(probs.clone())
+
+    def proposal(self, row0_slot: np.ndarray) -> Proposal:
+        k = self.topk
+        return Proposal(drafts=torch.stack(self.drafts, 1), conf=torch.stack(self.confs, 1),
+                        topk_ids=torch.stack(self.ids, 1) if k else None,
+                        topk_probs=torch.stack(self.probs, 1) if k else None, row0_slot=row0_slot)
+
+
+def head_outputs(logits: torch.Tensor, topk: int):
+    """(conf, draft, topk ids, topk probs) of a drafter head's logits [B, V]: the greedy draft,
+    its softmax prob (DRAFT_CONF's chain confidence is the min over depths), and SHADOW_TOPK's
+    candidates (the draft itself when topk = 0)."""
+    probs = torch.softmax(logits.float(), dim=-1)
+    conf, draft = probs.max(dim=-1)
+    p, ids = probs.topk(topk, dim=-1) if topk else (conf, draft)
+    return conf, draft, ids, p
+
+
 @dataclass
 class RowsWritten:
     """What a context/catch-up write did, for fingerprint events and tests."""
@@ -67,6 +100,9 @@ class RowFeed:
 
 class DraftProposer(Protocol):
     kind: str
+    #: rows must append at slot == pair key (the dense row space): a feed that would leave a
+    #: hole is skipped rather than written at the wrong RoPE position
+    slot_is_key: bool
 
     def alloc(self, budgets: np.ndarray) -> None:
         """Per-sequence state for len(budgets) sequences, each sized from its budget."""

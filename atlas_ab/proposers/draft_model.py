@@ -11,18 +11,20 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from atlas_ab.proposers.base import Proposal, RowFeed, RowsWritten
-from atlas_ab.proposers.layout import ragged_window
+from atlas_ab.proposers.base import DraftChain, RowFeed, RowsWritten, head_outputs
+from atlas_ab.runtime.batch import ragged_window
+from atlas_ab.runtime.graphs import Steps
 
 _SLACK = 10
 
 
 class DraftModelProposer:
     kind = "draft_model"
+    slot_is_key = False       # it has no pair-keyed rows: its KV is the committed tokens'
 
     def __init__(self, draft_trunk, graphs: bool = False):
         self.model = draft_trunk
-        self.graphs = graphs          # static-shape single draft steps (CUDA graphs on the GPU)
+        self.steps = Steps(graphs)    # static-shape single draft steps (CUDA graphs on the GPU)
 
     def alloc(self, budgets: np.ndarray) -> None:
         caps = np.asarray(budgets, dtype=np.int64) + _SLACK
@@ -31,29 +33,21 @@ class DraftModelProposer:
         self.seen = np.zeros(B, dtype=np.int64)       # positions the draft LM has processed
         self.base = np.zeros(B, dtype=np.int64)       # propose position of the last propose
         self.last_drafted = np.zeros(B, dtype=np.int64)
-        self._step = None
+        self.steps.clear()
 
     def free(self) -> None:
         self.kv = None
-        self._step = None
+        self.steps.clear()
 
     def _head(self, h, topk):
-        probs = torch.softmax(self.model.logits(h[:, None])[:, 0].float(), dim=-1)
-        conf, draft = probs.max(dim=-1)
-        p, ids = probs.topk(topk, dim=-1) if topk else (conf, draft)
-        return conf, draft, ids, p
+        return head_outputs(self.model.logits(h[:, None])[:, 0], topk)
 
-    def _next(self, draft, pos, slots, topk, length: int):
-        """One draft token in, the next draft's hidden and head out."""
-        def fn(draft, pos, slots, length=self.kv.max_capacity):
+    def _next_fn(self, topk):
+        """One draft token in, its hidden and the head's outputs (the next draft) out."""
+        def fn(draft, pos, slots, length):
             h = self.model.forward(draft[:, None], pos[:, None], slots[:, None], self.kv, length=length)[:, 0]
             return (h, *self._head(h, topk))
-        if not self.graphs:
-            return fn(draft, pos, slots, length)
-        if self._step is None:
-            from atlas_ab.runtime.graphs import StaticStep
-            self._step = StaticStep(fn, [draft, pos, slots], capture=draft.device.type == "cuda")
-        return self._step(draft, pos, slots)
+        return fn
 
     def drafter_rows(self) -> np.ndarray:
         return self.seen.copy()
@@ -78,27 +72,21 @@ class DraftModelProposer:
                                  torch.as_tensor(slots, device=dev), self.kv, length=length)
         last = torch.as_tensor(np.maximum(count - 1, 0), device=dev)
         h = out[torch.arange(B, device=dev), last]
-        drafts, confs, tk_ids, tk_probs = [], [], [], []
+        chain = DraftChain(topk)
         conf, draft, ids, p = self._head(h, topk)
         # later drafts' positions and slots, in one host->device copy
         p_all = positions[:, None] + 1 + np.arange(max(num_drafts - 1, 1))[None, :]
         idx = torch.as_tensor(np.stack([p_all, np.where(active[:, None], p_all, -1)]), device=dev)
         for i in range(num_drafts):
-            drafts.append(draft.clone())
-            confs.append(conf.clone())
-            if topk:
-                tk_ids.append(ids.clone())
-                tk_probs.append(p.clone())
+            chain.add(draft, conf, ids, p)
             if i + 1 < num_drafts:
-                _, conf, draft, ids, p = self._next(draft, idx[0, :, i], idx[1, :, i], topk, int(p_all.max()) + 1)
+                _, conf, draft, ids, p = self.steps(("next", topk), self._next_fn(topk),
+                                                    [draft, idx[0, :, i], idx[1, :, i]], int(p_all.max()) + 1,
+                                                    self.kv.max_capacity)
         self.seen[act] = positions[act] + num_drafts       # t_n, d1 .. d_{K-1} processed
         self.base[act] = positions[act]
         self.last_drafted[act] = num_drafts
-        return Proposal(
-            drafts=torch.stack(drafts, 1), conf=torch.stack(confs, 1),
-            topk_ids=torch.stack(tk_ids, 1) if topk else None,
-            topk_probs=torch.stack(tk_probs, 1) if topk else None,
-            row0_slot=np.where(active, self.base, -1))
+        return chain.proposal(np.where(active, self.base, -1))
 
     def after_verify(self, num_accepted: np.ndarray, active: np.ndarray) -> None:
         # Processed positions n .. n+K-1 stay valid up to the last accepted one.

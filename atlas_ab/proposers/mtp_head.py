@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from atlas_ab.proposers.base import Proposal, RowFeed, RowsWritten
+from atlas_ab.proposers.base import DraftChain, RowFeed, RowsWritten, head_outputs
 from atlas_ab.proposers.layout import pad_layout
-from atlas_ab.proposers.rowspace import rows_to_trim
+from atlas_ab.proposers.rowspace import rope_of, rows_to_trim
+from atlas_ab.runtime.graphs import Steps
 
 # A propose can write up to K rows past the sequence's own positions.
 _SLACK = 10
@@ -26,9 +27,10 @@ class MTPProposer:
             raise ValueError("the checkpoint has no MTP module (num_nextn_predict_layers = 0)")
         self.trunk, self.mtp = trunk, mtp
         self.row_space, self.refeed = row_space, refeed
+        self.slot_is_key = row_space == "dense"
         self.embed = trunk.embed_tokens
         self.lm_head = trunk.lm_head
-        self.graphs = graphs          # static-shape draft steps (CUDA graphs on the GPU)
+        self.steps = Steps(graphs)    # static-shape draft steps (CUDA graphs on the GPU)
 
     # -- state -------------------------------------------------------------
     def alloc(self, budgets: np.ndarray) -> None:
@@ -39,11 +41,11 @@ class MTPProposer:
         self.row_key = np.full((B, int(caps.max())), -1, dtype=np.int64)
         self.row_target = np.zeros((B, int(caps.max())), dtype=bool)  # row carries a target hidden
         self.last_drafted = np.zeros(B, dtype=np.int64)
-        self._steps = {}
+        self.steps.clear()
 
     def free(self) -> None:
         self.kv = None
-        self._steps = {}
+        self.steps.clear()
 
     def drafter_rows(self) -> np.ndarray:
         return self.rows.copy()
@@ -54,9 +56,6 @@ class MTPProposer:
         # whole propose that followed an unfilled gap.)
         B = len(self.rows)
         return np.where(self.rows > 0, self.row_key[np.arange(B), np.maximum(self.rows - 1, 0)], -1)
-
-    def _ropes(self, keys: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        return keys + 1 if self.row_space == "compact" else slots
 
     def _forward(self, tok, hid, slots: np.ndarray, ropes: np.ndarray):
         dev = hid.device
@@ -72,7 +71,7 @@ class MTPProposer:
         order, s, j, T = pad_layout(feed.seq, B)
         slots = self.rows[s] + j
         keys = feed.key[order]
-        ropes = self._ropes(keys, slots)
+        ropes = rope_of(self.row_space, keys, slots)
         dev = feed.hiddens.device
         tok = torch.zeros(B, T, dtype=torch.long, device=dev)
         hid = torch.zeros(B, T, feed.hiddens.shape[-1], dtype=feed.hiddens.dtype, device=dev)
@@ -93,55 +92,36 @@ class MTPProposer:
     catchup_drafter = _write_rows
 
     # -- propose -----------------------------------------------------------
-    def _draft_fn(self, topk: int, length):
-        def step(tok, hid, pos, slots):
+    def _draft_fn(self, topk: int):
+        def step(tok, hid, pos, slots, length):
             out = self.mtp.forward(tok[:, None], hid[:, None], pos[:, None], slots[:, None], self.kv,
                                    self.embed, length=length)
-            probs = torch.softmax(self.mtp.logits(out, self.lm_head)[:, 0].float(), dim=-1)
-            conf, draft = probs.max(dim=-1)
-            p, ids = probs.topk(topk, dim=-1) if topk else (conf, draft)
-            return out[:, 0], conf, draft, ids, p
+            return (out[:, 0], *head_outputs(self.mtp.logits(out, self.lm_head)[:, 0], topk))
         return step
-
-    def _draft_step(self, topk, tok, hid, pos_t, slot_t, max_slot: int):
-        if not self.graphs:
-            return self._draft_fn(topk, max_slot + 1)(tok, hid, pos_t, slot_t)
-        if topk not in self._steps:
-            from atlas_ab.runtime.graphs import StaticStep
-            self._steps[topk] = StaticStep(self._draft_fn(topk, self.kv.max_capacity),
-                                           [tok, hid, pos_t, slot_t], capture=hid.device.type == "cuda")
-        return self._steps[topk](tok, hid, pos_t, slot_t)
 
     @torch.no_grad()
     def propose(self, history, last_tokens, target_hidden, positions, num_drafts, active, topk=0):
         base = self.rows.copy()
         act = np.nonzero(active)[0]
         tok, hid = last_tokens, target_hidden
-        drafts, confs, tk_ids, tk_probs = [], [], [], []
+        chain = DraftChain(topk)
         # every draft's RoPE positions and KV slots, in one host->device copy
         i = np.arange(num_drafts)[None, :]
         keys = positions[:, None] - 1 + i
         slots = np.where(active[:, None], base[:, None] + i, -1)
-        idx = torch.as_tensor(np.stack([self._ropes(keys, base[:, None] + i), slots]), device=hid.device)
-        max_slot = int(slots.max())
+        idx = torch.as_tensor(np.stack([rope_of(self.row_space, keys, base[:, None] + i), slots]), device=hid.device)
+        length = int(slots.max()) + 1
         for i in range(num_drafts):
-            keys = positions - 1 + i
-            out, conf, draft, ids, p = self._draft_step(topk, tok, hid, idx[0, :, i], idx[1, :, i], max_slot)
-            drafts.append(draft.clone())
-            confs.append(conf.clone())
-            if topk:
-                tk_ids.append(ids.clone())
-                tk_probs.append(p.clone())
+            out, conf, draft, ids, p = self.steps(("draft", topk), self._draft_fn(topk),
+                                                  [tok, hid, idx[0, :, i], idx[1, :, i]], length,
+                                                  self.kv.max_capacity)
+            chain.add(draft, conf, ids, p)
             tok, hid = draft, out   # the handoff: the drafter's own hidden feeds draft i+2
-            self.row_key[act, base[act] + i] = keys[act]
+            self.row_key[act, base[act] + i] = keys[act, i]
             self.row_target[act, base[act] + i] = i == 0
         self.rows[act] += num_drafts
         self.last_drafted[act] = num_drafts
-        return Proposal(
-            drafts=torch.stack(drafts, 1), conf=torch.stack(confs, 1),
-            topk_ids=torch.stack(tk_ids, 1) if topk else None,
-            topk_probs=torch.stack(tk_probs, 1) if topk else None,
-            row0_slot=np.where(active, base, -1))
+        return chain.proposal(np.where(active, base, -1))
 
     @torch.no_grad()
     def oracle_draft2(self, draft1, true_hidden, positions, row0_slot, active) -> torch.Tensor:
@@ -152,7 +132,7 @@ class MTPProposer:
         slot_t = torch.as_tensor(slots, device=true_hidden.device)
         snap = self.kv.snapshot(slot_t)
         out = self._forward(draft1[:, None], true_hidden[:, None], slots[:, None],
-                            self._ropes(positions, row0_slot + 1)[:, None])
+                            rope_of(self.row_space, positions, row0_slot + 1)[:, None])
         self.kv.restore(snap)
         return self.mtp.logits(out, self.lm_head)[:, 0].argmax(dim=-1)
 

@@ -21,7 +21,7 @@ a space that also keeps the row of the last accepted draft.
 """
 from __future__ import annotations
 
-from atlas_ab.telemetry.schema import ROW_SPACES  # noqa: F401  (re-exported: the rules below are per space)
+from atlas_ab.telemetry.schema import ROW_SPACES
 
 
 def rows_to_trim(row_space: str, drafted: int, accepted: int, refeed: bool) -> int:
@@ -38,10 +38,12 @@ def rows_to_trim(row_space: str, drafted: int, accepted: int, refeed: bool) -> i
         if refeed:
             trim += keep - 1              # every kept row past row 0 holds a drafter hidden
     else:
-        raise ValueError(f"unknown row_space {row_space!r}")
+        raise ValueError(f"unknown row_space {row_space!r} (one of {', '.join(ROW_SPACES)})")
     return min(trim, drafted)
 
 
-def rope_of(row_space: str, key: int, slot: int) -> int:
-    """RoPE position of a drafter row."""
+def rope_of(row_space: str, key, slot):
+    """RoPE position of a drafter row (ints or equal-shape arrays): key + 1 in the compact
+    space (ring label == RoPE == key + 1), the slot in the dense one. The drafter writes its
+    rows by it and the fingerprint table checks every feed against it."""
     return key + 1 if row_space == "compact" else slot

@@ -10,6 +10,8 @@ there too.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 
@@ -36,3 +38,26 @@ class StaticStep:
             dst.copy_(src, non_blocking=True)
         self.graph.replay()
         return self.outputs
+
+
+class Steps:
+    """The step functions of one wave: each run eagerly at the step's own KV length, or (graphs)
+    captured once per key at the pool's full length and replayed. On the CPU `graphs=True` runs
+    the same static-length path eagerly, so tests pin it to the dynamic one."""
+
+    def __init__(self, graphs: bool):
+        self.graphs = graphs
+        self._steps: dict = {}
+
+    def __call__(self, key, fn, inputs: list[torch.Tensor], length: int, full_length: int):
+        """fn(*inputs, length=L) -> outputs."""
+        if not self.graphs:
+            return fn(*inputs, length=length)
+        step = self._steps.get(key)
+        if step is None:
+            step = self._steps[key] = StaticStep(functools.partial(fn, length=full_length), inputs,
+                                                 capture=inputs[0].is_cuda)
+        return step(*inputs)
+
+    def clear(self) -> None:
+        self._steps.clear()

@@ -1,4 +1,4 @@
-"""ConfigStore registration: the structured schema every composed config is checked against.
+"""Hydra's ConfigStore registration, the `atlas.*` resolvers, and the strict key check.
 
 `AppConfig` is the root: `arm`, `model`, `workload`, `runner`, `study`, each a
 dataclass from `config.py`. The primary config (`atlas_ab/conf/config.yaml`)
@@ -10,12 +10,18 @@ The group schemas are deliberately NOT stored under the group names (`arm`,
 `model`, ...): a ConfigStore entry there would show up as an option, e.g. in
 `+arm=glob(*)`.
 
+Struct mode rejects an unknown key given without `+`; one added with `+` (Hydra's
+"append", which opens the struct flag) composes silently, so `check_keys` walks the
+composed config against the dataclasses and refuses it, naming the nearest valid key.
 Also registers the resolvers the Hydra config uses (`atlas.*`), at import.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
+import difflib
 import os
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -23,9 +29,10 @@ from typing import Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from atlas_ab import AtlasError
 from atlas_ab.config import ArmConfig, ModelConfig, RunnerConfig, StudyConfig, WorkloadConfig
+from atlas_ab.paths import CONF_DIR  # noqa: F401  (the primary config's directory)
 
-CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
 @dataclass
@@ -41,8 +48,6 @@ def _run_dir(resume: Optional[str], default: str) -> str:
     """hydra.run.dir: an explicit `runner.resume=PATH` runs in PATH, else the dated default."""
     if resume and resume != "auto":
         if not (Path(resume) / "manifest.json").is_file():
-            from atlas_ab import AtlasError
-
             raise AtlasError(f"cannot resume {resume}: no manifest.json there (not a run directory)")
         return resume
     return default
@@ -73,14 +78,9 @@ def _n_devices() -> int:
         return 1
 
 
-def _init_for_path(path: Optional[str]) -> str:
-    """model.init for presets: a checkpoint when a path is given, else random weights."""
-    return "checkpoint" if path else "random"
-
-
 def register_resolvers() -> None:
     for name, fn in (("atlas.run_dir", _run_dir), ("atlas.hydra_subdir", _hydra_subdir),
-                     ("atlas.n_devices", _n_devices), ("atlas.init_for_path", _init_for_path)):
+                     ("atlas.n_devices", _n_devices)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 
@@ -94,43 +94,53 @@ def register() -> None:
 register()
 
 
-def one_line(ex: BaseException) -> Optional[str]:
-    """The one-line message for a bad-input exception, or None for anything else (a bug).
+GROUPS = {f.name: f.default_factory for f in dataclasses.fields(AppConfig)}
 
-    Covers AtlasError, Hydra composition/override errors (unknown arm or group
-    option, unknown key, wrong type, missing mandatory value) and OS errors
-    (unwritable run directory).
-    """
-    from hydra.errors import HydraException, MissingConfigException
-    from omegaconf.errors import OmegaConfBaseException
 
-    from atlas_ab import AtlasError
+def nearest(key: str, valid) -> str:
+    """' (did you mean X?)' for the closest valid name, or '' when none is close."""
+    close = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
-    def first(s: str) -> str:
-        lines = [ln.strip() for ln in str(s).strip().splitlines() if ln.strip()]
-        return lines[0] if lines else type(ex).__name__
 
-    if isinstance(ex, AtlasError):
-        return " ".join(str(ex).split())
-    if isinstance(ex, MissingConfigException):
-        missing = getattr(ex, "missing_cfg_file", None) or ""
-        options = getattr(ex, "options", None)
-        if "/" in str(missing) and options is not None:
-            group, name = str(missing).rsplit("/", 1)
-            return f"unknown {group} {name!r} (available: {', '.join(sorted(options))})"
-        return first(ex)
-    if isinstance(ex, (HydraException, OmegaConfBaseException)):
-        msg = first(ex)
-        cause = ex.__cause__ or ex.__context__
-        if isinstance(cause, OmegaConfBaseException):
-            c = first(cause)
-            full_key = getattr(cause, "full_key", None)
-            if full_key and full_key not in c:
-                c = f"{c} (key: {full_key})"
-            if c not in msg:
-                msg = f"{msg}: {c}"
-        return msg
-    if isinstance(ex, OSError):
-        where = ex.filename if ex.filename is not None else ""
-        return f"cannot write {where}: {ex.strerror or type(ex).__name__}"
+def unknown_key(group: Optional[str], key: str) -> str:
+    """The one line for an unknown key of a group (or of the top level)."""
+    if group is None:
+        return f"unknown config group or key {key!r}{nearest(key, GROUPS)}"
+    valid = [f.name for f in dataclasses.fields(GROUPS[group]())]
+    near = nearest(key, valid)
+    if near:
+        near = f" (did you mean {group}.{near[len(' (did you mean '):]}"
+    return f"unknown key {group}.{key}{near}; valid keys: {', '.join(valid)}"
+
+
+def check_keys(cfg) -> None:
+    """Refuse any key of the composed config that no dataclass declares (`+arm.refeeed=true`)."""
+    for top in cfg.keys():
+        if top == "hydra":
+            continue
+        if top not in GROUPS:
+            raise AtlasError(unknown_key(None, str(top)))
+        valid = {f.name for f in dataclasses.fields(GROUPS[top]())}
+        node = cfg[top]
+        for key in node.keys():
+            if key not in valid:
+                raise AtlasError(unknown_key(str(top), str(key)))
+
+
+_TYPE_WORDS = {bool: "a bool (true or false)", int: "an integer", float: "a number", str: "a string"}
+
+
+def field_type(group: str, key: str) -> Optional[str]:
+    """The expected type of group.key in words (None when it is not a field)."""
+    cls = GROUPS.get(group)
+    if cls is None:
+        return None
+    for f in dataclasses.fields(cls()):
+        if f.name == key:
+            t = typing.get_type_hints(cls).get(key)
+            args = [a for a in typing.get_args(t) if a is not type(None)]
+            base = args[0] if args else t
+            word = _TYPE_WORDS.get(base, getattr(base, "__name__", str(base)))
+            return word + (" or null" if type(None) in typing.get_args(t) else "")
     return None

@@ -1,11 +1,10 @@
-"""`compare RUN_A RUN_B`: every headline figure of two arms and their differences (B - A)."""
+"""Two arms compared: every headline figure and their differences (B - A), as a named result."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from atlas_ab.analysis import cli
 from atlas_ab.analysis.load import Run
-from atlas_ab.analysis.metrics import (HEADLINE, ArmMetrics, Cells, arm_metrics, canonical, cell_counts,
+from atlas_ab.analysis.metrics import (HEADLINE, ArmMetrics, Cells, arm_metrics, canonical,
                                        metric_depth, require_depth)
 from atlas_ab.analysis.stats import Difference, compare as compare_cells
 
@@ -26,8 +25,10 @@ class Comparison:
         w = max(len(m) for m in self.headline) if self.headline else 8
         lines.append("")
         for m, d in self.headline.items():
+            clustered = (f"cluster {d.cluster_sd:.4f} deff {d.deff:.2f}" if d.cluster_sd is not None
+                         else "no cluster sd")
             lines.append(f"{m:<{w}}  {d.control.value:.4f} (n={d.control.n:,}) -> {d.treatment.value:.4f} "
-                         f"(n={d.treatment.n:,})  {d}  cluster {d.cluster_sd:.4f} deff {d.deff:.2f}")
+                         f"(n={d.treatment.n:,})  {d}  {clustered}")
         lines += ["", self.primary.summary()]
         return "\n".join(lines)
 
@@ -50,7 +51,7 @@ def headline_metrics(*cells: Cells) -> list[str]:
 def compare_runs(control: Run, treatment: Run, metric: str = "p2_uncond", B: int = 2000, seed: int = 0,
                  mismatches: tuple[str, ...] = ()) -> Comparison:
     metric = canonical(metric)
-    ca, cb = cell_counts(control.steps, control.arm), cell_counts(treatment.steps, treatment.arm)
+    ca, cb = control.cells(), treatment.cells()
     require_depth(ca, metric, str(control.path))
     require_depth(cb, metric, str(treatment.path))
     names = headline_metrics(ca, cb)
@@ -59,21 +60,3 @@ def compare_runs(control: Run, treatment: Run, metric: str = "p2_uncond", B: int
     diffs = {m: compare_cells(ca, cb, m, B=B, seed=seed) for m in names}
     return Comparison(control=arm_metrics(ca), treatment=arm_metrics(cb), primary=diffs[metric],
                       headline=diffs, mismatches=tuple(mismatches))
-
-
-def run(args) -> int:
-    runs, mismatches = cli.load_runs([args.run_a, args.run_b], args)
-    comp = compare_runs(runs[0], runs[1], args.metric, B=args.bootstrap, seed=args.seed,
-                        mismatches=tuple(mismatches))
-    return cli.emit(args, comp.to_dict(), comp.summary())
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser("compare", help="difference of two runs (B - A) with every sd")
-    p.add_argument("run_a", metavar="RUN_A", help="control run directory")
-    p.add_argument("run_b", metavar="RUN_B", help="treatment run directory")
-    p.add_argument("--metric", default="p2_uncond", help="p1, p2_uncond, p{i}, p{i}_cond, tokens_per_step")
-    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    cli.add_run_flags(p)
-    cli.add_boot_flags(p)
-    p.set_defaults(func=run)

@@ -1,0 +1,23 @@
+"""`compare RUN_A RUN_B`: every headline figure of two arms and their differences (B - A)."""
+from __future__ import annotations
+
+from atlas_ab.analysis import cli
+from atlas_ab.analysis.comparison import compare_runs
+
+
+def run(args) -> int:
+    runs, mismatches = cli.load_runs([args.run_a, args.run_b], args)
+    comp = compare_runs(runs[0], runs[1], args.metric, B=args.bootstrap, seed=args.seed,
+                        mismatches=tuple(mismatches))
+    return cli.emit(args, comp.to_dict(), comp.summary())
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("compare", help="difference of two runs (B - A) with every sd")
+    p.add_argument("run_a", metavar="RUN_A", help="control run directory")
+    p.add_argument("run_b", metavar="RUN_B", help="treatment run directory")
+    p.add_argument("--metric", default="p2_uncond", help="p1, p2_uncond, p{i}, p{i}_cond, tokens_per_step")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    cli.add_run_flags(p)
+    cli.add_boot_flags(p)
+    p.set_defaults(func=run)

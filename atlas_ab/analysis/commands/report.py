@@ -1,0 +1,46 @@
+"""`report RUN... [--prereg FILE] [--out DIR]`: the Markdown report of runs (and their pre-registrations)."""
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+from atlas_ab.analysis import cli
+from atlas_ab.paths import resolve_path
+from atlas_ab.analysis.report import build_report
+
+
+def run(args) -> int:
+    runs, mismatches = cli.load_runs(args.runs, args, optional=("oracle_hit2",))
+    out = Path(args.out) if args.out else Path("analysis/reports") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    rep = build_report(runs, out, prereg=resolve_path(args.prereg) if args.prereg else None, B=args.bootstrap,
+                       seed=args.seed, mismatches=tuple(mismatches), evaluate_edited=args.evaluate_edited,
+                       allow_ungated=args.allow_ungated)
+    if args.json:
+        cli.emit_json(rep.data)
+    else:
+        for j in rep.judged:
+            if j.origin == "edited":
+                print("WARNING: judged against an EDITED pre-registration (--evaluate-edited)")
+            print(j.verdict.summary())
+        if not rep.judged:
+            print("no pre-registration to judge (none locked by the runs' study, none given)")
+        print(f"report: {rep.path}")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("report", help="Markdown report (+ PNGs, report.json); evaluates a pre-registration")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run directories; the first is the control "
+                                                          "unless --prereg names the arms")
+    p.add_argument("--prereg", help="a pre-registration to judge (analysis/prereg/NAME.yaml or NAME); default: "
+                                    "the ones the runs' study locked")
+    p.add_argument("--evaluate-edited", action="store_true",
+                   help="judge --prereg even though it differs from the text the study locked (the report "
+                        "says so at its top)")
+    p.add_argument("--allow-ungated", action="store_true",
+                   help="judge runs whose lossless gate checked nothing (runner.gate_sequences=0)")
+    p.add_argument("--out", help="output directory (default analysis/reports/<timestamp>)")
+    p.add_argument("--json", action="store_true", help="also print every number as one JSON object")
+    cli.add_run_flags(p)
+    cli.add_boot_flags(p)
+    p.set_defaults(func=run)

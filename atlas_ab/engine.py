@@ -1,0 +1,54 @@
+"""The contract between the run session and an engine that runs waves (`runner.impl`).
+
+The real one is `runner.Runner`; tests plug in a deterministic double. Torch-free, so a
+double needs nothing heavy. A run is `waves` (lists of doc_ids, `batch_width` each); the
+session asks for wave i, stores what comes back as shard i, and resumes by wave.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Callable, Optional, Protocol
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What the engine actually loaded: the manifest's provenance sections."""
+    model: dict          # name, path, hash, init, tokenizer_hash, architecture, params, handoff, draft
+    workload: dict       # hash, corpus hash, selection, doc -> cluster map, ...
+    device: str          # "cpu" or the GPU's name
+    dtype: str
+    row_space: str
+    proposer: str
+    levers: dict         # the levers as they take effect
+    mode: str = "live"   # live | replay
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def status_of(passed: bool | None, checked_sequences: int) -> str:
+    """The lossless gate's outcome in words: passed | failed | not run (checked nothing)."""
+    if not checked_sequences or passed is None:
+        return "not run"
+    return "passed" if passed else "failed"
+
+
+@dataclass
+class WaveResult:
+    steps: pa.Table
+    events: Optional[pa.Table]
+    gate: dict           # gate.GateResult.to_dict()
+    n_tokens: int        # tokens committed by the wave's steps
+
+
+#: on_step(n_tokens_committed, k, accept_len) after each batched step; k and accept_len hold one entry per step row.
+OnStep = Callable[..., None]
+
+
+class Engine(Protocol):
+    info: RunInfo
+    waves: list[list[int]]
+
+    def run_wave(self, i: int, on_step: Optional[OnStep] = None) -> WaveResult: ...

@@ -1,0 +1,24 @@
+"""Ragged token windows as the runtime's padded batch (tokens, positions, slots, length).
+
+The runtime's forward takes [B, T] tokens, positions and KV slots, with padding rows at slot
+-1 (see kv.py). The turn prefill, the gate's target-only replay and the draft model's
+catch-up all hand it each sequence's own window of its token history.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def ragged_window(history: np.ndarray, start: np.ndarray, count: np.ndarray):
+    """Each sequence's tokens history[b, start[b] : start[b] + count[b]] as a padded
+    [B, T] batch at positions start.. (its own KV slots), padding rows at slot -1.
+
+    Returns (tokens, positions, slots, length): length = max slot + 1, for the
+    runtime's KV read (the caller knows it, so the forward needs no host sync)."""
+    T = int(count.max())
+    cols = np.arange(T)[None, :]
+    pos = start[:, None] + cols
+    valid = cols < count[:, None]
+    rows = np.arange(len(start))[:, None]
+    tok = np.where(valid, history[rows, np.minimum(pos, history.shape[1] - 1)], 0)
+    return tok, pos, np.where(valid, pos, -1), int((start + count).max())
