@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -12,7 +13,11 @@ def pytest_configure(config):
         # Two cores: one thread per test process avoids oversubscription stalls.
         torch.set_num_threads(1)
     except ImportError:
-        pass
+        return
+    if not torch.cuda.is_available():
+        # Without a GPU the runtime's Triton kernels are tested through Triton's interpreter
+        # (tests/test_kernels.py). It is chosen when triton is imported, so before any test can.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -11,9 +11,14 @@ Two ways to run:
 Both return the last block's residual stream PRE final norm; logits() applies norm + head and
 returns float32.
 
-Host syncs: forward() needs L = max slot + 1 on the host to size the KV read. Pass `length`
+Host syncs: the torch path needs L = max slot + 1 on the host to size the KV read. Pass `length`
 (the caller built `slots`, so it knows); if omitted it is computed with one .item() (free on CPU,
-a sync on GPU).
+a sync on GPU). The Triton path (kernels/, the default on CUDA) ignores `length`: each row reads
+its own sequence's live slots, found on the device.
+
+Two implementations of the cached forward, chosen per call by kernels.enabled(): the torch path
+below (the reference; the CPU's) and the fast path (`_layers_fast`: fused qkv / gate_up matmuls
+over the same parameters, Triton attention / RoPE + KV write / norms / SiLU).
 """
 from __future__ import annotations
 
@@ -23,7 +28,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from atlas_ab.runtime import kernels
 from atlas_ab.runtime.config import ModelArgs
+from atlas_ab.runtime.kernels.attention import attention as attention_kernel
+from atlas_ab.runtime.kernels.mlp import silu_mul
+from atlas_ab.runtime.kernels.norm import add_rmsnorm, rmsnorm
+from atlas_ab.runtime.kernels.rope import rope_write_kv
 from atlas_ab.runtime.kv import KVPool
 
 
@@ -37,6 +47,13 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # HF: normalise in fp32, cast back to the input dtype, then scale.
         return self.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
+
+    def apply(self, x: torch.Tensor, fast: bool, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """forward(x), through the fused kernel when `fast` (then optionally into `out`)."""
+        if fast:
+            return rmsnorm(x, self.weight, self.eps, out=out)
+        y = self.forward(x)
+        return y if out is None else out.copy_(y)
 
 
 _INV_FREQ: dict = {}
@@ -61,17 +78,23 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class _Ctx:
-    """Per-forward attention context shared by all layers (computed once)."""
-    __slots__ = ("kv", "flat", "length", "mask", "causal", "fold")
+    """Per-forward attention context shared by all layers (computed once). `fast`: the Triton
+    path, which needs only the pool and the slots (no mask, no length, no flat indices)."""
+    __slots__ = ("kv", "flat", "length", "mask", "causal", "fold", "fast", "slots", "window")
 
-    def __init__(self, kv=None, flat=None, length=0, mask=None, causal=False, fold=False):
+    def __init__(self, kv=None, flat=None, length=0, mask=None, causal=False, fold=False, fast=False,
+                 slots=None, window=None):
         self.kv, self.flat, self.length, self.mask, self.causal, self.fold = kv, flat, length, mask, causal, fold
+        self.fast, self.slots, self.window = fast, slots, window
 
 
 FOLD_MAX_ROWS = 64      # fold GQA groups into the query rows when G*T is at most this
 
 
 def _cached_ctx(kv: KVPool, slots: torch.Tensor, length: Optional[int], a: ModelArgs, dtype) -> _Ctx:
+    if kv.dtype == dtype and kernels.enabled(kv.device):
+        slots = slots.to(kv.device, non_blocking=True).contiguous()
+        return _Ctx(kv=kv, fast=True, slots=slots, window=a.sliding_window)
     if length is None:
         length = int(slots.max()) + 1        # one host sync on GPU: pass `length` to avoid it
     length = max(int(length), 1)
@@ -140,6 +163,20 @@ class Attention(nn.Module):
         o = o.view(B, KVH, G, T, D).permute(0, 3, 1, 2, 4)                # [B, T, KVH, G, D]
         return self.o_proj(o.reshape(B, T, self.n_heads * D))
 
+    def forward_fast(self, x, cos, sin, ctx: _Ctx, layer: int):
+        """The Triton path: one qkv matmul; RoPE (and q/k norm) on its output with the K/V rows
+        written into the pool; attention from the pool; o_proj."""
+        qkv = F.linear(x, fused(self, "_qkv_w", (self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)),
+                       fused(self, "_qkv_b", (self.q_proj.bias, self.k_proj.bias, self.v_proj.bias)))
+        kv = ctx.kv
+        k_pool, v_pool = kv.k[layer], kv.v[layer]
+        qn = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps) if self.q_norm is not None else (None, None, 0.0)
+        rope_write_kv(qkv, cos, sin, k_pool, v_pool, ctx.slots, kv.base, kv.capacity, self.n_heads,
+                      self.n_kv_heads, qn[0], qn[1], qn[2])
+        o = attention_kernel(qkv, k_pool, v_pool, ctx.slots, kv.base, kv.capacity, self.n_heads,
+                             self.head_dim ** -0.5, ctx.window, max_len=kv.max_capacity + 1)
+        return self.o_proj(o)
+
 
 class MLP(nn.Module):
     def __init__(self, a: ModelArgs):
@@ -150,6 +187,10 @@ class MLP(nn.Module):
 
     def forward(self, x):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    def forward_fast(self, x):
+        gate_up = F.linear(x, fused(self, "_gate_up_w", (self.gate_proj.weight, self.up_proj.weight)))
+        return self.down_proj(silu_mul(gate_up))
 
 
 class DecoderLayer(nn.Module):
@@ -163,6 +204,55 @@ class DecoderLayer(nn.Module):
     def forward(self, x, cos, sin, ctx: _Ctx, layer: int = 0):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx, layer)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def _layers_fast(layers, x, cos, sin, ctx: _Ctx, first_layer: int = 0) -> torch.Tensor:
+    """DecoderLayer.forward over `layers`, the Triton path: each residual add is fused into the
+    norm that follows it (add_rmsnorm), so a layer is norm, qkv, rope+write, attention, o_proj,
+    add+norm, gate_up, silu*up, down. Returns the last residual stream (pre final norm)."""
+    h = layers[0].input_layernorm.apply(x, True)
+    for i, layer in enumerate(layers):
+        a = layer.self_attn.forward_fast(h, cos, sin, ctx, first_layer + i)
+        n = layer.post_attention_layernorm
+        x, h = add_rmsnorm(x, a, n.weight, n.eps)
+        m = layer.mlp.forward_fast(h)
+        if i + 1 < len(layers):
+            n = layers[i + 1].input_layernorm
+            x, h = add_rmsnorm(x, m, n.weight, n.eps)
+        else:
+            x = x + m
+    return x
+
+
+def fused(owner: nn.Module, key: str, params) -> Optional[torch.Tensor]:
+    """`params` (tensors of one module, or all None) stacked along dim 0 in one tensor, for one
+    matmul instead of several. Each parameter's .data becomes a view into it: the Parameter
+    objects stay (HF names, state_dict, optimizers and in-place updates all carry over) and the
+    weights are stored once. Rebuilt when a parameter no longer lives there (replaced by a load
+    with assign=True, moved by .to(), ...); the check is host-side pointer arithmetic."""
+    ps = [p for p in params if p is not None]
+    if not ps:
+        return None
+    f = owner.__dict__.get(key)
+    if f is not None and _stacked_in(f, ps):
+        return f
+    with torch.no_grad():
+        f = torch.cat([p.detach() for p in ps], 0)
+        off = 0
+        for p in ps:
+            p.data = f[off:off + p.shape[0]]
+            off += p.shape[0]
+    owner.__dict__[key] = f
+    return f
+
+
+def _stacked_in(f: torch.Tensor, ps) -> bool:
+    off, row = 0, f.stride(0) * f.element_size()
+    for p in ps:
+        if p.device != f.device or p.dtype != f.dtype or p.data_ptr() != f.data_ptr() + off * row:
+            return False
+        off += p.shape[0]
+    return off == f.shape[0]
 
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
@@ -223,6 +313,8 @@ class Transformer(nn.Module):
         x = self.model.embed_tokens(tokens.to(self.device, non_blocking=True))
         positions = positions.to(x.device, non_blocking=True)
         cos, sin = rope_cos_sin(positions, self.args.head_dim, self.args.rope_theta, x.dtype)
+        if ctx.fast:
+            return _layers_fast(self.model.layers, x, cos, sin, ctx)
         for i, layer in enumerate(self.model.layers):
             x = layer(x, cos, sin, ctx, i)
         return x
@@ -242,7 +334,7 @@ class Transformer(nn.Module):
         return self._run(tokens, positions, _train_ctx(T, tokens.device, self.args.sliding_window))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.model.norm(hidden)).float()
+        return self.lm_head(self.model.norm.apply(hidden, kernels.enabled(hidden.device))).float()
 
 
 # ---- the MTP module -----------------------------------------------------------------------------
@@ -291,11 +383,19 @@ class MTPModule(DecoderLayer):
         if hasattr(embed, "embed_tokens"):        # a Transformer was passed
             embed = embed.embed_tokens
         e = embed(tokens.to(self.device, non_blocking=True))
+        if kernels.enabled(e.device):       # both norms written into the halves of one buffer
+            H = e.shape[-1]
+            x = torch.empty(*e.shape[:-1], 2 * H, dtype=e.dtype, device=e.device)
+            self.enorm.apply(e, True, out=x[..., :H])
+            self.hnorm.apply(hiddens.to(e.dtype), True, out=x[..., H:])
+            return self.eh_proj(x)
         return self.eh_proj(torch.cat([self.enorm(e), self.hnorm(hiddens.to(e.dtype))], dim=-1))
 
     def _block(self, x, positions, ctx):
         positions = positions.to(x.device, non_blocking=True)
         cos, sin = rope_cos_sin(positions, self.args.head_dim, self.args.rope_theta, x.dtype)
+        if ctx.fast:
+            return _layers_fast([self], x, cos, sin, ctx)
         return DecoderLayer.forward(self, x, cos, sin, ctx, 0)
 
     def _ref(self, i: int, what: str):
@@ -326,4 +426,4 @@ class MTPModule(DecoderLayer):
             head = self._ref(1, "lm_head")
         if hasattr(head, "lm_head"):              # a Transformer was passed
             head = head.lm_head
-        return head(self.shared_head.norm(out)).float()
+        return head(self.shared_head.norm.apply(out, kernels.enabled(out.device))).float()

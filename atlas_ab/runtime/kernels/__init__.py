@@ -1,0 +1,85 @@
+"""The runtime's fast forward: Triton kernels for the cached (decode / verify / prefill) path.
+
+Which path a cached forward takes:
+  "torch"   the eager reference path (model.py as it always was): RMSNorm as fp32 ops, RoPE by
+            cat/chunk, separate q/k/v and gate/up matmuls, an additive mask and SDPA.
+  "triton"  fused qkv and gate_up matmuls (cuBLAS), and Triton for the rest: attention straight
+            from the KVPool without a mask (attention.py), RoPE + KV write (rope.py), RMSNorm with
+            the residual add fused in (norm.py), SiLU * up (mlp.py).
+  "auto"    (default) triton on CUDA when Triton imports, torch elsewhere.
+
+Set by ATLAS_AB_KERNELS=auto|torch|triton or `use(...)` (a context manager as well). Forcing
+"triton" on CPU tensors runs Triton's interpreter; that needs TRITON_INTERPRET=1 in the
+environment before the first kernel is built (tests do this; it is far too slow for real runs).
+The fast path is inference-only: with autograd on, the torch path runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import os
+
+import torch
+
+from atlas_ab import AtlasError
+
+BACKENDS = ("auto", "torch", "triton")
+_state = {"backend": None}
+
+
+def backend() -> str:
+    b = _state["backend"] or os.environ.get("ATLAS_AB_KERNELS", "auto")
+    if b not in BACKENDS:
+        raise AtlasError(f"ATLAS_AB_KERNELS={b!r} is not one of {', '.join(BACKENDS)}")
+    return b
+
+
+@contextlib.contextmanager
+def _restoring(prev):
+    try:
+        yield
+    finally:
+        _state["backend"] = prev
+
+
+def use(name: str):
+    """Select the backend for every cached forward from now on; also usable as `with use(...)`,
+    which puts the previous choice back on exit."""
+    if name not in BACKENDS:
+        raise AtlasError(f"kernel backend {name!r} is not one of {', '.join(BACKENDS)}")
+    prev, _state["backend"] = _state["backend"], name
+    return _restoring(prev)
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@functools.cache
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def enabled(device: torch.device) -> bool:
+    """Whether a cached forward on `device` takes the Triton path (autograd off)."""
+    if torch.is_grad_enabled():
+        return False
+    b = backend()
+    if b == "torch":
+        return False
+    if b == "auto":
+        return device.type == "cuda" and triton_available()
+    if device.type != "cuda" and not interpreting():
+        raise AtlasError("ATLAS_AB_KERNELS=triton on a CPU tensor needs TRITON_INTERPRET=1 (the interpreter)")
+    if not triton_available():
+        raise AtlasError("ATLAS_AB_KERNELS=triton but triton does not import")
+    return True
+
+
+@functools.cache
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors (the interpreter pretends to have 8, so splitting is exercised)."""
+    if device.type != "cuda":
+        return 8
+    return torch.cuda.get_device_properties(device).multi_processor_count

@@ -1,0 +1,209 @@
+"""The runtime's Triton kernels (atlas_ab/runtime/kernels/) against plain references.
+
+Without a GPU they run in Triton's interpreter (conftest sets TRITON_INTERPRET=1 before triton
+is imported); with one, on the GPU. Shapes are tiny: the interpreter runs every program in Python.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from atlas_ab import AtlasError
+from atlas_ab.runtime import kernels
+from atlas_ab.runtime.kernels.attention import attention
+from atlas_ab.runtime.kernels.mlp import silu_mul
+from atlas_ab.runtime.kernels.norm import add_rmsnorm, rmsnorm
+from atlas_ab.runtime.kernels.rope import rope_write_kv
+from atlas_ab.runtime.kv import KVPool
+from atlas_ab.runtime.model import RMSNorm, apply_rope, rope_cos_sin
+
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+# Triton 3.9's interpreter rounds fp32 -> bf16 toward zero (the GPU rounds to nearest even, as
+# torch does), so bf16 results are bit-exact only on the GPU; here they are checked to an ulp.
+INTERPRETED = DEV.type != "cuda"
+BF16_ULPS = dict(atol=1e-2, rtol=2e-2)     # two bf16 roundings apart (2^-7 relative each)
+FP32 = dict(atol=1e-5, rtol=1e-5)
+needs_triton = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
+pytestmark = needs_triton
+
+
+def reference_attention(q, pool: KVPool, layer, slots, n_heads, window=None):
+    """Row (b, t) at slot s: softmax over its sequence's slots lo..min(s, cap-1), one head at a
+    time, in float64 (the rule of kv.py written as plainly as possible)."""
+    B, T = slots.shape
+    KVH, D = pool.n_kv_heads, pool.head_dim
+    G = n_heads // KVH
+    q = q[..., :n_heads * D].reshape(B, T, n_heads, D).double()
+    out = torch.zeros(B, T, n_heads, D, dtype=torch.float64)
+    for b in range(B):
+        cap, base = pool.capacities[b], int(pool.base[b])
+        for t in range(T):
+            s = max(int(slots[b, t]), 0)
+            hi = min(s, cap - 1) + 1
+            lo = max(s - window + 1, 0) if window else 0
+            idx = torch.arange(base + lo, base + hi)
+            for h in range(n_heads):
+                k = pool.k[layer, idx, h // G].double().cpu()
+                v = pool.v[layer, idx, h // G].double().cpu()
+                w = torch.softmax(k @ q[b, t, h].cpu() / math.sqrt(D), dim=0)
+                out[b, t, h] = w @ v
+    return out.reshape(B, T, n_heads * D)
+
+
+def filled_pool(caps, kvh, d, dtype, layers=1, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    pool = KVPool(layers, kvh, d, caps, device=DEV, dtype=dtype)
+    pool.k.copy_(torch.randn(pool.k.shape, generator=g))
+    pool.v.copy_(torch.randn(pool.v.shape, generator=g))
+    return pool
+
+
+def edge_slots(caps, T):
+    """Seq 0 at its capacity (its last row one past it, which the pool sends to the dump slot),
+    seq 1 mid-way with trailing padding rows, seq 2 from slot 0."""
+    rows = [[caps[0] - T + 1 + t for t in range(T)],
+            [caps[1] // 2 + t if t < max(T - 1, 1) else -1 for t in range(T)],
+            list(range(T))]
+    return torch.tensor(rows, device=DEV)
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("T", [1, 2, 3, 4])
+@pytest.mark.parametrize("G", [1, 2, 4])
+def test_attention_matches_reference(G, T, splits):
+    caps, KVH, D = [70, 150, 33], 2, 16
+    pool = filled_pool(caps, KVH, D, torch.float32)
+    H = KVH * G
+    slots = edge_slots(caps, T)
+    q = torch.randn(3, T, (H + 2 * KVH) * D, device=DEV)          # the q columns of a qkv buffer
+    got = attention(q, pool.k[0], pool.v[0], slots, pool.base, pool.capacity, H, D ** -0.5, splits=splits)
+    torch.testing.assert_close(got.double().cpu(), reference_attention(q, pool, 0, slots, H), atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("splits", [1, 2])
+def test_attention_sliding_window_and_odd_head_dim(splits):
+    caps, KVH, D, H, window = [40, 90, 20], 1, 12, 3, 7
+    pool = filled_pool(caps, KVH, D, torch.float32, seed=3)
+    slots = edge_slots(caps, 3)
+    q = torch.randn(3, 3, H * D, device=DEV)
+    got = attention(q, pool.k[0], pool.v[0], slots, pool.base, pool.capacity, H, D ** -0.5, window=window,
+                    splits=splits)
+    torch.testing.assert_close(got.double().cpu(), reference_attention(q, pool, 0, slots, H, window),
+                               atol=2e-5, rtol=1e-5)
+
+
+def test_attention_bf16_and_reads_only_live_slots():
+    """bf16 as on the GPU (to bf16 rounding), and slots past the live rows never matter: NaN
+    poured into every slot a row may not see leaves the output finite and unchanged."""
+    caps, KVH, D, H = [70, 150, 33], 2, 16, 8
+    pool = filled_pool(caps, KVH, D, torch.bfloat16, seed=5)
+    slots = edge_slots(caps, 2)
+    q = torch.randn(3, 2, H * D, device=DEV, dtype=torch.bfloat16)
+    ref = reference_attention(q, pool, 0, slots, H)
+    for b in range(3):
+        top = min(max(int(slots[b].max()), 0), caps[b] - 1) + 1
+        base = int(pool.base[b])
+        pool.k[0, base + top:base + caps[b] + 1] = float("nan")
+        pool.v[0, base + top:base + caps[b] + 1] = float("nan")
+    for splits in (1, 3):
+        got = attention(q, pool.k[0], pool.v[0], slots, pool.base, pool.capacity, H, D ** -0.5, splits=splits)
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got.double().cpu(), ref, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_rope_write_equals_torch_path(dtype, qk_norm):
+    """RoPE (+ q/k norm) in place on q and into the pool equals model.apply_rope + KVPool.write;
+    bit for bit without the norm (same ops, same rounding; on the GPU for bf16), to fp32 / bf16
+    rounding with it."""
+    B, T, H, KVH, D = 3, 4, 4, 2, 12
+    caps = [9, 14, 6]
+    g = torch.Generator().manual_seed(1)
+    qkv = torch.randn(B, T, (H + 2 * KVH) * D, generator=g).to(DEV, dtype)
+    slots = torch.tensor([[5, 6, 7, 8], [0, 1, -1, -1], [5, 6, 7, 9]], device=DEV)   # 9 >= cap: dump slot
+    pos = slots.clamp(min=0) + 3
+    cos, sin = rope_cos_sin(pos, D, 10000.0, dtype)
+    ref_pool = KVPool(2, KVH, D, caps, device=DEV, dtype=dtype)
+    pool = KVPool(2, KVH, D, caps, device=DEV, dtype=dtype)
+    q, k, v = qkv.split([H * D, KVH * D, KVH * D], dim=-1)
+    q, k, v = q.reshape(B, T, H, D), k.reshape(B, T, KVH, D), v.reshape(B, T, KVH, D)
+    qn = kn = None
+    if qk_norm:
+        qn_mod, kn_mod = RMSNorm(D).to(DEV, dtype), RMSNorm(D).to(DEV, dtype)
+        with torch.no_grad():
+            qn_mod.weight.copy_(torch.randn(D, generator=g))
+            kn_mod.weight.copy_(torch.randn(D, generator=g))
+            q, k = qn_mod(q), kn_mod(k)
+        qn, kn = qn_mod.weight, kn_mod.weight
+    with torch.no_grad():
+        q_ref, k_ref = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    ref_pool.write(1, slots, k_ref, v)
+    got = qkv.clone()
+    rope_write_kv(got, cos, sin, pool.k[1], pool.v[1], slots, pool.base, pool.capacity, H, KVH, qn, kn, 1e-6)
+    if dtype == torch.bfloat16 and qk_norm and INTERPRETED:
+        exact = dict(atol=0.1, rtol=3e-2)       # five truncations, then x1*c - x2*s cancels
+    elif dtype == torch.bfloat16 and (qk_norm or INTERPRETED):
+        exact = BF16_ULPS
+    else:
+        exact = dict(atol=0 if not qk_norm else 1e-5, rtol=0)
+    torch.testing.assert_close(got[..., :H * D].reshape(B, T, H, D), q_ref, **exact)
+    torch.testing.assert_close(got[..., H * D:], qkv[..., H * D:], atol=0, rtol=0)   # k, v columns untouched
+    torch.testing.assert_close(pool.k, ref_pool.k, **exact)
+    torch.testing.assert_close(pool.v, ref_pool.v, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_norms_equal_rmsnorm_module(dtype):
+    g = torch.Generator().manual_seed(2)
+    N = 40
+    norm = RMSNorm(N, 1e-5).to(DEV, dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(N, generator=g))
+    x = torch.randn(2, 3, N, generator=g).to(DEV, dtype)
+    r = torch.randn(2, 3, N, generator=g).to(DEV, dtype)
+    tol = FP32 if dtype == torch.float32 else BF16_ULPS
+    with torch.no_grad():
+        torch.testing.assert_close(rmsnorm(x, norm.weight, norm.eps), norm(x), **tol)
+        s, y = add_rmsnorm(x, r, norm.weight, norm.eps)
+        exact = BF16_ULPS if dtype == torch.bfloat16 and INTERPRETED else dict(atol=0, rtol=0)
+        torch.testing.assert_close(s, x + r, **exact)                  # the residual: one rounding, as torch
+        torch.testing.assert_close(y, norm(x + r), **tol)
+        buf = torch.zeros(2, 3, 2 * N, device=DEV, dtype=dtype)      # into the right half of a wider buffer
+        rmsnorm(x, norm.weight, norm.eps, out=buf[..., N:])
+        torch.testing.assert_close(buf[..., N:], norm(x), **tol)
+        assert (buf[..., :N] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_silu_mul_equals_torch(dtype):
+    g = torch.Generator().manual_seed(3)
+    gu = (3 * torch.randn(5, 2 * 37, generator=g)).to(DEV, dtype)
+    gate, up = gu.chunk(2, dim=-1)
+    tol = FP32 if dtype == torch.float32 else BF16_ULPS
+    torch.testing.assert_close(silu_mul(gu), F.silu(gate) * up, **tol)
+
+
+def test_backend_choice(monkeypatch):
+    with torch.no_grad():
+        assert not kernels.enabled(torch.device("cpu"))           # auto: torch on the CPU
+        with kernels.use("triton"):
+            assert kernels.enabled(DEV)
+            with kernels.use("torch"):
+                assert not kernels.enabled(DEV)
+            assert kernels.enabled(DEV)
+        assert kernels.enabled(torch.device("cuda")) == kernels.triton_available()
+        monkeypatch.setenv("TRITON_INTERPRET", "0")
+        with kernels.use("triton"):
+            with pytest.raises(AtlasError, match="TRITON_INTERPRET"):
+                kernels.enabled(torch.device("cpu"))
+    with kernels.use("triton"):
+        assert not kernels.enabled(DEV)                            # autograd on: the torch path
+    monkeypatch.setenv("ATLAS_AB_KERNELS", "fast")
+    with pytest.raises(AtlasError, match="ATLAS_AB_KERNELS"):
+        kernels.backend()
+    with pytest.raises(AtlasError, match="backend"):
+        kernels.use("cuda")
