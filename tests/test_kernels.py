@@ -14,11 +14,12 @@ import torch.nn.functional as F
 from atlas_ab import AtlasError
 from atlas_ab.runtime import kernels
 from atlas_ab.runtime.kernels.attention import attention
+from atlas_ab.runtime.kernels.matmul import linear, skinny_linear, use_matmul
 from atlas_ab.runtime.kernels.mlp import silu_mul
 from atlas_ab.runtime.kernels.norm import add_rmsnorm, rmsnorm
 from atlas_ab.runtime.kernels.rope import rope_write_kv
 from atlas_ab.runtime.kv import KVPool
-from atlas_ab.runtime.model import RMSNorm, apply_rope, rope_cos_sin
+from atlas_ab.runtime.model import RMSNorm, apply_rope, rope_cos_sin, rope_table
 
 DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 # Triton 3.9's interpreter rounds fp32 -> bf16 toward zero (the GPU rounds to nearest even, as
@@ -117,9 +118,9 @@ def test_attention_bf16_and_reads_only_live_slots():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("qk_norm", [False, True])
 def test_rope_write_equals_torch_path(dtype, qk_norm):
-    """RoPE (+ q/k norm) in place on q and into the pool equals model.apply_rope + KVPool.write;
-    bit for bit without the norm (same ops, same rounding; on the GPU for bf16), to fp32 / bf16
-    rounding with it."""
+    """RoPE (+ q/k norm) in place on q and into the pool equals model.apply_rope + KVPool.write:
+    bit for bit where the ops round alike (bf16 on the GPU, fp32 here) for positions inside the
+    cos/sin table, to fp32 / bf16 rounding with the norm or past the table (cos/sin computed)."""
     B, T, H, KVH, D = 3, 4, 4, 2, 12
     caps = [9, 14, 6]
     g = torch.Generator().manual_seed(1)
@@ -127,6 +128,8 @@ def test_rope_write_equals_torch_path(dtype, qk_norm):
     slots = torch.tensor([[5, 6, 7, 8], [0, 1, -1, -1], [5, 6, 7, 9]], device=DEV)   # 9 >= cap: dump slot
     pos = slots.clamp(min=0) + 3
     cos, sin = rope_cos_sin(pos, D, 10000.0, dtype)
+    cos_t, sin_t, inv = rope_table(D, 10000.0, dtype, DEV)
+    n_table = 10                                # positions 10.. (two rows of seq 0 and 2) compute cos/sin
     ref_pool = KVPool(2, KVH, D, caps, device=DEV, dtype=dtype)
     pool = KVPool(2, KVH, D, caps, device=DEV, dtype=dtype)
     q, k, v = qkv.split([H * D, KVH * D, KVH * D], dim=-1)
@@ -143,17 +146,25 @@ def test_rope_write_equals_torch_path(dtype, qk_norm):
         q_ref, k_ref = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     ref_pool.write(1, slots, k_ref, v)
     got = qkv.clone()
-    rope_write_kv(got, cos, sin, pool.k[1], pool.v[1], slots, pool.base, pool.capacity, H, KVH, qn, kn, 1e-6)
+    rope_write_kv(got, pos.contiguous(), (cos_t[:n_table], sin_t[:n_table], inv), pool.k[1], pool.v[1], slots,
+                  pool.base, pool.capacity, H, KVH, qn, kn, 1e-6)
     if dtype == torch.bfloat16 and qk_norm and INTERPRETED:
-        exact = dict(atol=0.1, rtol=3e-2)       # five truncations, then x1*c - x2*s cancels
-    elif dtype == torch.bfloat16 and (qk_norm or INTERPRETED):
-        exact = BF16_ULPS
+        tol = dict(atol=0.1, rtol=3e-2)         # five truncations, then x1*c - x2*s cancels
     else:
-        exact = dict(atol=0 if not qk_norm else 1e-5, rtol=0)
-    torch.testing.assert_close(got[..., :H * D].reshape(B, T, H, D), q_ref, **exact)
+        tol = FP32 if dtype == torch.float32 else BF16_ULPS
+    exact = not qk_norm and (dtype == torch.bfloat16) != INTERPRETED   # the GPU may fuse fp32 x1*c - x2*s (FMA)
+    q_got = got[..., :H * D].reshape(B, T, H, D)
+    torch.testing.assert_close(q_got, q_ref, **tol)
     torch.testing.assert_close(got[..., H * D:], qkv[..., H * D:], atol=0, rtol=0)   # k, v columns untouched
-    torch.testing.assert_close(pool.k, ref_pool.k, **exact)
+    torch.testing.assert_close(pool.k, ref_pool.k, **tol)
     torch.testing.assert_close(pool.v, ref_pool.v, atol=0, rtol=0)
+    if exact:
+        inside = pos < n_table
+        assert torch.equal(q_got[inside], q_ref[inside])
+        live = (slots >= 0) & (slots < torch.tensor(caps, device=DEV)[:, None]) & inside
+        for b, t in live.nonzero().tolist():
+            idx = int(pool.base[b]) + int(slots[b, t])
+            assert torch.equal(pool.k[1, idx], ref_pool.k[1, idx])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -185,6 +196,34 @@ def test_silu_mul_equals_torch(dtype):
     gate, up = gu.chunk(2, dim=-1)
     tol = FP32 if dtype == torch.float32 else BF16_ULPS
     torch.testing.assert_close(silu_mul(gu), F.silu(gate) * up, **tol)
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 48, 256), (5, 50, 200), (33, 96, 130), (64, 16, 128)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_skinny_linear_equals_f_linear(M, N, K, bias):
+    """Ragged N and K (masked tails), 1..64 rows, with and without bias."""
+    g = torch.Generator().manual_seed(M + N)
+    x = torch.randn(M, K, generator=g).to(DEV)
+    w = torch.randn(N, K, generator=g).to(DEV)
+    b = torch.randn(N, generator=g).to(DEV) if bias else None
+    torch.testing.assert_close(skinny_linear(x, w, b), F.linear(x, w, b), atol=1e-4, rtol=1e-5)
+    x3 = x[None].expand(2, M, K)[:, : max(M // 2, 1)]                       # [B, T, K], strided rows
+    torch.testing.assert_close(skinny_linear(x3, w, b), F.linear(x3, w, b), atol=1e-4, rtol=1e-5)
+
+
+def test_linear_takes_the_skinny_kernel_only_when_chosen_and_small(monkeypatch):
+    import atlas_ab.runtime.kernels.matmul as mm
+    calls = []
+    monkeypatch.setattr(mm, "skinny_linear", lambda x, w, b=None: calls.append(x.shape) or F.linear(x, w, b))
+    w = torch.randn(32, 16, device=DEV)
+    with use_matmul("triton"):
+        linear(torch.randn(64, 16, device=DEV), w)
+        linear(torch.randn(65, 16, device=DEV), w)                 # too many rows: cuBLAS
+    with use_matmul("cublas"):
+        linear(torch.randn(8, 16, device=DEV), w)
+    assert calls == [(64, 16)]
+    with pytest.raises(AtlasError, match="matmul"):
+        use_matmul("cutlass")
 
 
 def test_backend_choice(monkeypatch):

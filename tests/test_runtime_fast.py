@@ -81,6 +81,18 @@ def test_fast_forward_equals_torch(variant):
         torch.testing.assert_close(got_kv.v[:, s], ref_kv.v[:, s], **TOL)
 
 
+def test_fast_forward_with_skinny_matmuls_equals_torch():
+    from atlas_ab.runtime.kernels.matmul import use_matmul
+    trunk, _ = build(args())
+    caps = (20, 32, 12)
+    ref, _, _ = run(trunk, "torch", caps, STEPS[1:3])
+    with use_matmul("triton"):
+        got, _, _ = run(trunk, "triton", caps, STEPS[1:3])
+    for r_step, g_step in zip(ref, got):
+        for r, g in zip(r_step, g_step):
+            torch.testing.assert_close(g, r, **TOL)
+
+
 def test_fast_greedy_tokens_and_logits_equal_torch():
     trunk, _ = build(args())
     prompt = torch.randint(0, 61, (2, 6), generator=torch.Generator().manual_seed(4)).to(DEV)

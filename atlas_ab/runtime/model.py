@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from atlas_ab.runtime import kernels
 from atlas_ab.runtime.config import ModelArgs
 from atlas_ab.runtime.kernels.attention import attention as attention_kernel
+from atlas_ab.runtime.kernels.matmul import linear
 from atlas_ab.runtime.kernels.mlp import silu_mul
 from atlas_ab.runtime.kernels.norm import add_rmsnorm, rmsnorm
 from atlas_ab.runtime.kernels.rope import rope_write_kv
@@ -48,27 +49,47 @@ class RMSNorm(nn.Module):
         # HF: normalise in fp32, cast back to the input dtype, then scale.
         return self.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
 
-    def apply(self, x: torch.Tensor, fast: bool, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """forward(x), through the fused kernel when `fast` (then optionally into `out`)."""
-        if fast:
-            return rmsnorm(x, self.weight, self.eps, out=out)
-        y = self.forward(x)
-        return y if out is None else out.copy_(y)
+    def fast(self, x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """forward(x) as one Triton kernel (the fast path), optionally into `out`."""
+        return rmsnorm(x, self.weight, self.eps, out=out)
 
 
 _INV_FREQ: dict = {}
 
 
-def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """positions [B, T] (int) -> cos, sin [B, T, 1, head_dim] in `dtype` (HF default RoPE)."""
-    key = (head_dim, float(theta), positions.device)
+def inv_freq(head_dim: int, theta: float, device) -> torch.Tensor:
+    """[head_dim / 2] fp32 RoPE frequencies (HF default), cached per device."""
+    key = (head_dim, float(theta), device)
     inv = _INV_FREQ.get(key)
     if inv is None:
         inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-        inv = _INV_FREQ[key] = inv.to(positions.device)
+        inv = _INV_FREQ[key] = inv.to(device)
+    return inv
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+    """positions [B, T] (int) -> cos, sin [B, T, 1, head_dim] in `dtype` (HF default RoPE)."""
+    inv = inv_freq(head_dim, theta, positions.device)
     f = positions[..., None].float() * inv                     # [B, T, D/2], fp32
     emb = torch.cat((f, f), dim=-1)[:, :, None, :]
     return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+ROPE_TABLE_POSITIONS = 1 << 15     # 8 MiB of bf16 tables at head_dim 128; later positions: computed
+
+
+def rope_table(head_dim: int, theta: float, dtype: torch.dtype, device) -> tuple:
+    """(cos [n, D/2], sin [n, D/2], inv_freq) for positions 0..n-1, computed once per device and
+    dtype by rope_cos_sin itself, so the Triton RoPE reads exactly the torch path's values."""
+    key = ("table", head_dim, float(theta), dtype, device)
+    t = _INV_FREQ.get(key)
+    if t is None:
+        pos = torch.arange(ROPE_TABLE_POSITIONS, device=device)[None]
+        cos, sin = rope_cos_sin(pos, head_dim, theta, dtype)
+        half = head_dim // 2
+        t = _INV_FREQ[key] = (cos[0, :, 0, :half].contiguous(), sin[0, :, 0, :half].contiguous(),
+                              inv_freq(head_dim, theta, device))
+    return t
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -163,19 +184,19 @@ class Attention(nn.Module):
         o = o.view(B, KVH, G, T, D).permute(0, 3, 1, 2, 4)                # [B, T, KVH, G, D]
         return self.o_proj(o.reshape(B, T, self.n_heads * D))
 
-    def forward_fast(self, x, cos, sin, ctx: _Ctx, layer: int):
+    def forward_fast(self, x, positions, rope, ctx: _Ctx, layer: int):
         """The Triton path: one qkv matmul; RoPE (and q/k norm) on its output with the K/V rows
         written into the pool; attention from the pool; o_proj."""
-        qkv = F.linear(x, fused(self, "_qkv_w", (self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)),
-                       fused(self, "_qkv_b", (self.q_proj.bias, self.k_proj.bias, self.v_proj.bias)))
+        qkv = linear(x, fused(self, "_qkv_w", (self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)),
+                     fused(self, "_qkv_b", (self.q_proj.bias, self.k_proj.bias, self.v_proj.bias)))
         kv = ctx.kv
         k_pool, v_pool = kv.k[layer], kv.v[layer]
         qn = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps) if self.q_norm is not None else (None, None, 0.0)
-        rope_write_kv(qkv, cos, sin, k_pool, v_pool, ctx.slots, kv.base, kv.capacity, self.n_heads,
+        rope_write_kv(qkv, positions, rope, k_pool, v_pool, ctx.slots, kv.base, kv.capacity, self.n_heads,
                       self.n_kv_heads, qn[0], qn[1], qn[2])
         o = attention_kernel(qkv, k_pool, v_pool, ctx.slots, kv.base, kv.capacity, self.n_heads,
                              self.head_dim ** -0.5, ctx.window, max_len=kv.max_capacity + 1)
-        return self.o_proj(o)
+        return linear(o, self.o_proj.weight, self.o_proj.bias)
 
 
 class MLP(nn.Module):
@@ -189,8 +210,8 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
     def forward_fast(self, x):
-        gate_up = F.linear(x, fused(self, "_gate_up_w", (self.gate_proj.weight, self.up_proj.weight)))
-        return self.down_proj(silu_mul(gate_up))
+        gate_up = linear(x, fused(self, "_gate_up_w", (self.gate_proj.weight, self.up_proj.weight)))
+        return linear(silu_mul(gate_up), self.down_proj.weight)
 
 
 class DecoderLayer(nn.Module):
@@ -206,13 +227,16 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-def _layers_fast(layers, x, cos, sin, ctx: _Ctx, first_layer: int = 0) -> torch.Tensor:
+def _layers_fast(layers, x, positions, args: ModelArgs, ctx: _Ctx, first_layer: int = 0) -> torch.Tensor:
     """DecoderLayer.forward over `layers`, the Triton path: each residual add is fused into the
-    norm that follows it (add_rmsnorm), so a layer is norm, qkv, rope+write, attention, o_proj,
-    add+norm, gate_up, silu*up, down. Returns the last residual stream (pre final norm)."""
-    h = layers[0].input_layernorm.apply(x, True)
+    norm that follows it (add_rmsnorm), and RoPE's cos/sin are read from a table by the RoPE
+    kernel (rope_table: no per-forward tables), so a layer is norm, qkv, rope+write, attention,
+    o_proj, add+norm, gate_up, silu*up, down. Returns the last residual stream (pre final norm)."""
+    positions = positions.to(x.device, non_blocking=True).contiguous()
+    rope = rope_table(args.head_dim, args.rope_theta, x.dtype, x.device)
+    h = layers[0].input_layernorm.fast(x)
     for i, layer in enumerate(layers):
-        a = layer.self_attn.forward_fast(h, cos, sin, ctx, first_layer + i)
+        a = layer.self_attn.forward_fast(h, positions, rope, ctx, first_layer + i)
         n = layer.post_attention_layernorm
         x, h = add_rmsnorm(x, a, n.weight, n.eps)
         m = layer.mlp.forward_fast(h)
@@ -311,10 +335,10 @@ class Transformer(nn.Module):
 
     def _run(self, tokens, positions, ctx: _Ctx) -> torch.Tensor:
         x = self.model.embed_tokens(tokens.to(self.device, non_blocking=True))
+        if ctx.fast:
+            return _layers_fast(self.model.layers, x, positions, self.args, ctx)
         positions = positions.to(x.device, non_blocking=True)
         cos, sin = rope_cos_sin(positions, self.args.head_dim, self.args.rope_theta, x.dtype)
-        if ctx.fast:
-            return _layers_fast(self.model.layers, x, cos, sin, ctx)
         for i, layer in enumerate(self.model.layers):
             x = layer(x, cos, sin, ctx, i)
         return x
@@ -334,7 +358,9 @@ class Transformer(nn.Module):
         return self._run(tokens, positions, _train_ctx(T, tokens.device, self.args.sliding_window))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.model.norm.apply(hidden, kernels.enabled(hidden.device))).float()
+        if kernels.enabled(hidden.device):
+            return linear(self.model.norm.fast(hidden), self.lm_head.weight).float()
+        return self.lm_head(self.model.norm(hidden)).float()
 
 
 # ---- the MTP module -----------------------------------------------------------------------------
@@ -386,16 +412,16 @@ class MTPModule(DecoderLayer):
         if kernels.enabled(e.device):       # both norms written into the halves of one buffer
             H = e.shape[-1]
             x = torch.empty(*e.shape[:-1], 2 * H, dtype=e.dtype, device=e.device)
-            self.enorm.apply(e, True, out=x[..., :H])
-            self.hnorm.apply(hiddens.to(e.dtype), True, out=x[..., H:])
-            return self.eh_proj(x)
+            self.enorm.fast(e, out=x[..., :H])
+            self.hnorm.fast(hiddens.to(e.dtype), out=x[..., H:])
+            return linear(x, self.eh_proj.weight)
         return self.eh_proj(torch.cat([self.enorm(e), self.hnorm(hiddens.to(e.dtype))], dim=-1))
 
     def _block(self, x, positions, ctx):
+        if ctx.fast:
+            return _layers_fast([self], x, positions, self.args, ctx)
         positions = positions.to(x.device, non_blocking=True)
         cos, sin = rope_cos_sin(positions, self.args.head_dim, self.args.rope_theta, x.dtype)
-        if ctx.fast:
-            return _layers_fast([self], x, cos, sin, ctx)
         return DecoderLayer.forward(self, x, cos, sin, ctx, 0)
 
     def _ref(self, i: int, what: str):
@@ -426,4 +452,6 @@ class MTPModule(DecoderLayer):
             head = self._ref(1, "lm_head")
         if hasattr(head, "lm_head"):              # a Transformer was passed
             head = head.lm_head
-        return head(self.shared_head.norm.apply(out, kernels.enabled(out.device))).float()
+        if kernels.enabled(out.device):
+            return linear(self.shared_head.norm.fast(out), head.weight).float()
+        return head(self.shared_head.norm(out)).float()

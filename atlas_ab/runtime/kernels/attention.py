@@ -43,7 +43,8 @@ def _kernels(interpret: bool):
     def attend(Q, K, V, O, MidO, MidL, Slots, Base, Cap,
                T, n_rows, n_heads, q_stride, o_stride, slot_stride, window, scale_log2e,
                G: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, HAS_WINDOW: tl.constexpr, IEEE: tl.constexpr):
+               BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, HAS_WINDOW: tl.constexpr, IEEE: tl.constexpr,
+               EVEN_D: tl.constexpr):
         b = tl.program_id(0).to(tl.int64)
         n_mb = tl.cdiv(n_rows, BLOCK_M)
         kvh = tl.program_id(1) // n_mb
@@ -65,8 +66,8 @@ def _kernels(interpret: bool):
         else:
             lo_r = tl.zeros_like(slot)
         lo_r = tl.where(live, lo_r, 1 << 40)
-        hi = tl.max(hi_r, axis=0)
-        lo = tl.min(lo_r, axis=0)
+        hi = tl.max(hi_r, axis=0).to(tl.int32)            # slots within a sequence fit in int32
+        lo = tl.min(lo_r, axis=0).to(tl.int32)
         per = tl.cdiv(tl.cdiv(hi - lo, BLOCK_N), SPLITS) * BLOCK_N
         start = lo + split * per
         end = tl.minimum(start + per, hi)
@@ -80,7 +81,10 @@ def _kernels(interpret: bool):
         acc = tl.zeros([BLOCK_M, DP], tl.float32)
         for j0 in range(start, end, BLOCK_N):
             j = j0 + tl.arange(0, BLOCK_N)
-            jm = (j < end)[:, None] & dm[None, :]
+            if EVEN_D:
+                jm = (j < end)[:, None]
+            else:
+                jm = (j < end)[:, None] & dm[None, :]
             k = tl.load(kv_base + j[:, None] * slot_stride + d[None, :], mask=jm, other=0.0)
             if IEEE:
                 sc = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
@@ -175,7 +179,7 @@ def attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, slots
                  T, n_rows, n_heads, q.stride(1), o.stride(1), k_pool.stride(0), int(window or 0),
                  float(scale) * LOG2E, G=G, D=D, DP=DP, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, SPLITS=S,
                  HAS_WINDOW=window is not None, IEEE=q.dtype == torch.float32 or interpreting(),
-                 num_warps=4, num_stages=2)
+                 EVEN_D=D == DP, num_warps=4, num_stages=2)
     if S > 1:
         combine[(B * T * n_heads,)](o, mid_o, mid_l, n_heads, o.stride(1), D=D, DP=DP, SPLITS=S,
                                     SP=max(2, triton_next_pow2(S)), num_warps=1)

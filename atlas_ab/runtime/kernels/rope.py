@@ -4,13 +4,16 @@ Input is the qkv matmul's output [B, T, (H + 2 KVH) * D]. Per query row: q heads
 place (the attention kernel reads them from there), k heads are rotated and stored at the row's
 flat pool index, v heads are copied there. Qwen3's per-head q_norm / k_norm run first when given.
 
-Numerics follow the torch path exactly in the activation dtype: cos/sin are the same tensors
-(computed once per forward by model.rope_cos_sin), and each product and the sum are rounded to
-the activation dtype as torch's bf16 ops round them: x1*c - x2*s and x2*c + x1*s, with the
-rotate_half convention (first half / second half).
+Numerics follow the torch path in the activation dtype: cos/sin are read from a table that
+model.rope_cos_sin computed once for positions 0..n-1 (so they are the torch path's values, bit
+for bit); a position past the table computes them here (fp32, Triton's cos/sin, which may differ
+from torch's in the last fp32 bit). Each product and the sum are rounded to the activation dtype
+as torch's bf16 ops round them: x1*c - x2*s and x2*c + x1*s, with the rotate_half convention
+(first half / second half).
 
 Why a kernel: the torch path's RoPE is ~7 launches per tensor (chunk, neg, cat, 2 mul, add, for
-q and for k) plus two index_copy_ for the KV write.
+q and for k) plus two index_copy_ for the KV write, and ~8 more per forward for the cos/sin
+tables (which matters most in the one-layer MTP draft step).
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ def _kernel(interpret: bool):
     import triton.language as tl
 
     @triton.jit
-    def rope_write(QKV, Cos, Sin, Kc, Vc, Slots, Base, Cap, QW, KW, qkv_stride, cs_stride, slot_stride, eps,
+    def rope_write(QKV, Pos, CosT, SinT, n_table, Inv, Kc, Vc, Slots, Base, Cap, QW, KW, qkv_stride, slot_stride, eps,
                    T, H, KVH, D: tl.constexpr, HALF: tl.constexpr, HALFP: tl.constexpr, HP: tl.constexpr,
                    KVHP: tl.constexpr, DP: tl.constexpr, QK_NORM: tl.constexpr):
         dt = QKV.dtype.element_ty
@@ -48,8 +51,14 @@ def _kernel(interpret: bool):
                           tl.load(KW + HALF + i, mask=i < HALF, other=0.0))
             x1 = ((x1 * inv).to(dt).to(tl.float32) * w1.to(tl.float32)).to(dt).to(tl.float32)
             x2 = ((x2 * inv).to(dt).to(tl.float32) * w2.to(tl.float32)).to(dt).to(tl.float32)
-        c = tl.load(Cos + row * cs_stride + i, mask=i < HALF, other=0.0).to(tl.float32)
-        s = tl.load(Sin + row * cs_stride + i, mask=i < HALF, other=0.0).to(tl.float32)
+        pos = tl.load(Pos + row)
+        if pos < n_table:
+            c = tl.load(CosT + pos * HALF + i, mask=i < HALF, other=0.0).to(tl.float32)
+            s = tl.load(SinT + pos * HALF + i, mask=i < HALF, other=0.0).to(tl.float32)
+        else:
+            f = pos.to(tl.float32) * tl.load(Inv + i, mask=i < HALF, other=0.0)
+            c = tl.cos(f).to(dt).to(tl.float32)
+            s = tl.sin(f).to(dt).to(tl.float32)
         o1 = ((x1 * c).to(dt).to(tl.float32) - (x2 * s).to(dt).to(tl.float32)).to(dt)
         o2 = ((x2 * c).to(dt).to(tl.float32) + (x1 * s).to(dt).to(tl.float32)).to(dt)
         qm = is_q & live
@@ -72,11 +81,13 @@ def _kernel(interpret: bool):
     return rope_write
 
 
-def rope_write_kv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_pool: torch.Tensor,
+def rope_write_kv(qkv: torch.Tensor, positions: torch.Tensor, rope: tuple, k_pool: torch.Tensor,
                   v_pool: torch.Tensor, slots: torch.Tensor, base: torch.Tensor, capacity: torch.Tensor,
                   n_heads: int, n_kv_heads: int, q_norm: Optional[torch.Tensor] = None,
                   k_norm: Optional[torch.Tensor] = None, eps: float = 1e-6) -> None:
-    """qkv [B, T, (H + 2 KVH) * D] contiguous (q rotated in place); cos/sin [B, T, 1, D];
+    """qkv [B, T, (H + 2 KVH) * D] contiguous (q rotated in place); positions [B, T] contiguous
+    (RoPE positions); rope = (cos table [n, D/2], sin table [n, D/2], inv_freq [D/2] fp32), as
+    model.rope_table builds them;
     k_pool/v_pool [total_slots, KVH, D] (one layer of the KVPool); slots [B, T] contiguous, the
     rows' slots; base/capacity [B], the pool's."""
     D = k_pool.shape[-1]
@@ -84,14 +95,14 @@ def rope_write_kv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_poo
     if not rows:
         return
     assert qkv.is_contiguous() and k_pool.is_contiguous() and v_pool.is_contiguous()
-    cs = cos.reshape(rows, D)
-    sn = sin.reshape(rows, D)
     qk_norm = q_norm is not None
+    cos_t, sin_t, inv = rope
     HALF = D // 2
     HP = triton_next_pow2(n_heads + n_kv_heads)
     DP = triton_next_pow2(D)
     _kernel(interpreting())[(rows,)](
-        qkv, cs, sn, k_pool, v_pool, slots, base, capacity, q_norm if qk_norm else cs, k_norm if qk_norm else cs,
-        qkv.stride(1), cs.stride(0), k_pool.stride(0), float(eps), qkv.shape[1], n_heads, n_kv_heads,
+        qkv, positions, cos_t, sin_t, cos_t.shape[0], inv, k_pool, v_pool, slots, base, capacity,
+        q_norm if qk_norm else inv, k_norm if qk_norm else inv, qkv.stride(1), k_pool.stride(0), float(eps),
+        qkv.shape[1], n_heads, n_kv_heads,
         D=D, HALF=HALF, HALFP=triton_next_pow2(HALF), HP=HP, KVHP=triton_next_pow2(n_kv_heads), DP=DP,
         QK_NORM=qk_norm, num_warps=1 if HP * HALF <= 1024 else 4)
