@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from atlas_ab.runtime import kernels
 from atlas_ab.runtime.config import ModelArgs
+from atlas_ab.runtime.graphs import StaticStep
 from atlas_ab.runtime.kernels.attention import attention, plan
 from atlas_ab.runtime.kernels import matmul
 from atlas_ab.runtime.kernels.matmul import SKINNY_MAX_ROWS, skinny_linear, use_matmul
@@ -57,49 +58,26 @@ def sync(dev):
         torch.cuda.synchronize(dev)
 
 
+def graphed(f, dev) -> StaticStep:
+    """f warmed up and captured in one CUDA graph (runtime/graphs.py); eager on the CPU."""
+    with torch.no_grad():
+        if dev.type != "cuda":
+            f()                                  # the interpreter's first call builds the kernels
+        return StaticStep(f, [], capture=dev.type == "cuda")
+
+
 def graphed_ms(f, dev, reps: int) -> float:
     """Mean ms of f() replayed from one CUDA graph (eager on the CPU), after warm-up."""
+    step = graphed(f, dev)
     with torch.no_grad():
-        for _ in range(2 if dev.type == "cuda" else 1):
-            f()
-        sync(dev)
-        if dev.type == "cuda":
-            g = torch.cuda.CUDAGraph()
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                f()
-            torch.cuda.current_stream().wait_stream(s)
-            with torch.cuda.graph(g):
-                f()
-            f = g.replay
-            for _ in range(3):
-                f()
+        for _ in range(3 if dev.type == "cuda" else 0):
+            step()
         sync(dev)
         t0 = time.perf_counter()
         for _ in range(reps):
-            f()
+            step()
         sync(dev)
     return (time.perf_counter() - t0) / reps * 1e3
-
-
-def capture(f, dev):
-    """f captured in a CUDA graph (returns its replay), or f itself on the CPU."""
-    if dev.type != "cuda":
-        return f
-    with torch.no_grad():
-        f()
-        sync(dev)
-        g = torch.cuda.CUDAGraph()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            f()
-        torch.cuda.current_stream().wait_stream(s)
-        with torch.cuda.graph(g):
-            f()
-    sync(dev)
-    return g.replay
 
 
 # ---- the machine -------------------------------------------------------------------------------
@@ -283,7 +261,8 @@ def part_bounds(a: ModelArgs, B, T, kv_len, rates, elt=2) -> dict:
 
 
 KINDS = (("attention", ("attend", "combine")), ("rope_kv_write", ("rope_write",)), ("norm", ("rmsnorm",)),
-         ("silu_mul", ("silu_mul",)), ("matmul", ("gemm", "gemv", "cutlass", "sm90", "nvjet", "xmma", "splitk")))
+         ("silu_mul", ("silu_mul",)),
+         ("matmul", ("skinny_mm", "gemm", "gemv", "cutlass", "sm90", "nvjet", "xmma", "splitk")))
 
 
 def kernel_profile(f, dev, reps=3) -> dict:
@@ -292,7 +271,7 @@ def kernel_profile(f, dev, reps=3) -> dict:
     if dev.type != "cuda":
         return {}
     from torch.profiler import ProfilerActivity, profile
-    replay = capture(f, dev)
+    replay = graphed(f, dev)
     replay()
     sync(dev)
     try:
@@ -421,38 +400,48 @@ def memory(shape: str, dev, dtype, budgets=(512, 772), K=2, check=True) -> dict:
 
 # ---- the grid ----------------------------------------------------------------------------------
 def tune_matmuls(trunk, mtp, shape, Ms, rates, dev, reps) -> tuple[list, dict]:
-    """Each weight of layer 0 (and the head, and the MTP's eh_proj) times M rows: cuBLAS and the skinny Triton kernel at
-    each tile of matmul.TILES, us per call (16 calls in one graph) and weight GB/s. Returns the
-    rows and the table entries {(N, K, row bucket): tile} where the best tile beat cuBLAS summed
-    over the Ms of that bucket (what matmul.SKINNY_TABLE holds)."""
-    l = trunk.model.layers[0]
-    W = dict(qkv=fused(l.self_attn, "_qkv_w", (l.self_attn.q_proj.weight, l.self_attn.k_proj.weight,
-                                                l.self_attn.v_proj.weight)),
-             o=l.self_attn.o_proj.weight, gate_up=fused(l.mlp, "_gate_up_w", (l.mlp.gate_proj.weight, l.mlp.up_proj.weight)),
-             down=l.mlp.down_proj.weight, lm_head=trunk.lm_head.weight, eh_proj=mtp.eh_proj.weight)
-    out, calls = [], 16 if dev.type == "cuda" else 1
+    """Each kind of weight times M rows, cuBLAS and the skinny Triton kernel at each tile of
+    matmul.TILES: us per matmul and weight GB/s. A kind's matmuls run over every layer's weight
+    in order, as in the forward (one weight over and over would sit in the 60 MB L2 and measure
+    it); the head and the MTP's eh_proj, single matrices, repeat 16 times (L2-warm if they fit).
+    Returns the rows and the table {(N, K, row bucket): tile} where the best tile beat cuBLAS
+    summed over the Ms of that bucket (what matmul.SKINNY_TABLE holds)."""
+    layers = trunk.model.layers
+    W = dict(qkv=[fused(l.self_attn, "_qkv_w", (l.self_attn.q_proj.weight, l.self_attn.k_proj.weight,
+                                                 l.self_attn.v_proj.weight)) for l in layers],
+             o=[l.self_attn.o_proj.weight for l in layers],
+             gate_up=[fused(l.mlp, "_gate_up_w", (l.mlp.gate_proj.weight, l.mlp.up_proj.weight)) for l in layers],
+             down=[l.mlp.down_proj.weight for l in layers],
+             lm_head=[trunk.lm_head.weight] * 16, eh_proj=[mtp.eh_proj.weight] * 16)
     tiles = matmul.TILES if dev.type == "cuda" else matmul.TILES[:1]
-    sums: dict = {}
+    out, sums = [], {}
     for M in Ms:
-        for name, w in W.items():
-            x = torch.randn(M, w.shape[1], device=dev, dtype=w.dtype)
-            wb = w.numel() * w.element_size()
-            rec = dict(shape=shape, M=M, weight=name, N=w.shape[0], K=w.shape[1], bound_us=wb / rates["copy_bytes_per_s"] * 1e6)
-            rec["cublas_us"] = graphed_ms(lambda: [F.linear(x, w) for _ in range(calls)], dev, reps) * 1e3 / calls
-            key = (w.shape[0], w.shape[1], matmul.rows_bucket(M)) if M <= SKINNY_MAX_ROWS else None
-            if key is not None:
-                acc = sums.setdefault(key, {})
+        for name, ws in W.items():
+            w0 = ws[0]
+            if dev.type != "cuda":
+                ws = ws[:1]
+            x = torch.randn(M, w0.shape[1], device=dev, dtype=w0.dtype)
+            wb = w0.numel() * w0.element_size()
+
+            def per_call(fn):
+                return graphed_ms(lambda: [fn(x, w) for w in ws], dev, reps) * 1e3 / len(ws)
+            rec = dict(shape=shape, M=M, weight=name, N=w0.shape[0], K=w0.shape[1], calls=len(ws),
+                       bound_us=wb / rates["copy_bytes_per_s"] * 1e6, cublas_us=per_call(F.linear))
+            if M <= SKINNY_MAX_ROWS:
+                acc = sums.setdefault((w0.shape[0], w0.shape[1], matmul.rows_bucket(M)), {})
                 acc["cublas"] = acc.get("cublas", 0.0) + rec["cublas_us"]
-                best = None
-                for tile in tiles:
-                    us = graphed_ms(lambda: [skinny_linear(x, w, None, tile) for _ in range(calls)], dev, reps) * 1e3 / calls
-                    acc[tile] = acc.get(tile, 0.0) + us
-                    if best is None or us < best[1]:
-                        best = (tile, us)
-                rec.update(skinny_us=best[1], skinny_tile=list(best[0]))
+                times = {}
+                for t in tiles:
+                    try:
+                        times[t] = per_call(lambda x_, w_, t=t: skinny_linear(x_, w_, None, t))
+                    except Exception as e:      # e.g. a tile over the shared-memory limit: not a candidate
+                        rec.setdefault("tile_errors", {})[str(t)] = f"{type(e).__name__}: {e}"[:200]
+                        times[t] = float("inf")
+                for t, us in times.items():
+                    acc[t] = acc.get(t, 0.0) + us
+                best = min(times, key=times.get)
+                rec.update(skinny_us=times[best], skinny_tile=list(best), skinny_GBps=wb / times[best] / 1e3)
             rec["cublas_GBps"] = wb / rec["cublas_us"] / 1e3
-            if "skinny_us" in rec:
-                rec["skinny_GBps"] = wb / rec["skinny_us"] / 1e3
             out.append(rec)
     table = {}
     for key, acc in sums.items():
@@ -568,8 +557,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--smoke", action="store_true", help="tiny, eager, CPU (Triton interpreter): CI only")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--shapes", default="preset,0.77B,5.7B")
+    ap.add_argument("--shapes", default="5.7B,0.77B,preset", help="in this order (the main target first)")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--budget-s", type=float, default=1e9, help="skip what would start after this many seconds")
     ap.add_argument("--no-check", action="store_true", help="skip the correctness check and the memory fit")
     a = ap.parse_args(argv)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -596,12 +586,21 @@ def main(argv=None):
     r = res["rates"]
     print(f"copy {r['copy_bytes_per_s'] / 1e12:.2f} TB/s  matmul {r['matmul_flop_per_s'] / 1e12:.0f} TFLOP/s  "
           f"graphed tiny kernel {r['graph_kernel_us']:.2f} us", file=sys.stderr, flush=True)
+    res["grid"], res["drafts"], res["matmuls"], res["skinny_table"], res["errors"], res["skipped"] = [], [], [], {}, {}, []
     if not a.no_check:
-        res["correctness"] = ({"smoke": correctness("smoke", dev, prefix=8)} if a.smoke else
-                              {s: correctness(s, dev) for s in ("preset", "0.77B", "5.7B")})
-        print("correctness:", json.dumps(res["correctness"]), file=sys.stderr, flush=True)
-    res["grid"], res["drafts"], res["matmuls"], res["skinny_table"], res["errors"] = [], [], [], {}, {}
+        res["correctness"] = {}
+        for s in (["smoke"] if a.smoke else ["preset", "0.77B", "5.7B"]):
+            try:
+                res["correctness"][s] = correctness(s, dev, prefix=8 if a.smoke else 48)
+            except Exception as e:
+                res["errors"][f"correctness {s}"] = f"{type(e).__name__}: {e}"[:2000]
+            print(f"correctness {s}:", json.dumps(res["correctness"].get(s) or res["errors"].get(f"correctness {s}")),
+                  file=sys.stderr, flush=True)
+        save(res, a.json)
     for s in shapes:
+        if time.perf_counter() - t0 > a.budget_s:
+            res["skipped"].append(s)
+            continue
         try:
             r = run_shape(s, dev, dtype, res["rates"], Bs, Ks, reps, kv_len, profile_it=True)
         except Exception as e:            # keep the other shapes' numbers; say what broke
@@ -613,9 +612,12 @@ def main(argv=None):
         res["skinny_table"].update(r["skinny_table"])
         save(res, a.json)
     res["skinny_table_py"] = dict(sorted(matmul.SKINNY_TABLE.items()))
-    if not a.no_check:
-        res["memory"] = memory("smoke" if a.smoke else "5.7B", dev, dtype)
-        print("memory:", json.dumps(res["memory"]), file=sys.stderr, flush=True)
+    if not a.no_check and time.perf_counter() - t0 <= a.budget_s:
+        try:
+            res["memory"] = memory("smoke" if a.smoke else "5.7B", dev, dtype)
+        except Exception as e:
+            res["errors"]["memory"] = f"{type(e).__name__}: {e}"[:2000]
+        print("memory:", json.dumps(res.get("memory") or res["errors"].get("memory")), file=sys.stderr, flush=True)
     res["wall_s"] = time.perf_counter() - t0
     print(table(res))
     res.pop("skinny_table_py")

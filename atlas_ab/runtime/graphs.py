@@ -4,7 +4,9 @@ Eager PyTorch on the H200 is launch-bound for models this small (NOTES: a lone
 add costs ~19 us, 100 adds replayed from one graph ~85 us in all), so the
 verify forward and each drafter step are captured once per wave and replayed.
 Shapes must be static: the batch is the wave's, and the KV read length is the
-pool's full capacity (the mask hides the unwritten slots), not the step's.
+pool's full capacity, not the step's. The torch path reads (and masks) all of it;
+the Triton path (kernels/, the default on CUDA) reads each row's live slots,
+found on the device, so the graph costs the live length, not the capacity.
 On the CPU the same code runs eagerly, so the static-length path is tested
 there too.
 """

@@ -24,32 +24,35 @@ import torch
 
 from atlas_ab import AtlasError
 
-BACKENDS = ("auto", "torch", "triton")
-_state = {"backend": None}
+class Choice:
+    """A process-wide setting: the environment variable `env` gives the default (options[0] when
+    unset); `use(name)` overrides it from then on, and as `with use(name):` only inside."""
+
+    def __init__(self, env: str, options: tuple):
+        self.env, self.options, self.value = env, options, None
+
+    def get(self) -> str:
+        v = self.value or os.environ.get(self.env, self.options[0])
+        if v not in self.options:
+            raise AtlasError(f"{self.env}={v!r} is not one of {', '.join(self.options)}")
+        return v
+
+    def use(self, name: str):
+        if name not in self.options:
+            raise AtlasError(f"{self.env}: {name!r} is not one of {', '.join(self.options)}")
+        prev, self.value = self.value, name
+        return self._restoring(prev)
+
+    @contextlib.contextmanager
+    def _restoring(self, prev):
+        try:
+            yield
+        finally:
+            self.value = prev
 
 
-def backend() -> str:
-    b = _state["backend"] or os.environ.get("ATLAS_AB_KERNELS", "auto")
-    if b not in BACKENDS:
-        raise AtlasError(f"ATLAS_AB_KERNELS={b!r} is not one of {', '.join(BACKENDS)}")
-    return b
-
-
-@contextlib.contextmanager
-def _restoring(prev):
-    try:
-        yield
-    finally:
-        _state["backend"] = prev
-
-
-def use(name: str):
-    """Select the backend for every cached forward from now on; also usable as `with use(...)`,
-    which puts the previous choice back on exit."""
-    if name not in BACKENDS:
-        raise AtlasError(f"kernel backend {name!r} is not one of {', '.join(BACKENDS)}")
-    prev, _state["backend"] = _state["backend"], name
-    return _restoring(prev)
+BACKEND = Choice("ATLAS_AB_KERNELS", ("auto", "torch", "triton"))
+backend, use = BACKEND.get, BACKEND.use
 
 
 def interpreting() -> bool:

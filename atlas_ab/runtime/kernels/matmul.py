@@ -15,45 +15,19 @@ forces one side (triton: the skinny kernel for every matmul of <= 64 rows, tiles
 """
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
-from atlas_ab import AtlasError
-from atlas_ab.runtime.kernels import interpreting, sm_count
+from atlas_ab.runtime.kernels import Choice, interpreting, sm_count
 
-MATMULS = ("auto", "cublas", "triton")
 SKINNY_MAX_ROWS = 64
 # (N, K, row bucket) -> (BLOCK_N, BLOCK_K, num_stages), from bench_forward.py on the H200.
 SKINNY_TABLE: dict = {}
-_state = {"matmul": None}
-
-
-def matmul_choice() -> str:
-    m = _state["matmul"] or os.environ.get("ATLAS_AB_MATMUL", "auto")
-    if m not in MATMULS:
-        raise AtlasError(f"ATLAS_AB_MATMUL={m!r} is not one of {', '.join(MATMULS)}")
-    return m
-
-
-@contextlib.contextmanager
-def _restoring(prev):
-    try:
-        yield
-    finally:
-        _state["matmul"] = prev
-
-
-def use_matmul(name: str):
-    """Select the fast path's matmul from now on; also usable as `with use_matmul(...)`."""
-    if name not in MATMULS:
-        raise AtlasError(f"matmul {name!r} is not one of {', '.join(MATMULS)}")
-    prev, _state["matmul"] = _state["matmul"], name
-    return _restoring(prev)
+MATMUL = Choice("ATLAS_AB_MATMUL", ("auto", "cublas", "triton"))
+matmul_choice, use_matmul = MATMUL.get, MATMUL.use
 
 
 def rows_bucket(rows: int) -> int:
