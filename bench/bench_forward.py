@@ -53,6 +53,13 @@ KV_LEN = 400
 MTP_SLACK = 10          # proposers/mtp_head.py: the drafter's pool is the budget + 10
 
 
+_T0 = time.perf_counter()
+
+
+def log(*parts) -> None:
+    print(f"[{time.perf_counter() - _T0:6.1f}s]", *parts, file=sys.stderr, flush=True)
+
+
 def sync(dev):
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
@@ -457,7 +464,7 @@ def run_shape(shape, dev, dtype, rates, Bs, Ks, reps, kv_len, profile_it: bool) 
     Ms = [Bs[0] * (Ks[0] + 1)] if dev.type != "cuda" else sorted({B * (K + 1) for B in Bs for K in Ks} | set(Bs))
     mm_rows, table = tune_matmuls(trunk, mtp, shape, Ms, rates, dev, reps)
     matmul.SKINNY_TABLE.update(table)      # "auto" below = cuBLAS except where the skinny kernel won
-    print(f"{shape}: skinny matmul table {table}", file=sys.stderr, flush=True)
+    log(f"{shape}: skinny matmul table {table}")
     rows, drafts = [], []
     for B in Bs:
         for K in Ks:
@@ -493,7 +500,7 @@ def run_shape(shape, dev, dtype, rates, Bs, Ks, reps, kv_len, profile_it: bool) 
                 row["new_ms_pool_4x"] = graphed_ms(verify_fn(trunk, kv4, tok, pos, "triton"), dev, reps)
                 del kv4
             rows.append(row)
-            print(fmt_row(row), file=sys.stderr, flush=True)
+            log(fmt_row(row))
             del kv
         dkv = filled_kv(mtp, [kv_len + 4] * B, dev)
         d = dict(shape=shape, B=B, kv_len=kv_len,
@@ -501,8 +508,8 @@ def run_shape(shape, dev, dtype, rates, Bs, Ks, reps, kv_len, profile_it: bool) 
                  draft_new_ms=graphed_ms(draft_fn(trunk, mtp, dkv, B, kv_len, dev, "triton"), dev, reps),
                  draft_new_cublas_ms=graphed_ms(draft_fn(trunk, mtp, dkv, B, kv_len, dev, "triton", "cublas"), dev, reps))
         drafts.append(d)
-        print(f"{shape:6s} B={B:3d} MTP draft step: old {d['draft_old_ms']:.3f} ms  new {d['draft_new_ms']:.3f} ms "
-              f"(cuBLAS only {d['draft_new_cublas_ms']:.3f})", file=sys.stderr, flush=True)
+        log(f"{shape:6s} B={B:3d} MTP draft step: old {d['draft_old_ms']:.3f} ms  new {d['draft_new_ms']:.3f} ms "
+              f"(cuBLAS only {d['draft_new_cublas_ms']:.3f})")
         del dkv
     del trunk, mtp
     gc.collect()
@@ -584,8 +591,8 @@ def main(argv=None):
     t0 = time.perf_counter()
     res["rates"] = machine_rates(dev, a.smoke)
     r = res["rates"]
-    print(f"copy {r['copy_bytes_per_s'] / 1e12:.2f} TB/s  matmul {r['matmul_flop_per_s'] / 1e12:.0f} TFLOP/s  "
-          f"graphed tiny kernel {r['graph_kernel_us']:.2f} us", file=sys.stderr, flush=True)
+    log(f"copy {r['copy_bytes_per_s'] / 1e12:.2f} TB/s  matmul {r['matmul_flop_per_s'] / 1e12:.0f} TFLOP/s  "
+          f"graphed tiny kernel {r['graph_kernel_us']:.2f} us")
     res["grid"], res["drafts"], res["matmuls"], res["skinny_table"], res["errors"], res["skipped"] = [], [], [], {}, {}, []
     if not a.no_check:
         res["correctness"] = {}
@@ -594,8 +601,7 @@ def main(argv=None):
                 res["correctness"][s] = correctness(s, dev, prefix=8 if a.smoke else 48)
             except Exception as e:
                 res["errors"][f"correctness {s}"] = f"{type(e).__name__}: {e}"[:2000]
-            print(f"correctness {s}:", json.dumps(res["correctness"].get(s) or res["errors"].get(f"correctness {s}")),
-                  file=sys.stderr, flush=True)
+            log(f"correctness {s}:", json.dumps(res["correctness"].get(s) or res["errors"].get(f"correctness {s}")))
         save(res, a.json)
     for s in shapes:
         if time.perf_counter() - t0 > a.budget_s:
@@ -605,7 +611,7 @@ def main(argv=None):
             r = run_shape(s, dev, dtype, res["rates"], Bs, Ks, reps, kv_len, profile_it=True)
         except Exception as e:            # keep the other shapes' numbers; say what broke
             res["errors"][s] = f"{type(e).__name__}: {e}"[:2000]
-            print(f"{s}: FAILED {res['errors'][s]}", file=sys.stderr, flush=True)
+            log(f"{s}: FAILED {res['errors'][s]}")
             continue
         for k in ("grid", "drafts", "matmuls"):
             res[k] += r[k]
@@ -617,7 +623,7 @@ def main(argv=None):
             res["memory"] = memory("smoke" if a.smoke else "5.7B", dev, dtype)
         except Exception as e:
             res["errors"]["memory"] = f"{type(e).__name__}: {e}"[:2000]
-        print("memory:", json.dumps(res.get("memory") or res["errors"].get("memory")), file=sys.stderr, flush=True)
+        log("memory:", json.dumps(res.get("memory") or res["errors"].get("memory")))
     res["wall_s"] = time.perf_counter() - t0
     print(table(res))
     res.pop("skinny_table_py")
