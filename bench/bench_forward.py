@@ -89,26 +89,30 @@ def graphed_ms(f, dev, reps: int) -> float:
 
 # ---- the machine -------------------------------------------------------------------------------
 def machine_rates(dev, smoke: bool) -> dict:
-    """Copy bandwidth (bytes read + written / s, a large device-to-device copy) and the bf16
-    matmul rate (FLOP/s, an 8192^3 matmul), both graphed, measured now."""
-    n = (1 << 20) if smoke else (2 << 30)           # 2 GiB each way
-    bufs = [torch.empty(n, dtype=torch.uint8, device=dev) for _ in range(2)]
-    ms = graphed_ms(lambda: bufs[1].copy_(bufs[0]), dev, 3 if smoke else 20)
-    copy_bw = 2 * n / (ms / 1e3)
-    bufs.clear()
+    """Copy bandwidth (bytes read + written / s, a 2 GiB device-to-device copy) and the bf16
+    matmul rate (FLOP/s, an 8192^3 matmul), both graphed, measured now. The matmul goes first and
+    the copy is the best of three rounds: the H200 idles at a 345 MHz SM clock, and the run of
+    2026-11-29, which timed the copy first, got 2.77 TB/s (against 4.3 in NOTES, and 4.05 TB/s
+    that a matmul of the same run streamed)."""
+    reps = 3 if smoke else 20
     m = 64 if smoke else 8192
     dt = torch.float32 if smoke else torch.bfloat16
-    x = torch.randn(m, m, device=dev, dtype=dt)
-    y = torch.randn(m, m, device=dev, dtype=dt)
-    ms = graphed_ms(lambda: x @ y, dev, 3 if smoke else 20)
+    xy = [torch.randn(m, m, device=dev, dtype=dt) for _ in range(2)]
+    ms = min(graphed_ms(lambda: xy[0] @ xy[1], dev, reps) for _ in range(2))
     mm_rate = 2 * m ** 3 / (ms / 1e3)
+    xy.clear()
+    n = (1 << 20) if smoke else (2 << 30)
+    bufs = [torch.empty(n, dtype=torch.uint8, device=dev) for _ in range(2)]
+    ms = min(graphed_ms(lambda: bufs[1].copy_(bufs[0]), dev, reps) for _ in range(3))
+    copy_bw = 2 * n / (ms / 1e3)
+    bufs.clear()
     # one tiny kernel inside a graph: the launch floor per kernel
     t = torch.zeros(1, device=dev)
 
     def adds():
         for _ in range(200):
             t.add_(1)
-    per_kernel_us = graphed_ms(adds, dev, 3 if smoke else 20) * 1e3 / 200
+    per_kernel_us = graphed_ms(adds, dev, reps) * 1e3 / 200
     return dict(copy_bytes_per_s=copy_bw, matmul_flop_per_s=mm_rate, graph_kernel_us=per_kernel_us)
 
 
@@ -412,7 +416,7 @@ def tune_matmuls(trunk, mtp, shape, Ms, rates, dev, reps) -> tuple[list, dict]:
     in order, as in the forward (one weight over and over would sit in the 60 MB L2 and measure
     it); the head and the MTP's eh_proj, single matrices, repeat 16 times (L2-warm if they fit).
     Returns the rows and the table {(N, K, row bucket): tile} where the best tile beat cuBLAS
-    summed over the Ms of that bucket (what matmul.SKINNY_TABLE holds)."""
+    summed over the Ms of that bucket (what matmul.SKINNY_TABLES holds for this GPU)."""
     layers = trunk.model.layers
     W = dict(qkv=[fused(l.self_attn, "_qkv_w", (l.self_attn.q_proj.weight, l.self_attn.k_proj.weight,
                                                  l.self_attn.v_proj.weight)) for l in layers],
@@ -463,7 +467,7 @@ def run_shape(shape, dev, dtype, rates, Bs, Ks, reps, kv_len, profile_it: bool) 
     a = trunk.args
     Ms = [Bs[0] * (Ks[0] + 1)] if dev.type != "cuda" else sorted({B * (K + 1) for B in Bs for K in Ks} | set(Bs))
     mm_rows, table = tune_matmuls(trunk, mtp, shape, Ms, rates, dev, reps)
-    matmul.SKINNY_TABLE.update(table)      # "auto" below = cuBLAS except where the skinny kernel won
+    matmul.skinny_table(dev).update(table)      # "auto" below = cuBLAS except where the skinny kernel won
     log(f"{shape}: skinny matmul table {table}")
     rows, drafts = [], []
     for B in Bs:
@@ -527,8 +531,35 @@ def fmt_row(r) -> str:
             f"  parts: mm {p['matmuls']:.3f} attn {p['attention']:.3f} ew {p['norms_rope_silu']:.3f} misc {p['misc']:.3f}")
 
 
+def rebound(res) -> None:
+    """(Re)compute every row's bounds, ratios and gap causes from its shape and res["rates"], so
+    a saved run can be re-read at another bandwidth (--from-json). Gap causes, in ms: each part's
+    time over its own bound (matmuls: weights + activations over the copy bandwidth or FLOPs over
+    the matmul rate; attention: the live KV bytes; norms/RoPE/SiLU: their bytes), the embedding
+    and head glue, and the whole forward minus the sum of its parts timed alone (what the parts
+    do not account for: graph idle between kernels, interaction)."""
+    elt = 4 if res.get("dtype") == "float32" else 2
+    for r in res["grid"]:
+        a = model_args(r["shape"])
+        bd = bounds(a, r["B"], r["T"], r["kv_len"], res["rates"], elt)
+        pb = part_bounds(a, r["B"], r["T"], r["kv_len"], res["rates"], elt)
+        r.update({k: bd[k] for k in ("weight_ms", "memory_ms", "flop_ms", "bound_ms")}, parts_bound_ms=pb,
+                 ratio_new=r["new_ms"] / bd["bound_ms"], ratio_old=r["old_ms"] / bd["bound_ms"])
+        p = r["parts_ms"]
+        r["gap_ms"] = dict(total=r["new_ms"] - bd["bound_ms"],
+                           matmuls_over_bound=p["matmuls"] - pb["matmuls"],
+                           attention_over_kv_bound=p["attention"] - pb["attention"],
+                           norms_rope_silu_over_bound=p["norms_rope_silu"] - pb["norms_rope_silu"],
+                           misc=p["misc"],
+                           bounds_overlap=pb["matmuls"] + pb["attention"] + pb["norms_rope_silu"] - bd["bound_ms"],
+                           whole_minus_parts=r["new_ms"] - sum(p.values()))
+
+
 def table(res) -> str:
-    lines = ["| shape | B | K | old ms | new ms | bound ms (mem / flop) | new/bound | old/bound | matmuls (bound) | "
+    lines = [f"rates: copy {res['rates']['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul "
+             f"{res['rates']['matmul_flop_per_s'] / 1e12:.0f} TFLOP/s, one tiny kernel in a graph "
+             f"{res['rates']['graph_kernel_us']:.2f} us" + (f" ({res['rates_note']})" if res.get("rates_note") else ""),
+             "", "| shape | B | K | old ms | new ms | bound ms (mem / flop) | new/bound | old/bound | matmuls (bound) | "
              "attention (bound) | norms+rope+silu | misc | launch floor | idle (profiler) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["grid"]:
@@ -539,6 +570,27 @@ def table(res) -> str:
                      f"{r['ratio_old']:.2f} | {p['matmuls']:.3f} ({pb['matmuls']:.3f}) | "
                      f"{p['attention']:.3f} ({pb['attention']:.3f}) | {p['norms_rope_silu']:.3f} | {p['misc']:.3f} | "
                      f"{r['launch_floor_ms']:.3f} | {'-' if idle is None else f'{idle:.3f}'} |")
+    lines += ["", "Where new - bound goes (ms): each part alone over its own bound, the glue, and the whole "
+              "forward minus its parts (bounds_overlap: the parts' bounds summed minus the forward's, "
+              "nonzero where the forward is FLOP-bound)",
+              "| shape | B | K | new - bound | matmuls | attention | norms+rope+silu | misc | bounds_overlap | "
+              "whole - parts | kernels (profiler) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res["grid"]:
+        g = r["gap_ms"]
+        k = r.get("profile", {}).get("kernels_per_forward")
+        lines.append(f"| {r['shape']} | {r['B']} | {r['K']} | {g['total']:.3f} | {g['matmuls_over_bound']:.3f} | "
+                     f"{g['attention_over_kv_bound']:.3f} | {g['norms_rope_silu_over_bound']:.3f} | {g['misc']:.3f} | "
+                     f"{g['bounds_overlap']:.3f} | {g['whole_minus_parts']:.3f} | {'-' if k is None else f'{k:.0f}'} |")
+    lines += ["", "Inside the new forward's graph (profiler): kernel ms by kind, and wall minus kernel time (idle)",
+              "| shape | B | K | matmul | attention | norm | rope_kv_write | silu_mul | other | idle | kernels |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res["grid"]:
+        pr = r.get("profile") or {}
+        km = pr.get("kernel_ms")
+        if km:
+            lines.append(f"| {r['shape']} | {r['B']} | {r['K']} | " + " | ".join(
+                f"{km.get(k, 0.0):.3f}" for k in ("matmul", "attention", "norm", "rope_kv_write", "silu_mul", "other"))
+                + f" | {pr['idle_ms']:.3f} | {pr['kernels_per_forward']:.0f} |")
     lines += ["", "| shape | B | K | new ms | cuBLAS only | skinny kernel everywhere | matmuls alone: table / cuBLAS | pool 4x |",
               "|---|---|---|---|---|---|---|---|"]
     for r in res["grid"]:
@@ -556,7 +608,18 @@ def table(res) -> str:
         sk = f"{m['skinny_us']:.1f} ({m['skinny_GBps']:.0f}) {tuple(m['skinny_tile'])}" if "skinny_us" in m else "-"
         lines.append(f"| {m['shape']} | {m['M']} | {m['weight']} | {m['N']} x {m['K']} | {m['bound_us']:.1f} | "
                      f"{m['cublas_us']:.1f} ({m['cublas_GBps']:.0f}) | {sk} |")
-    lines += ["", "SKINNY_TABLE = " + repr(res.get("skinny_table_py", {}))]
+    for name, c in res.get("correctness", {}).items():
+        lines.append(f"correctness {name} (bf16 vs an fp32 reference, B=4, 48 + 3 tokens): "
+                     + "; ".join(f"{k}: hidden rel err {c[k]['hidden_rel_err']:.4f}, argmax agree {c[k]['argmax_agree']:.3f}"
+                                 for k in ("old", "new")) + f"; new vs old {c['new_vs_old_hidden_rel']:.4f}")
+    mem = res.get("memory")
+    if mem:
+        lines.append(f"memory: KV bytes per slot: trunk {mem['kv_bytes_per_slot_trunk']}, MTP {mem['kv_bytes_per_slot_mtp']}")
+        for budget, m in mem.get("budgets", {}).items():
+            lines.append(f"memory: budget {budget} tokens: {m['bytes_per_sequence'] / 2**20:.1f} MiB per sequence, widest "
+                         f"batch {m['widest_batch']}, fits {m.get('fits')}, peak {m.get('peak_bytes', 0) / 2**30:.1f} GiB")
+    if res.get("skinny_table_py"):
+        lines += ["", f"SKINNY_TABLES[{res['device']!r}] = " + repr(res["skinny_table_py"])]
     return "\n".join(lines)
 
 
@@ -568,7 +631,21 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--budget-s", type=float, default=1e9, help="skip what would start after this many seconds")
     ap.add_argument("--no-check", action="store_true", help="skip the correctness check and the memory fit")
+    ap.add_argument("--from-json", default=None, help="re-read a saved run (no measuring): bounds, ratios, table")
+    ap.add_argument("--copy-bytes-per-s", type=float, default=None, help="with --from-json: this copy bandwidth")
+    ap.add_argument("--rates-note", default=None, help="with --from-json: why the rates were replaced")
     a = ap.parse_args(argv)
+    if a.from_json:
+        with open(a.from_json) as f:
+            res = json.load(f)
+        if a.copy_bytes_per_s:
+            res["rates"]["measured_copy_bytes_per_s"] = res["rates"]["copy_bytes_per_s"]
+            res["rates"]["copy_bytes_per_s"] = a.copy_bytes_per_s
+            res["rates_note"] = a.rates_note or "copy bandwidth replaced"
+        rebound(res)
+        print(table(res))
+        save(res, a.json)
+        return 0
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if dev.type != "cuda":
         if not a.smoke:
@@ -589,6 +666,9 @@ def main(argv=None):
     except ImportError:
         pass
     t0 = time.perf_counter()
+    table0 = matmul.skinny_table(dev)
+    res["shipped_skinny_table"] = {f"{n}x{k}@{m}": list(t) for (n, k, m), t in table0.items()}
+    table0.clear()                         # "new" below: this run's own table, printed at the end
     res["rates"] = machine_rates(dev, a.smoke)
     r = res["rates"]
     log(f"copy {r['copy_bytes_per_s'] / 1e12:.2f} TB/s  matmul {r['matmul_flop_per_s'] / 1e12:.0f} TFLOP/s  "
@@ -617,7 +697,7 @@ def main(argv=None):
             res[k] += r[k]
         res["skinny_table"].update(r["skinny_table"])
         save(res, a.json)
-    res["skinny_table_py"] = dict(sorted(matmul.SKINNY_TABLE.items()))
+    res["skinny_table_py"] = dict(sorted(matmul.skinny_table(dev).items()))
     if not a.no_check and time.perf_counter() - t0 <= a.budget_s:
         try:
             res["memory"] = memory("smoke" if a.smoke else "5.7B", dev, dtype)
@@ -625,6 +705,7 @@ def main(argv=None):
             res["errors"]["memory"] = f"{type(e).__name__}: {e}"[:2000]
         log("memory:", json.dumps(res.get("memory") or res["errors"].get("memory")))
     res["wall_s"] = time.perf_counter() - t0
+    rebound(res)
     print(table(res))
     res.pop("skinny_table_py")
     save(res, a.json)

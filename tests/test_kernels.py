@@ -156,6 +156,13 @@ def test_rope_write_equals_torch_path(dtype, qk_norm):
     q_got = got[..., :H * D].reshape(B, T, H, D)
     torch.testing.assert_close(q_got, q_ref, **tol)
     torch.testing.assert_close(got[..., H * D:], qkv[..., H * D:], atol=0, rtol=0)   # k, v columns untouched
+    # Several padding / out-of-budget rows of a sequence all write its dump slot, in an order no
+    # one defines (on the GPU neither here nor in index_copy_): its content is meaningless, so it
+    # is left out (the H200 run of 2026-11-29 differed there only).
+    dump = pool.base + pool.capacity
+    for p in (pool, ref_pool):
+        p.k[:, dump] = 0
+        p.v[:, dump] = 0
     torch.testing.assert_close(pool.k, ref_pool.k, **tol)
     torch.testing.assert_close(pool.v, ref_pool.v, atol=0, rtol=0)
     if exact:
@@ -214,7 +221,7 @@ def test_skinny_linear_equals_f_linear(M, N, K, bias):
 def test_linear_takes_the_skinny_kernel_only_when_chosen_and_small(monkeypatch):
     import atlas_ab.runtime.kernels.matmul as mm
     calls = []
-    monkeypatch.setattr(mm, "skinny_linear", lambda x, w, b=None: calls.append(x.shape) or F.linear(x, w, b))
+    monkeypatch.setattr(mm, "skinny_linear", lambda x, w, b=None, tile=None: calls.append(x.shape) or F.linear(x, w, b))
     w = torch.randn(32, 16, device=DEV)
     with use_matmul("triton"):
         linear(torch.randn(64, 16, device=DEV), w)
@@ -222,6 +229,12 @@ def test_linear_takes_the_skinny_kernel_only_when_chosen_and_small(monkeypatch):
     with use_matmul("cublas"):
         linear(torch.randn(8, 16, device=DEV), w)
     assert calls == [(64, 16)]
+    monkeypatch.setitem(mm.skinny_table(DEV), (32, 16, 64), (16, 128, 4))   # auto: exactly the table's entries
+    with use_matmul("auto"):
+        linear(torch.randn(2, 24, 16, device=DEV), w)             # 48 rows: bucket 64, in the table
+        linear(torch.randn(8, 16, device=DEV), w)                 # bucket 16: not in the table
+        linear(torch.randn(48, 16, device=DEV), torch.randn(24, 16, device=DEV))   # another weight shape
+    assert calls == [(64, 16), (2, 24, 16)]
     with pytest.raises(AtlasError, match="ATLAS_AB_MATMUL: 'cutlass'"):
         use_matmul("cutlass")
 
