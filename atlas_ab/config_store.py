@@ -61,8 +61,13 @@ def _hydra_subdir(resume: Optional[str], output_dir: str) -> str:
     its own under `.hydra/resume-<time>/`.
     """
     if output_dir and (Path(output_dir) / "manifest.json").exists():
-        return ".hydra/resume-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+        # the invocation's time, not the resolution's: Hydra resolves this once to create the
+        # folder and the session again to find it (and remove it if the resume is refused)
+        return ".hydra/resume-" + _INVOKED
     return ".hydra"
+
+
+_INVOKED = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
 
 
 def _n_devices() -> int:
