@@ -272,8 +272,34 @@ def test_threads_default_to_this_jobs_share_of_the_cores():
     from atlas_ab.device import thread_count, usable_cores
 
     assert thread_count(3) == 3
-    assert thread_count(0) == usable_cores()
-    assert thread_count(0, side_by_side=usable_cores() * 4) == 1
+    assert thread_count(0, busy=0) == usable_cores()
+    assert thread_count(0, side_by_side=usable_cores() * 4, busy=0) == 1
+    assert thread_count(0, busy=usable_cores()) == 1 == thread_count(0, busy=10 * usable_cores())
+    if usable_cores() >= 2:
+        assert thread_count(0, busy=1) == usable_cores() - 1
+
+
+def test_thread_count_does_not_change_the_numbers():
+    import torch
+
+    from atlas_ab.config import ArmConfig
+    from atlas_ab.loop import Wave
+    from tiny import tiny_docs, tiny_models
+
+    trunk, mtp = tiny_models(hidden=64)
+    from atlas_ab.proposers.mtp_head import MTPProposer
+
+    tables = []
+    before = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            arm = ArmConfig(catchup=True, refeed=True)
+            trace = Wave(trunk, MTPProposer(trunk, mtp, "compact", True), arm, tiny_docs(n=4, turns=2), 8).run()
+            tables.append(trace.steps.table().drop(["step_ms"]))
+    finally:
+        torch.set_num_threads(before)
+    assert tables[0].equals(tables[1])
 
 
 # -- the newcomer's path -----------------------------------------------------------------
