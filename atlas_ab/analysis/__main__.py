@@ -14,7 +14,7 @@ import sys
 from atlas_ab import AtlasError
 from atlas_ab.analysis.cli import PROG
 
-SUBCOMMANDS = ["compare", "report", "mcnemar", "power", "fingerprints", "coverage"]
+SUBCOMMANDS = ["compare", "report", "mcnemar", "power", "fingerprints", "coverage", "ingest"]
 
 
 def _modules():

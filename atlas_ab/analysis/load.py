@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from atlas_ab import AtlasError
+from atlas_ab.ingest.grain import from_manifest, no_steps_line
 from atlas_ab.telemetry.schema import REQUIRED_STEP as REQUIRED, STEP_INT_TYPES as INT_TYPES
 
 NONNEGATIVE = REQUIRED
@@ -36,6 +37,11 @@ class Run:
     def K(self) -> int:
         """The arm's configured K: the largest k any step submitted."""
         return int(self.steps["k"].max())
+
+    @property
+    def telemetry(self):
+        """An ingested run's grain and what it makes exact (None for our own runs)."""
+        return from_manifest(self.manifest, str(self.path / "manifest.json"))
 
     @property
     def status(self) -> str:
@@ -170,6 +176,12 @@ def load_run(path: str | Path, columns: tuple[str, ...] = (), optional: tuple[st
     if not root.is_dir():
         raise AtlasError(f"{root}: run directory does not exist")
     manifest = read_manifest(root, allow_incomplete)
+    # engine telemetry (atlas_ab/ingest): refuse what its grain cannot give, saying why
+    tel = from_manifest(manifest, str(root / "manifest.json"))
+    if tel is not None and not tel.has_steps:
+        raise AtlasError(no_steps_line(root, tel))
+    if tel is not None and "position" in columns and tel.why_not("position_pairing"):
+        raise AtlasError(f"{root}: no step positions to pair on: {tel.why_not('position_pairing')}")
     files, warnings = shard_files(root, manifest, "steps")
     if not files:
         raise AtlasError(f"{root / 'steps'}: empty run (no steps/*.parquet shards)")

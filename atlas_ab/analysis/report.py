@@ -171,6 +171,13 @@ def build_report(runs: list[Run], out: Path, prereg: Prereg | None = None, B: in
     md += _table(["arm", "run directory", "status", "K", "steps", "workload.hash", "model.hash"],
                  [[r.arm, f"`{r.path}`", r.status, str(r.K), f"{len(r.steps):,}",
                    f"`{r.hash('workload')}`", f"`{r.hash('model')}`"] for r in ordered])
+    tels = [(r, r.telemetry) for r in ordered if r.telemetry is not None]
+    if tels:  # ingested engine runs: say what their grain could not give (atlas_ab/ingest/grain.py)
+        md += ["", "## Engine telemetry", ""]
+        for r, t in tels:
+            md.append(f"- {r.arm}: {t.source} ({t.format}), grain {t.grain}, clusters {t.clusters or 'none'}")
+            md += [f"  - not available: {k}: {v}" for k, v in t.not_available.items()]
+            md += [f"  - note: {n}" for n in t.notes]
     if mismatches:
         md += ["", "**Provenance mismatch, compared anyway (--allow-mismatch):**", ""]
         md += [f"- {m}" for m in mismatches]
@@ -219,16 +226,25 @@ def build_report(runs: list[Run], out: Path, prereg: Prereg | None = None, B: in
             "mismatches": list(mismatches), "verdict": verdict.to_dict() if verdict else None,
             "comparisons": [c.to_dict() for c in comps], "turn_class_deltas": class_data,
             "arms": {a.arm: a.to_dict() for a in arms},
-            "oracle_probes": [p.to_dict() for p in probes]}
+            "oracle_probes": [p.to_dict() for p in probes],
+            "telemetry": {r.arm: t.to_dict() for r, t in tels}}
     (out / "report.json").write_text(cli.dump_json(data))
     return Report(path=path, verdict=verdict, comparisons=tuple(comps), data=data)
 
 
 def run(args) -> int:
-    runs, mismatches = cli.load_runs(args.runs, args, optional=("oracle_hit2",))
-    pr = load_prereg(args.prereg) if args.prereg else None
+    from atlas_ab.ingest import counts
+
     out = Path(args.out) if args.out else Path("analysis/reports") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    rep = build_report(runs, out, prereg=pr, B=args.bootstrap, seed=args.seed, mismatches=tuple(mismatches))
+    if any(counts.needs_counts(p, args.allow_incomplete) for p in args.runs):
+        # engine runs without a step table: the report of what their grain makes exact
+        runs = [counts.load_counts(p, args.allow_incomplete) for p in args.runs]
+        pr = load_prereg(args.prereg) if args.prereg else None
+        rep = counts.build_report(runs, out, prereg=pr, B=args.bootstrap, seed=args.seed)
+    else:
+        runs, mismatches = cli.load_runs(args.runs, args, optional=("oracle_hit2",))
+        pr = load_prereg(args.prereg) if args.prereg else None
+        rep = build_report(runs, out, prereg=pr, B=args.bootstrap, seed=args.seed, mismatches=tuple(mismatches))
     if args.json:
         cli.emit_json(rep.data)
     else:
