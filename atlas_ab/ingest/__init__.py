@@ -87,7 +87,7 @@ def ingest(source: str, paths, out, arm: str | None = None, k: int | None = None
         if not p.is_file():
             raise AtlasError(f"{p}: no such file")
     out = Path(out)
-    check_out(out, own_running)
+    check_out(out, own_running, create=False)  # nothing is created before the files have been read
     arm = arm or out.resolve().name
     base = dict(base or {})
     base.setdefault("source", {})

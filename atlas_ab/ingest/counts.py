@@ -92,9 +92,10 @@ def needs_counts(path, allow_incomplete: bool = False) -> bool:
 
 
 def _lists(x, K):
+    """A per-depth list padded with zeros to K (deeper depths were not drafted); None items stay."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return None
-    x = [int(v) for v in x]
+    x = [None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v) for v in x]
     return x + [0] * (K - len(x))
 
 
@@ -116,6 +117,8 @@ def _from_counts(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         kf = None if pd.isna(r.k_fixed) else int(r.k_fixed)
         if k_ge is None and kf is not None and n is not None:
             k_ge = [n if i <= kf else 0 for i in range(1, K + 1)]
+        if k_ge is None and n is not None:
+            k_ge = [n] + [None] * (K - 1) if K else []  # a verify step drafted >= 1: #(k >= 1) = n
         cond = None
         if a_ge is not None and k_ge is not None and n is not None:
             # #(a >= i-1 and k >= i) is known where every step drafted depth i (then it is #(a >= i-1)),

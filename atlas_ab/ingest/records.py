@@ -99,7 +99,8 @@ def read_records(paths) -> list[Record]:
                 if body is not None and not isinstance(body, dict):
                     raise w.error("expected a JSON object", "response")
                 rid = (body or {}).get("id") if isinstance(body, dict) else None
-                label2 = label + (f" ({rid})" if rid else "") if label else (rid or "")
+                label2 = " ".join(x for x in (label, f"(doc {doc} turn {turn or 0})" if doc is not None else "",
+                                             f"({rid})" if rid else "") if x)
                 out.append(Record(Where(str(p), label2), doc, turn, body, stream, item.get("extra")))
             else:
                 rid = item.get("id") or item.get("request_id")

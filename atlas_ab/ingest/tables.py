@@ -34,7 +34,7 @@ COUNT_SCHEMA = pa.schema([
     ("k_max", _I32),                  # configured k (num_speculative_tokens), when reported
     ("k_fixed", _I32),                # k of every step, when the unit's numbers establish it
     ("hist", pa.list_(_I64)),         # hist[j]: steps accepting exactly j drafts
-    ("drafted", pa.list_(_I64)),      # drafted[i-1] = #(k >= i)
+    ("drafted", pa.list_(_I64)),      # drafted[i-1] = #(k >= i), null items where not determined
     ("accepted", pa.list_(_I64)),     # accepted[i-1] = #(accept_len >= i)
     ("prompt_tokens", _I64),
     ("completion_tokens", _I64),
@@ -234,10 +234,10 @@ def _counts(units: list[Unit]) -> pd.DataFrame:
                      "accepted_tokens": u.accepted_tokens if u.accepted_tokens is not None else
                      (sum(u.steps_a) if u.has_steps else None),
                      "k_max": u.k_max, "k_fixed": u.k_fixed, "hist": u.histogram(),
-                     "drafted": [u.k_ge(i) for i in range(1, (u.K or 0) + 1)]
-                     if all(u.k_ge(i) is not None for i in range(1, (u.K or 0) + 1)) else None,
+                     # per depth; null where the source does not determine it (#(k >= 1) = steps always)
+                     "drafted": [u.k_ge(i) for i in range(1, (u.K or 0) + 1)] or None,
                      "accepted": [u.a_ge(i) for i in range(1, (u.K or 0) + 1)]
-                     if all(u.a_ge(i) is not None for i in range(1, (u.K or 0) + 1)) else None,
+                     if all(u.a_ge(i) is not None for i in range(1, (u.K or 0) + 1)) and u.K else None,
                      "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens})
     return pd.DataFrame(rows, columns=list(COUNT_COLUMNS))
 

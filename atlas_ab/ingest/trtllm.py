@@ -62,7 +62,7 @@ def _entry_unit(entry: dict, w: Where, doc_id=None, turn=None) -> Unit:
     return check_unit(u)
 
 
-def _record_unit(rec: Record) -> Unit:
+def unit_from(rec: Record) -> Unit:
     w = rec.where
     if rec.extra is not None:  # the collector's record: the response plus its /perf_metrics entry
         entry = rec.extra.get("perf_metrics") if isinstance(rec.extra, dict) else None
@@ -127,6 +127,6 @@ def units(paths) -> tuple[list[Unit], str, tuple[str, ...]]:
             total.draft_tokens += u.draft_tokens
             total.accepted_tokens += u.accepted_tokens
         return [total], "trtllm iteration stats (specDecodingStats)", ()
-    us = [_record_unit(r) for r in read_records(paths)]
+    us = [unit_from(r) for r in read_records(paths)]
     return us, "trtllm /perf_metrics per request", (
         "per-request perf metrics give drafted and accepted token totals only",)

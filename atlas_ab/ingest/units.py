@@ -99,6 +99,8 @@ class Unit:
         return None
 
     def k_ge(self, i: int) -> int | None:
+        if i == 1 and self.n_steps is not None:
+            return self.n_steps  # a verify step drafted >= 1 token: engines count no other
         if self.steps_k is not None:
             return sum(k >= i for k in self.steps_k)
         if self.k_fixed is not None and self.n_steps is not None:

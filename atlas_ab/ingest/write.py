@@ -20,11 +20,13 @@ from atlas_ab.telemetry.schema import MANIFEST_SCHEMA
 SHARD = "part-00000.parquet"
 
 
-def check_out(out: Path, own_running: bool = False) -> None:
+def check_out(out: Path, own_running: bool = False, create: bool = True) -> None:
     """Refuse a directory that already holds a run (unless it is the caller's own running one)."""
     mf = out / MANIFEST
     if mf.exists() and not own_running:
         raise AtlasError(f"{out} already holds a run (manifest.json); choose another --out")
+    if not create:
+        return
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".write-probe.tmp"
