@@ -230,3 +230,11 @@ def test_atlas_log_events_and_fingerprints(tmp_path, capsys):
     assert "context (drafter prefill rows): 3 rows" in capsys.readouterr().out
     with pytest.raises(AtlasError, match="fingerprint events only"):
         load_run(tmp_path / "run")
+
+
+def test_docs_counts_table_is_the_schema():
+    from pathlib import Path
+
+    from atlas_ab.ingest.tables import count_markdown
+
+    assert count_markdown() in (Path(__file__).parents[1] / "docs" / "ingest.md").read_text()

@@ -229,7 +229,7 @@ def _col(run: CountsRun, col: str, i: int | None = None) -> np.ndarray | None:
         return None
     if i is None:
         return np.asarray(vals, np.float64)
-    if any(x[i - 1] is None for x in vals):
+    if any(i > len(x) or x[i - 1] is None for x in vals):
         return None
     return np.asarray([x[i - 1] for x in vals], np.float64)
 
@@ -266,7 +266,7 @@ def figure(run: CountsRun, metric: str, pairing: str = "doc", B: int = 0, seed: 
     kind, i = parse(metric)
     m = name(metric)
     refused = lambda why: Figure(run.arm, m, "refused", reason=why)  # noqa: E731
-    if kind in ("p", "cond") and i > run.K:
+    if kind in ("p", "cond") and i > run.K and run.K and _col(run, "a_ge", 1) is not None:
         return refused(f"depth {i} was never drafted (K={run.K})")
     if kind == "p":
         y, n = _col(run, "a_ge", i), _col(run, "k_ge", i)
@@ -429,7 +429,7 @@ def build_report(runs: list[CountsRun], out: Path, prereg=None, B: int = 2000, s
     else:
         control, others = runs[0], runs[1:]
     ordered = [control] + others
-    K = max(r.K for r in ordered)
+    K = max(max(r.K for r in ordered), 1)
     mets = [f"p{i}" for i in range(1, K + 1)] + [f"p{i}_cond" for i in range(2, K + 1)] + ["tokens_per_step", DAR]
     figs = {r.arm: {m: figure(r, m) for m in mets} for r in ordered}
     verdict, comps = None, []

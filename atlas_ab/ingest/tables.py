@@ -40,6 +40,30 @@ COUNT_SCHEMA = pa.schema([
     ("completion_tokens", _I64),
 ])
 COUNT_COLUMNS = tuple(COUNT_SCHEMA.names)
+COUNT_DOCS = {
+    "unit": "the request's id as the source names it (file position, response id), or `global`",
+    "file": "the file it was read from",
+    "doc_id": "carried by the client; the request's index when not carried; null for global counters",
+    "turn": "carried by the client; 0 when not carried; null for global counters",
+    "n_steps": "verify steps (steps that carried >= 1 draft); null: the source does not say",
+    "draft_tokens": "drafted tokens, the sum of k",
+    "accepted_tokens": "accepted drafts, the sum of accept_len",
+    "k_max": "the configured k (num_speculative_tokens), when reported",
+    "k_fixed": "k of every step, when the unit's own numbers establish it (drafted == steps x k)",
+    "hist": "hist[j] = steps that accepted exactly j drafts",
+    "drafted": "drafted[i-1] = #(k >= i); null items where the source does not determine it",
+    "accepted": "accepted[i-1] = #(accept_len >= i)",
+    "prompt_tokens": "usage.prompt_tokens (the position reconstruction starts there)",
+    "completion_tokens": "usage.completion_tokens (checks that no undrafted step went unrecorded)",
+}
+
+
+def count_markdown() -> str:
+    """The docs' table of the counts columns (docs/ingest.md; checked by a test)."""
+    rows = ["| column | type | meaning |", "|---|---|---|"]
+    rows += [f"| `{f.name}` | {str(f.type).replace('list<item: ', 'list<')} | {COUNT_DOCS[f.name]} |"
+             for f in COUNT_SCHEMA]
+    return "\n".join(rows)
 
 SERIAL_WHY = {
     "vllm": "vLLM records only steps that carried drafts (vllm/v1/core/sched/scheduler.py: "

@@ -207,12 +207,13 @@ def log_units(path: Path) -> list[Unit]:
 
 
 def is_log(path: Path) -> bool:
+    """A server log, not responses: text that is neither JSON nor a server-sent-event stream."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            head = f.read(1 << 16)
+            head = f.read(1 << 12).lstrip()
     except OSError as e:
         raise AtlasError(f"{path}: unreadable ({e.strerror or e})") from None
-    return "SpecDecoding metrics:" in head and not head.lstrip().startswith(("{", "["))
+    return bool(head) and not head.startswith(("{", "[", "data:"))
 
 
 def units(paths) -> tuple[list[Unit], str, tuple[str, ...]]:
