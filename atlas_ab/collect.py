@@ -368,9 +368,9 @@ def collect(args) -> int:
                        "owned_by": info["owned_by"]},
             "collect": {"endpoint": args.url, "prompts_hash": phash, "requests": plan.n_requests,
                         "params": params, "concurrency": concurrency, "retries": args.retries},
-            "started": (old or {}).get("started") or now()}
+            "started": (old or {}).get("started") or now(), "resumed": bool(done)}
     manifest = {"schema": 1, "status": "running", **base, "levers": {}, "telemetry": None, "shards": [],
-                "rows": {"steps": 0, "events": 0}, "finished": None, "resumed": bool(done)}
+                "rows": {"steps": 0, "events": 0}, "finished": None}
     write_json_atomic(mf, manifest)
 
     bar = None

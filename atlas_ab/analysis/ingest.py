@@ -23,7 +23,11 @@ def run_export(args) -> int:
 def run_pairs(args) -> int:
     from atlas_ab.ingest.counts import load_counts, pairs
 
+    from atlas_ab.analysis.load import check_provenance
+
     a, b = (load_counts(p, args.allow_incomplete) for p in (args.run_a, args.run_b))
+    for m in check_provenance([a, b], args.allow_mismatch):
+        cli.warn(m + " (allowed by --allow-mismatch)")
     res = pairs(a, b, args.metric, B=args.bootstrap, seed=args.seed)
     return cli.emit(args, res.to_dict(), res.summary())
 
@@ -56,6 +60,6 @@ def register(subparsers) -> None:
     p.add_argument("run_b", metavar="RUN_B", help="treatment run directory")
     p.add_argument("--metric", default="p1", help="p{i}, p{i}_cond, tokens_per_step, draft_acceptance_rate")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    cli.add_run_flags(p, mismatch=False)
+    cli.add_run_flags(p)
     cli.add_boot_flags(p)
     p.set_defaults(func=run_pairs)

@@ -11,7 +11,7 @@ import pandas as pd
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, paired, plots
 from atlas_ab.analysis.compare import Comparison, compare_runs, headline_metrics
-from atlas_ab.analysis.load import Run
+from atlas_ab.analysis.load import Run, check_provenance
 from atlas_ab.analysis.metrics import TURN_CLASSES, Cells, arm_metrics, cell_counts
 from atlas_ab.analysis.prereg import Prereg, Verdict, evaluate, load_prereg
 from atlas_ab.analysis.stats import compare as compare_cells, format_delta
@@ -239,8 +239,10 @@ def run(args) -> int:
     if any(counts.needs_counts(p, args.allow_incomplete) for p in args.runs):
         # engine runs without a step table: the report of what their grain makes exact
         runs = [counts.load_counts(p, args.allow_incomplete) for p in args.runs]
+        mismatches = check_provenance(runs, args.allow_mismatch) if len(runs) > 1 else []
         pr = load_prereg(args.prereg) if args.prereg else None
-        rep = counts.build_report(runs, out, prereg=pr, B=args.bootstrap, seed=args.seed)
+        rep = counts.build_report(runs, out, prereg=pr, B=args.bootstrap, seed=args.seed,
+                                  mismatches=tuple(mismatches))
     else:
         runs, mismatches = cli.load_runs(args.runs, args, optional=("oracle_hit2",))
         pr = load_prereg(args.prereg) if args.prereg else None

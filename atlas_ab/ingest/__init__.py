@@ -48,6 +48,8 @@ class IngestResult:
 
 def source_units(source: str, paths, k: int | None = None):
     """(units, format, notes) of one source's files."""
+    if k is not None and source != "sglang":
+        raise AtlasError(f"--k applies to sglang tree drafting only, not to {source}")
     if source == "vllm":
         from atlas_ab.ingest import vllm as mod
     elif source == "sglang":

@@ -81,6 +81,10 @@ class CountsRun:
     def why_not(self, figure: str) -> str | None:
         return None if self.telemetry is None else self.telemetry.why_not(figure)
 
+    def hash(self, section: str) -> str | None:
+        """`workload.hash` / `model.hash`, for the same provenance check as step runs."""
+        return ((self.manifest or {}).get(section) or {}).get("hash")
+
 
 def needs_counts(path, allow_incomplete: bool = False) -> bool:
     """True for an ingested run whose manifest says it has no step table."""
@@ -412,7 +416,8 @@ class CountsReport:
     data: dict
 
 
-def build_report(runs: list[CountsRun], out: Path, prereg=None, B: int = 2000, seed: int = 0) -> CountsReport:
+def build_report(runs: list[CountsRun], out: Path, prereg=None, B: int = 2000, seed: int = 0,
+                 mismatches: tuple[str, ...] = ()) -> CountsReport:
     from atlas_ab.analysis.prereg import evaluate
 
     names = [r.arm for r in runs]
@@ -456,6 +461,8 @@ def build_report(runs: list[CountsRun], out: Path, prereg=None, B: int = 2000, s
     md += _table(["arm", "run directory", "source", "grain", "units", "clusters"],
                  [[r.arm, f"`{r.path}`", r.source, r.grain, f"{len(r.units):,}", r.clusters or "none"]
                   for r in ordered])
+    if mismatches:
+        md += ["", "**Provenance mismatch, compared anyway (--allow-mismatch):**", ""] + [f"- {m}" for m in mismatches]
     if verdict is not None:
         md += ["", "## Pre-registered verdict", "", f"**{verdict.status}**: {verdict.reason}.", "",
                f"- criterion: {prereg.criterion()}", f"- pre-registration: `{prereg.path}` (sha256 `{prereg.sha256}`)",
@@ -495,7 +502,7 @@ def build_report(runs: list[CountsRun], out: Path, prereg=None, B: int = 2000, s
                                           for r in ordered],
             "figures": {a: {m: f.to_dict() for m, f in fs.items()} for a, fs in figs.items()},
             "comparisons": [d.to_dict() for d in comps],
-            "verdict": verdict.to_dict() if verdict is not None else None}
+            "verdict": verdict.to_dict() if verdict is not None else None, "mismatches": list(mismatches)}
     from atlas_ab.analysis.cli import dump_json
     (out / "report.json").write_text(dump_json(data))
     return CountsReport(path, verdict, data)
