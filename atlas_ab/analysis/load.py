@@ -220,8 +220,9 @@ def provenance_mismatches(runs: list[Run]) -> list[str]:
 
 
 def unchecked_provenance(runs: list[Run]) -> list[str]:
-    return [f"{r.path}: no workload.hash/model.hash (no manifest); provenance unchecked"
-            for r in runs if r.hash("workload") is None or r.hash("model") is None]
+    # an engine run (atlas_ab/ingest) has a manifest but no hash of the served weights
+    return [f"{r.path}: no workload.hash/model.hash ({'no manifest' if r.manifest is None else 'not in its manifest'}); "
+            "provenance unchecked" for r in runs if r.hash("workload") is None or r.hash("model") is None]
 
 
 def check_provenance(runs: list[Run], allow_mismatch: bool) -> list[str]:
