@@ -238,3 +238,11 @@ def test_docs_counts_table_is_the_schema():
     from atlas_ab.ingest.tables import count_markdown
 
     assert count_markdown() in (Path(__file__).parents[1] / "docs" / "ingest.md").read_text()
+
+
+def test_no_positions_without_carried_documents(tmp_path):
+    spec = vllm_spec([2, 2], [1, 2], 2)
+    res = ingest("vllm", [jsonl(tmp_path / "r.jsonl", [vllm_response("x", 9, 6, spec)] * 2)], tmp_path / "run")
+    t = res.telemetry
+    assert t.clusters == "request" and "cannot be matched" in t.why_not("position_pairing")
+    assert "position" not in load_run(res.out).steps.columns

@@ -161,8 +161,10 @@ def build(units: list[Unit], source: str, fmt: str, notes: tuple[str, ...] = ())
     joint = not glob and _all(live, lambda u: u.joint_known)
     exact, na = [], {}
     positions, pos_why, cut = (None, None, 0)
-    if per_step:
+    if per_step and clusters == "doc_id":
         positions, pos_why, cut = _positions(live)
+    elif per_step:  # a request's index is no identity: two runs' requests cannot be matched
+        pos_why = "records carry no doc_id/turn, so the requests of two runs cannot be matched"
 
     # what each figure needs, checked over every unit
     has_a = K >= 1 and _all(live, lambda u: all(u.a_ge(i) is not None for i in range(1, K + 1)))
