@@ -3,7 +3,6 @@ the A/B end to end (two arms -> report --prereg, mcnemar), each engine's format,
 resume, and the refusals (one line, exit 2)."""
 import json
 
-import pytest
 
 from atlas_ab.analysis.__main__ import main as analysis
 from atlas_ab.analysis.load import load_run

@@ -54,7 +54,7 @@ def vllm_with(**changes):
 def test_vllm_bad_fields(tmp_path, capsys, body, must):
     f = lines(tmp_path / "r.jsonl", {"doc_id": 0, "turn": 0, "response": GOOD},
               {"doc_id": 1, "turn": 0, "response": body})
-    line = one_error(capsys, ["ingest", "vllm", f, "--out", tmp_path / "run"], [str(f), *must])
+    one_error(capsys, ["ingest", "vllm", f, "--out", tmp_path / "run"], [str(f), *must])
     assert not (tmp_path / "run").exists()  # nothing written before the files were read
 
 

@@ -11,7 +11,7 @@ from atlas_ab.analysis.__main__ import main
 from atlas_ab.analysis.load import load_run
 from atlas_ab.ingest import ingest
 from atlas_ab.ingest.counts import difference, figure, load_counts
-from engine_fixtures import (chain_steps, llamacpp_response, sglang_meta, sglang_response, trtllm_entry,
+from engine_fixtures import (llamacpp_response, sglang_meta, sglang_response, trtllm_entry,
                              trtllm_iterations, trtllm_prom, vllm_prom, vllm_response, vllm_spec, vllm_stream)
 
 

@@ -122,6 +122,7 @@ def build(units: list[Unit], source: str, fmt: str, notes: tuple[str, ...] = ())
     glob = [u for u in units if u.unit == "global"]
     if glob and len(units) > 1:
         raise AtlasError(f"{units[0].where.file}: global counters and per-request records mixed")
+
     def zero(u: Unit) -> bool:
         return u.n_steps == 0 or (u.has_steps and not u.steps_k) or (u.n_steps is None and u.draft_tokens == 0)
 
