@@ -272,6 +272,13 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
     md += _table(["arm", "run directory", "status", "gate", "K", "steps", "clusters", "workload.hash", "model.hash"],
                  [[r.arm, f"`{r.path}`", r.status, r.gate_status, str(r.K), f"{len(r.steps):,}",
                    _clusters(c), f"`{r.hash('workload')}`", f"`{r.hash('model')}`"] for r, c in zip(ordered, cells)])
+    tels = [(r, r.telemetry) for r in ordered if r.telemetry is not None]
+    if tels:  # ingested engine runs: say what their grain could not give (atlas_ab/ingest/grain.py)
+        md += ["", "## Engine telemetry", ""]
+        for r, t in tels:
+            md.append(f"- {r.arm}: {t.source} ({t.format}), grain {t.grain}, clusters {t.clusters or 'none'}")
+            md += [f"  - not available: {k}: {v}" for k, v in t.not_available.items()]
+            md += [f"  - note: {n}" for n in t.notes]
     if mismatches:
         md += ["", "**Provenance mismatch, compared anyway (--allow-mismatch):**", ""]
         md += [f"- {m}" for m in mismatches]
@@ -322,7 +329,8 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
             "mismatches": list(mismatches), "verdicts": [j.to_dict() for j in judged],
             "comparisons": [c.to_dict() for c in comps], "turn_class_deltas": class_data,
             "arms": {a.arm: a.to_dict() for a in arms},
-            "oracle_probes": [p.to_dict() for p in probes]}
+            "oracle_probes": [p.to_dict() for p in probes],
+            "telemetry": {r.arm: t.to_dict() for r, t in tels}}
     (out / "report.json").write_text(cli.dump_json(data))
     return Report(path=path, judged=tuple(judged), comparisons=tuple(comps), data=data)
 
