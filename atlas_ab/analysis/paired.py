@@ -190,7 +190,11 @@ class PairedDifference:
     why it can differ slightly from the unpaired difference of all steps. Its sd comes from
     the per-cluster sums of the paired differences d = y_treatment - y_control (CRV1 and a
     cluster bootstrap that resamples clusters with their pairs), so what the two arms share
-    at a position cancels: `saved` is how much smaller that sd is than the unpaired cluster sd.
+    at a position cancels. `saved_vs_iid`: how much smaller that sd is than the unpaired
+    i.i.d. sd (the seeds' binomial sd, which assumes independent arms); `saved_vs_cluster`:
+    than the unpaired cluster sd of the difference, which already pairs the arms by document
+    (the same document is one cluster in both), so with every step matched the two nearly
+    agree: pairing by position then adds little beyond pairing by document (tested).
     """
 
     metric: str
@@ -206,18 +210,25 @@ class PairedDifference:
     bootstrap: object     # cluster.Bootstrap or None
     n_clusters: int
     cluster_note: str | None = None
-    unpaired_sd: float | None = None   # the unpaired (cluster) sd of the same metric, for `saved`
+    unpaired_iid_sd: float | None = None       # the unpaired difference's i.i.d. sd (binomial/delta)
+    unpaired_cluster_sd: float | None = None   # and its cluster sd
 
     @property
     def matched_share(self) -> float:
         return self.n_pairs / max(1, min(self.n_control, self.n_treatment))
 
-    @property
-    def saved(self) -> float | None:
-        """1 - paired sd / unpaired sd: the share of the sd that pairing removed."""
-        if self.sd is None or not self.unpaired_sd:
+    def _saved(self, ref: float | None) -> float | None:
+        if self.sd is None or not ref:
             return None
-        return 1.0 - self.sd / self.unpaired_sd
+        return 1.0 - self.sd / ref
+
+    @property
+    def saved_vs_iid(self) -> float | None:
+        return self._saved(self.unpaired_iid_sd)
+
+    @property
+    def saved_vs_cluster(self) -> float | None:
+        return self._saved(self.unpaired_cluster_sd)
 
     @property
     def z(self) -> float:
@@ -230,15 +241,18 @@ class PairedDifference:
         if self.sd is None:
             return s + f"; {self.cluster_note}"
         s += f" ({abs(self.z):.1f} paired sd; sd {self.sd:.4f} over {self.n_clusters} clusters"
-        if self.saved is not None:
-            s += f", {self.saved:.0%} below the unpaired cluster sd {self.unpaired_sd:.4f}"
+        if self.saved_vs_iid is not None:
+            s += f"; {self.saved_vs_iid:.0%} below the unpaired i.i.d. sd {self.unpaired_iid_sd:.4f}"
+        if self.saved_vs_cluster is not None:
+            s += f", {self.saved_vs_cluster:+.0%} vs the unpaired cluster sd {self.unpaired_cluster_sd:.4f}"
         return s + ")"
 
     __str__ = summary
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "bootstrap"}
-        d.update(matched_share=self.matched_share, saved=self.saved, z=self.z,
+        d.update(matched_share=self.matched_share, saved_vs_iid=self.saved_vs_iid,
+                 saved_vs_cluster=self.saved_vs_cluster, z=self.z,
                  bootstrap=self.bootstrap.to_dict() if self.bootstrap else None)
         return d
 
@@ -256,7 +270,8 @@ def _outcome(a: np.ndarray, kind: str, i: int) -> np.ndarray:
 
 
 def paired_difference(control: Run, treatment: Run, metric: str, B: int = 2000, seed: int = 0,
-                      unpaired_sd: float | None = None) -> PairedDifference:
+                      unpaired=None) -> PairedDifference:
+    """`unpaired`: the unpaired stats.Difference of the same metric, for the sd pairing saved."""
     """The paired difference of `metric` between two runs (see PairedDifference)."""
     from atlas_ab.analysis import cluster
     from atlas_ab.analysis.metrics import DocSums, canonical, parse_metric
@@ -291,7 +306,9 @@ def paired_difference(control: Run, treatment: Run, metric: str, B: int = 2000, 
         treatment_value=float(yb.mean()), delta=float(d.mean()),
         sd=None if note else cluster.cluster_sd(sums),
         bootstrap=cluster.bootstrap(sums, B=B, seed=seed) if B and not note else None,
-        n_clusters=len(ids), cluster_note=note, unpaired_sd=unpaired_sd)
+        n_clusters=len(ids), cluster_note=note,
+        unpaired_iid_sd=None if unpaired is None else unpaired.sd,
+        unpaired_cluster_sd=None if unpaired is None else unpaired.cluster_sd)
 
 
 def mcnemar_by_depth(control: Run, treatment: Run) -> list[McNemarResult]:
