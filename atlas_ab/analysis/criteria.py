@@ -15,7 +15,7 @@ from atlas_ab.analysis import paired
 from atlas_ab.analysis.load import Run
 from atlas_ab.analysis.metrics import rates
 from atlas_ab.analysis.plots import DifferenceItem
-from atlas_ab.analysis.prereg import Prereg, Verdict, judge_effect, unavailable
+from atlas_ab.analysis.prereg import THROUGHPUT, Prereg, Verdict, judge_effect, unavailable
 from atlas_ab.analysis.stats import compare as compare_cells
 
 
@@ -47,10 +47,32 @@ def _turns(run: Run, turns: str) -> Run:
 
 def estimate(pr: Prereg, control: Run, treatment: Run, B: int, seed: int):
     """(delta, sd or None, why-not, n_control, n_treatment, details) of treatment - control
-    of the registered metric with the registered sd, on the registered turns."""
+    of the registered metric with the registered sd, on the registered turns (relative to the
+    control's value when the pre-registration says `relative`)."""
+    est = _throughput(pr, control, treatment) if pr.primary_metric == THROUGHPUT else \
+        _acceptance(pr, control, treatment, B, seed)
+    if pr.relative:
+        delta, sd, why, nc, nt, details = est
+        base = details["control_value"]
+        return delta / base, None if sd is None else sd / base, why, nc, nt, details
+    return est
+
+
+def _throughput(pr: Prereg, control: Run, treatment: Run):
+    from atlas_ab.analysis.economics import throughput_difference
+
+    if pr.decides not in ("cluster", "binomial"):
+        raise AtlasError(f"{pr.path.name}: {THROUGHPUT} is decided on the cluster sd (documents), not {pr.decides}")
+    d = throughput_difference(_turns(control, pr.turns), _turns(treatment, pr.turns))
+    details = {"throughput": d.to_dict(), "control_value": d.control.value}
+    return d.delta, d.sd, None if d.sd is not None else "too few documents", d.control.n_steps, \
+        d.treatment.n_steps, details
+
+
+def _acceptance(pr: Prereg, control: Run, treatment: Run, B: int, seed: int):
     a, b = _turns(control, pr.turns), _turns(treatment, pr.turns)
     d = compare_cells(a.cells(), b.cells(), pr.primary_metric, B=B, seed=seed)
-    details = {"unpaired": d.to_dict()}
+    details = {"unpaired": d.to_dict(), "control_value": d.control.value}
     if pr.decides != "paired":
         if not d.has(pr.decides):
             try:

@@ -36,6 +36,8 @@ from atlas_ab.analysis.sizing import power_at
 from atlas_ab.analysis.stats import SD_KINDS, Difference, format_delta
 
 MIN_POWER = 0.8
+#: the one timing metric (economics.py): committed tokens per second of step time, live runs only
+THROUGHPUT = "tokens_per_second"
 KINDS = ("difference", "equivalence", "maximum", "oracle")
 #: the sd a criterion may be decided on: stats.SD_KINDS, and `paired` (steps of the two arms
 #: matched on (doc_id, turn, position): analysis/paired.py)
@@ -77,6 +79,7 @@ class Prereg:
     best: str = ""                  # maximum
     others: tuple = ()
     fingerprints: bool = False      # maximum: the best arm's fingerprint table must read 100%
+    relative: bool = False          # difference: min_effect and the sd are relative to the control's value
     arm: str = ""                   # oracle
     min_share: float = 0.0
 
@@ -93,7 +96,8 @@ class Prereg:
         n = f">= {self.min_n_per_arm:,} steps per arm"
         if self.kind == "difference":
             word = "up" if self.direction == "increase" else "down"
-            return (f"{self.primary_metric}{where} {word} by >= {self.min_effect:g} at >= {self.threshold_sd:g} sd "
+            size = f"{self.min_effect:.0%} (relative)" if self.relative else f"{self.min_effect:g}"
+            return (f"{self.primary_metric}{where} {word} by >= {size} at >= {self.threshold_sd:g} sd "
                     f"({self.decides} sd decides), {self.treatment} vs {self.control}, {n}")
         if self.kind == "equivalence":
             return (f"{self.primary_metric}{where}: |{self.treatment} - {self.control}| + {self.threshold_sd:g} sd "
@@ -123,7 +127,7 @@ def load_prereg(path: str | Path, text: bytes | None = None) -> Prereg:
     if missing:
         raise AtlasError(f"{p}: missing field {missing[0]!r} (a {kind} pre-registration needs "
                          f"{', '.join(_NEEDS[kind])})")
-    known = set(_NEEDS[kind]) | {"name", "kind", "turns", "fingerprints", "notes", "power"}
+    known = set(_NEEDS[kind]) | {"name", "kind", "turns", "fingerprints", "relative", "notes", "power"}
     unknown = sorted(set(doc) - known)
     if unknown:
         raise AtlasError(f"{p}: unknown field {unknown[0]!r} for a {kind} pre-registration")
@@ -131,7 +135,8 @@ def load_prereg(path: str | Path, text: bytes | None = None) -> Prereg:
     try:
         kw["threshold_sd"], kw["min_n_per_arm"] = float(doc["threshold_sd"]), int(doc["min_n_per_arm"])
         if "primary_metric" in doc:
-            kw["primary_metric"] = canonical(str(doc["primary_metric"]))
+            m = str(doc["primary_metric"])
+            kw["primary_metric"] = m if m == THROUGHPUT else canonical(m)
         for f in ("min_effect", "margin", "min_share"):
             if f in doc:
                 kw[f] = float(doc[f])
@@ -155,6 +160,9 @@ def load_prereg(path: str | Path, text: bytes | None = None) -> Prereg:
         if not isinstance(arms, dict) or not {"control", "treatment"} <= set(arms):
             raise AtlasError(f"{p}: arms must name control and treatment")
         kw["control"], kw["treatment"] = str(arms["control"]), str(arms["treatment"])
+    kw["relative"] = bool(doc.get("relative", False))
+    if kw.get("primary_metric") == THROUGHPUT and kind != "difference":
+        raise AtlasError(f"{p}: {THROUGHPUT} is judged as a difference only")
     if kind == "maximum":
         if not isinstance(doc["others"], list) or not doc["others"]:
             raise AtlasError(f"{p}: others must be a non-empty list of arm names")
