@@ -69,6 +69,7 @@ class Runner:
         if ck.tokenizer_path is None:
             raise AtlasError(f"{path}: no tokenizer.json in the checkpoint directory")
         self.trunk = ck.trunk.eval()
+        self.handoff = None
         self.proposer = self._proposer(ck, model)
         self.workload = build_workload(workload, ck.tokenizer_path)
         docs = self.workload.docs
@@ -88,7 +89,8 @@ class Runner:
                    "tokenizer_hash": self.workload.info.get("tokenizer_hash"),
                    "architecture": ck.args.as_dict(),
                    "params": {"trunk": trunk_n, "mtp": mtp_n, "total": trunk_n + mtp_n},
-                   "draft": self._draft_info},
+                   "mtp_layout": ck.layout.name if ck.layout is not None else None,
+                   "handoff": self.handoff, "draft": self._draft_info},
             workload={"hash": self.workload.hash, **self.workload.info},
             device=torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
             dtype=str(self.dtype).replace("torch.", ""),
@@ -100,9 +102,13 @@ class Runner:
         self._draft_info = None
         if self.arm.proposer == "mtp":
             from atlas_ab.proposers.mtp_head import MTPProposer
+            from atlas_ab.runtime.layouts import handoff_in_effect
             if ck.mtp is None:
                 raise AtlasError(f"{ck.path}: the checkpoint has no MTP module (num_nextn_predict_layers = 0)")
-            return MTPProposer(self.trunk, ck.mtp.eval(), self.arm.row_space, self.arm.refeed, self.graphs)
+            # HANDOFF_NORM / RECYCLE_NORM: the checkpoint's declaration unless the arm overrides it
+            self.handoff = handoff_in_effect(ck.layout, self.arm.handoff_norm, self.arm.recycle_norm)
+            return MTPProposer(self.trunk, ck.mtp.eval(), self.arm.row_space, self.arm.refeed, self.graphs,
+                               **self.handoff["in_effect"])
         from atlas_ab.proposers.draft_model import DraftModelProposer
         from atlas_ab.runtime import checkpoint
         if not model.draft_path:
@@ -125,7 +131,8 @@ class Runner:
         trace = Wave(self.trunk, self.proposer, self.arm, docs, self.workload.gen_tokens,
                      fingerprint_rows=fp, on_step=on_step, graphs=self.graphs).run()
         n_gate = min(self.cfg.gate_sequences, len(docs))
-        gate = check(self.trunk, docs, trace.generated, self.workload.gen_tokens, list(range(n_gate)))
+        gate = check(self.trunk, docs, trace.generated, self.workload.gen_tokens, list(range(n_gate)),
+                     graphs=self.graphs)
         return WaveResult(steps=trace.steps.table(),
                           events=trace.events.table() if trace.events is not None else None,
                           gate=gate.to_dict(), n_tokens=trace.n_tokens)
