@@ -6,6 +6,7 @@ resume, since the loop is deterministic given the config.
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
@@ -18,6 +19,7 @@ from atlas_ab.gate import check
 from atlas_ab.loop import Wave
 from atlas_ab.paths import PACKAGE_DIR, resolve_path
 
+log = logging.getLogger(__name__)
 DEFAULT_TOKENIZER = PACKAGE_DIR / "models" / "default" / "tokenizer.json"
 
 
@@ -107,6 +109,8 @@ class Runner:
                 raise AtlasError(f"{ck.path}: the checkpoint has no MTP module (num_nextn_predict_layers = 0)")
             # HANDOFF_NORM / RECYCLE_NORM: the checkpoint's declaration unless the arm overrides it
             self.handoff = handoff_in_effect(ck.layout, self.arm.handoff_norm, self.arm.recycle_norm)
+            log.info("MTP layout %s: declared handoff_norm=%s recycle_norm=%s (%s); running %s", ck.layout.name,
+                     ck.layout.handoff_norm, ck.layout.recycle_norm, ck.layout.source, self.handoff["in_effect"])
             return MTPProposer(self.trunk, ck.mtp.eval(), self.arm.row_space, self.arm.refeed, self.graphs,
                                **self.handoff["in_effect"])
         from atlas_ab.proposers.draft_model import DraftModelProposer
