@@ -126,3 +126,16 @@ def test_an_injected_loop_bug_fails_the_gate_and_a_clean_loop_passes(models, mon
     d = res.first_divergence
     assert d["doc_id"] == docs[1].doc_id and d["verdict"] == "clear margin"
     assert d["fp32_margin"] > 10 * d["bound"]
+
+
+def test_the_run_reports_the_divergence_that_failed_it():
+    """Over shards, a failed shard's divergence is the one named, not an earlier near-tie."""
+    from atlas_ab.store import aggregate_gate
+    tie = {"doc_id": 0, "verdict": "near-tie"}
+    bad = {"doc_id": 5, "verdict": "clear margin"}
+    g = aggregate_gate([{"checked_sequences": 2, "divergences": 1, "arbitrated": 1, "passed": True,
+                         "arbitrations": [tie], "first_divergence": tie},
+                        {"checked_sequences": 2, "divergences": 1, "arbitrated": 1, "passed": False,
+                         "arbitrations": [bad], "first_divergence": bad}])
+    assert g["passed"] is False and g["first_divergence"] == bad and g["arbitrated"] == 2
+    assert g["arbitrations"] == [tie, bad]
