@@ -67,7 +67,7 @@ class MTPLayout:
     source: str = ""                   # where handoff_norm / recycle_norm were declared
 
     def __post_init__(self):
-        for f in ("handoff_norm", "recycle_norm"):
+        for f in NORM_FIELDS:
             if getattr(self, f) not in NORMS:
                 raise AtlasError(f"MTP key map {self.name!r}: {f}={getattr(self, f)!r} must be 'pre' or 'post'")
         if tuple(self.concat) not in ORDERS:
@@ -104,7 +104,7 @@ class MTPLayout:
         d = {"layout": base.name} if base is not None else {}
         for f in sorted(_FIELDS):
             v = getattr(self, f)
-            if base is None or v != getattr(base, f) or f in ("handoff_norm", "recycle_norm"):
+            if base is None or v != getattr(base, f) or f in NORM_FIELDS:
                 d[f] = list(v) if f == "concat" else v
         return d
 
