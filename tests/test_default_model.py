@@ -63,11 +63,23 @@ def test_draft_loads_small_without_mtp(ck):
     assert file_sha256(DRAFT / "tokenizer.json") == file_sha256(DEFAULT / "tokenizer.json")
 
 
+def trained_config_hash(d: Path) -> str:
+    """The checkpoint hash as training wrote it: config.json without the "atlas_mtp" key map that
+    was declared afterwards (2026-11-30: the MTP wiring and handoff it was trained with, pre/pre),
+    serialised as checkpoint.save writes it, + the weights."""
+    import hashlib
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.pop("atlas_mtp", None)
+    h = hashlib.sha256((json.dumps(cfg, indent=2) + "\n").encode())
+    h.update((d / "model.safetensors").read_bytes())
+    return "sha256:" + h.hexdigest()
+
+
 def test_training_record_matches_artifacts():
     for d in (DEFAULT, DRAFT):
         rec = json.loads((d / "training.json").read_text())
         assert rec["tokenizer_hash"] == file_sha256(d / "tokenizer.json")
-        assert rec["checkpoint_hash"] == checkpoint.file_hash([d / "config.json", d / "model.safetensors"])
+        assert rec["checkpoint_hash"] == trained_config_hash(d)
 
 
 
@@ -103,3 +115,14 @@ def test_default_is_trained(ck, snippet):
     r = evaluate(ck.trunk, ck.mtp, snippet)
     assert r["main_loss"] < 5.0 and r["mtp_loss"] < 5.5
     assert r["main_acc"] > 0.25 and r["p1_text"] > 0.2
+
+
+def test_default_declares_the_handoff_it_was_trained_with(ck):
+    """Trained on the PRE-norm hidden for draft 1 and its own pre-norm output for later drafts
+    (train.py), no zeroed embedding, DeepSeek-V3 names: declared so in config.json, so the drafter
+    runs exactly as before the declaration existed."""
+    lay = ck.layout
+    assert (lay.handoff_norm, lay.recycle_norm, lay.zero_first_embed, lay.concat) == \
+        ("pre", "pre", False, ("embed", "hidden"))
+    assert lay.source == "config.json" and lay.prefix_for(6) == "model.layers.6."
+    assert not ck.mtp.hidden_first and not ck.mtp.zero_first_embed
