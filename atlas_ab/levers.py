@@ -44,7 +44,7 @@ import math
 import re
 import struct
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from atlas_ab.config import _RANGES, HANDOFF_CHOICES, ArmConfig

@@ -1,6 +1,5 @@
 """The runner core on CPU fp32: lossless for both proposers at B in {1, 8} and
 K in {1, 2, 3}; one host read per step; telemetry in the contract."""
-import numpy as np
 import pandas as pd
 import pytest
 import torch
