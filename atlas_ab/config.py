@@ -35,6 +35,8 @@ class ArmConfig:
     oracle_p2: bool = False          # ORACLE_P2 (observational)
     fingerprints: Optional[bool] = None  # FINGERPRINTS; None = on iff the arm has a ring
     ring_size: int = 64              # per-sequence catch-up ring capacity (labels)
+    handoff_norm: str = "checkpoint"  # HANDOFF_NORM: checkpoint (as declared) | pre | post the trunk's final norm
+    recycle_norm: str = "checkpoint"  # RECYCLE_NORM: checkpoint | pre | post the MTP layer's own final norm
 
     @property
     def has_ring(self) -> bool:
@@ -98,6 +100,9 @@ class StudyConfig:
     arms: List[str] = field(default_factory=list)   # the arm names the study compares
 
 
+#: handoff_norm / recycle_norm: what the checkpoint declares, or forced before / after the norm
+HANDOFF_CHOICES = ("checkpoint", "pre", "post")
+
 _RANGES = {
     "num_drafts": (1, 8),
     "refeed_shift": (-4, 4),
@@ -132,8 +137,12 @@ def validate_arm(arm: ArmConfig) -> ArmConfig:
         raise AtlasError(f"{where}: refeed_shift={arm.refeed_shift} has no effect without refeed=true")
     if arm.proposer == "draft_model":
         mtp_only = [k for k in ("catchup", "refeed", "oracle_p2", "drafter_prefill") if getattr(arm, k)]
+        mtp_only += [k for k in ("handoff_norm", "recycle_norm") if getattr(arm, k) != "checkpoint"]
         if mtp_only:
             raise AtlasError(f"{where}: {', '.join(mtp_only)} apply to the MTP proposer only")
+    for key in ("handoff_norm", "recycle_norm"):
+        if getattr(arm, key) not in HANDOFF_CHOICES:
+            raise AtlasError(f"{where}: {key}={getattr(arm, key)!r} must be one of {', '.join(HANDOFF_CHOICES)}")
     if arm.oracle_p2 and arm.num_drafts < 2:
         raise AtlasError(f"{where}: oracle_p2 needs num_drafts >= 2 (it re-computes draft 2)")
     return arm

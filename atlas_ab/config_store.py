@@ -61,8 +61,13 @@ def _hydra_subdir(resume: Optional[str], output_dir: str) -> str:
     its own under `.hydra/resume-<time>/`.
     """
     if output_dir and (Path(output_dir) / "manifest.json").exists():
-        return ".hydra/resume-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+        # the invocation's time, not the resolution's: Hydra resolves this once to create the
+        # folder and the session again to find it (and remove it if the resume is refused)
+        return ".hydra/resume-" + _INVOKED
     return ".hydra"
+
+
+_INVOKED = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
 
 
 def _n_devices() -> int:
@@ -78,9 +83,27 @@ def _n_devices() -> int:
         return 1
 
 
+def _model_shape(init: str, path: Optional[str], hidden: Optional[int], layers: Optional[int]) -> str:
+    """`--help`'s line on the model that will actually load: a checkpoint's own config.json shape."""
+    if init == "random":
+        return f"random weights, hidden {hidden}, {layers} layers (model.* fields)"
+    from atlas_ab.paths import resolve_path
+
+    cfg = Path(resolve_path(path) or "") / "config.json"
+    try:
+        import json
+
+        c = json.loads(cfg.read_text())
+        return (f"{path}: {c.get('model_type')} hidden {c.get('hidden_size')}, {c.get('num_hidden_layers')} layers, "
+                f"{c.get('num_attention_heads')}/{c.get('num_key_value_heads')} heads, vocab {c.get('vocab_size')}, "
+                f"{c.get('num_nextn_predict_layers', 0)} MTP layer(s) (its config.json)")
+    except (OSError, ValueError):
+        return f"{path}: no readable config.json there"
+
+
 def register_resolvers() -> None:
     for name, fn in (("atlas.run_dir", _run_dir), ("atlas.hydra_subdir", _hydra_subdir),
-                     ("atlas.n_devices", _n_devices)):
+                     ("atlas.n_devices", _n_devices), ("atlas.model_shape", _model_shape)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 

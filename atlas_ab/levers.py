@@ -29,6 +29,11 @@ Notes on names the seeds do not fix:
 * The engine forces CATCHUP and REFEED off in multi-sequence MTP mode (its ring
   is single-sequence); this harness has a ring per sequence, so the env parse
   here does not model that force-off.
+* `ATLAS_MTP_HANDOFF_NORM` and `ATLAS_MTP_RECYCLE_NORM` are OURS: which hidden
+  the MTP layer is handed (pre or post the trunk's final norm; pre or post the
+  MTP layer's own norm for drafts 2+). The value is `checkpoint`, `pre` or
+  `post`, exactly (as the seeds' switches are exact); anything else, or unset,
+  is `checkpoint` (what the checkpoint declares).
 * `proposer`, `row_space` and `ring_size` have no engine env var (they are
   properties of the model/engine build, not runtime switches); `env` prints them
   as comments.
@@ -39,10 +44,10 @@ import math
 import re
 import struct
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from atlas_ab.config import _RANGES, ArmConfig
+from atlas_ab.config import _RANGES, HANDOFF_CHOICES, ArmConfig
 
 # ----------------------------------------------------------------------------
 # Rust `str::parse` grammars (no whitespace, ASCII digits only, no underscores).
@@ -150,6 +155,11 @@ def env_num_drafts(v: Optional[str]) -> int:
     return clamp(2 if n is None else n, 1, 8)
 
 
+def env_handoff(v: Optional[str]) -> str:
+    """OURS: HANDOFF_NORM / RECYCLE_NORM, exactly one of checkpoint | pre | post, else checkpoint."""
+    return v if v in HANDOFF_CHOICES else "checkpoint"
+
+
 def _fmt_bool(b: bool) -> str:
     return "1" if b else "0"
 
@@ -189,6 +199,10 @@ LEVERS: tuple[Lever, ...] = (
           "probe draft 2 recomputed from the target's true hidden (observational)"),
     Lever("fingerprints", bool, None, "ATLAS_MTP_REFEED_DEBUG", env_switch, _fmt_bool, False,
           "FNV-1a fingerprints of ring/feed/propose hiddens (events/); default on iff the arm has a ring"),
+    Lever("handoff_norm", str, HANDOFF_CHOICES, "ATLAS_MTP_HANDOFF_NORM", env_handoff, str, True,
+          "the target hidden the MTP layer is handed: as the checkpoint declares, or pre / post the trunk's final norm"),
+    Lever("recycle_norm", str, HANDOFF_CHOICES, "ATLAS_MTP_RECYCLE_NORM", env_handoff, str, True,
+          "the drafter's own hidden for drafts 2+: as declared, or pre / post the MTP layer's final norm"),
     Lever("proposer", str, ("mtp", "draft_model"), None, None, None, False,
           "the proposer: the MTP head or a separate draft model"),
     Lever("row_space", str, ("compact", "dense"), None, None, None, False,
@@ -197,8 +211,7 @@ LEVERS: tuple[Lever, ...] = (
           "per-sequence catch-up ring capacity (labels)"),
 )
 BY_NAME = {lv.name: lv for lv in LEVERS}
-
-assert set(BY_NAME) | {"name"} == {f.name for f in fields(ArmConfig)}, "lever table out of sync with ArmConfig"
+# (tests/test_frontend_levers.py checks that every ArmConfig field has its row here)
 
 
 def resolved_levers(arm: ArmConfig) -> dict:

@@ -6,6 +6,7 @@ resume, since the loop is deterministic given the config.
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
@@ -18,6 +19,7 @@ from atlas_ab.gate import check
 from atlas_ab.loop import Wave
 from atlas_ab.paths import PACKAGE_DIR, resolve_path
 
+log = logging.getLogger(__name__)
 DEFAULT_TOKENIZER = PACKAGE_DIR / "models" / "default" / "tokenizer.json"
 
 
@@ -69,6 +71,7 @@ class Runner:
         if ck.tokenizer_path is None:
             raise AtlasError(f"{path}: no tokenizer.json in the checkpoint directory")
         self.trunk = ck.trunk.eval()
+        self.handoff = None
         self.proposer = self._proposer(ck, model)
         self.workload = build_workload(workload, ck.tokenizer_path)
         docs = self.workload.docs
@@ -88,7 +91,8 @@ class Runner:
                    "tokenizer_hash": self.workload.info.get("tokenizer_hash"),
                    "architecture": ck.args.as_dict(),
                    "params": {"trunk": trunk_n, "mtp": mtp_n, "total": trunk_n + mtp_n},
-                   "draft": self._draft_info},
+                   "mtp_layout": ck.layout.name if ck.layout is not None else None,
+                   "handoff": self.handoff, "draft": self._draft_info},
             workload={"hash": self.workload.hash, **self.workload.info},
             device=torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
             dtype=str(self.dtype).replace("torch.", ""),
@@ -100,9 +104,15 @@ class Runner:
         self._draft_info = None
         if self.arm.proposer == "mtp":
             from atlas_ab.proposers.mtp_head import MTPProposer
+            from atlas_ab.runtime.layouts import handoff_in_effect
             if ck.mtp is None:
                 raise AtlasError(f"{ck.path}: the checkpoint has no MTP module (num_nextn_predict_layers = 0)")
-            return MTPProposer(self.trunk, ck.mtp.eval(), self.arm.row_space, self.arm.refeed, self.graphs)
+            # HANDOFF_NORM / RECYCLE_NORM: the checkpoint's declaration unless the arm overrides it
+            self.handoff = handoff_in_effect(ck.layout, self.arm.handoff_norm, self.arm.recycle_norm)
+            log.info("MTP layout %s: declared handoff_norm=%s recycle_norm=%s (%s); running %s", ck.layout.name,
+                     ck.layout.handoff_norm, ck.layout.recycle_norm, ck.layout.source, self.handoff["in_effect"])
+            return MTPProposer(self.trunk, ck.mtp.eval(), self.arm.row_space, self.arm.refeed, self.graphs,
+                               **self.handoff["in_effect"])
         from atlas_ab.proposers.draft_model import DraftModelProposer
         from atlas_ab.runtime import checkpoint
         if not model.draft_path:
@@ -125,7 +135,8 @@ class Runner:
         trace = Wave(self.trunk, self.proposer, self.arm, docs, self.workload.gen_tokens,
                      fingerprint_rows=fp, on_step=on_step, graphs=self.graphs).run()
         n_gate = min(self.cfg.gate_sequences, len(docs))
-        gate = check(self.trunk, docs, trace.generated, self.workload.gen_tokens, list(range(n_gate)))
+        gate = check(self.trunk, docs, trace.generated, self.workload.gen_tokens, list(range(n_gate)),
+                     graphs=self.graphs)
         return WaveResult(steps=trace.steps.table(),
                           events=trace.events.table() if trace.events is not None else None,
                           gate=gate.to_dict(), n_tokens=trace.n_tokens)

@@ -79,11 +79,13 @@ def aggregate_gate(gates: Iterable[Optional[dict]]) -> dict:
             continue
         for key in ("checked_sequences", "checked_tokens", "divergences", "near_ties", "arbitrated"):
             out[key] += int(g.get(key, 0) or 0)
-        failed |= g.get("passed") is False
         out["margins"] += list(g.get("margins") or [])
         out["arbitrations"] += list(g.get("arbitrations") or [])
-        if out["first_divergence"] is None and g.get("first_divergence") is not None:
+        # the first divergence of the first failed shard (the one the run fails on), else the first
+        if g.get("first_divergence") is not None and (out["first_divergence"] is None
+                                                      or (g.get("passed") is False and not failed)):
             out["first_divergence"] = g["first_divergence"]
+        failed |= g.get("passed") is False
     if failed:
         out["passed"] = False
     elif out["checked_sequences"]:

@@ -70,10 +70,12 @@ def test_report_with_shipped_prereg_met(capsys, seeds_runs, tmp_path):
     out_dir = tmp_path / "rep"
     code, out, err = run_cli(capsys, "report", on, off, "--prereg", PREREG, "--out", out_dir, *FAST)
     assert code == 0, err
-    assert out.startswith("MET:")
+    assert out.startswith("MET (refeed_p2_uncond):")
     md = (out_dir / "report.md").read_text()
     assert "**MET**" in md and "+0.027 (3.9 sd)" in md and "+0.016 (2.4 sd)" in md
-    for png in ("depth.png", "histogram.png", "turns.png"):
+    # the first figure is the difference that decides, with its threshold
+    assert md.index("difference.png") < md.index("depth.png")
+    for png in ("difference.png", "depth.png", "histogram.png", "turns.png"):
         assert (out_dir / png).stat().st_size > 1000 and f"]({png})" in md
     data = json.loads((out_dir / "report.json").read_text())
     assert data["verdicts"][0]["status"] == "MET"

@@ -34,8 +34,10 @@ def test_corpus_split_disjoint_and_fixed(corpus):
     assert len(train) + len(held) == corpus.info.n_files
     assert 0.02 < len(held) / corpus.info.n_files < 0.10
     assert all(d.split == split_of(d.name) for d in corpus.docs)
-    # the split is a function of the name alone
-    assert split_of("stdlib/json/decoder.py") == split_of("stdlib/json/decoder.py")
+    # the split is a function of the name alone: golden values of the rule
+    # (int(sha256(name)[:8], 16) % 1000: 15 and 43 are < 50, held out; 177 is not)
+    assert split_of("stdlib/_pydecimal.py") == "heldout" and split_of("stdlib/_pyio.py") == "heldout"
+    assert split_of("stdlib/json/decoder.py") == "train"
 
 
 def test_corpus_has_no_tests_or_site_packages(corpus):

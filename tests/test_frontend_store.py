@@ -144,7 +144,7 @@ def test_complete_run_manifest(tmp_path):
 
 
 def test_the_analysis_reads_the_run(tmp_path):
-    load = pytest.importorskip("atlas_ab.analysis.load")
+    from atlas_ab.analysis import load
     run(cfg_of(*BASE, "+arm=baseline"), tmp_path / "r")
     r = load.load_run(tmp_path / "r")
     assert r.status == "complete"

@@ -1,6 +1,5 @@
 """The runner core on CPU fp32: lossless for both proposers at B in {1, 8} and
 K in {1, 2, 3}; one host read per step; telemetry in the contract."""
-import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -52,21 +51,56 @@ def test_the_gate_catches_a_lossy_loop(models):
     assert not gate.passed and gate.first_divergence["doc_id"] == 1 and gate.first_divergence["token"] == 3
 
 
+class HostReads(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts every way a tensor's values reach the host: `.item()`/`bool()`/`int()`/`float()`
+    (all dispatch to aten._local_scalar_dense), `.tolist()`, `.numpy()` and `.cpu()` (patched:
+    on a CPU tensor they are no dispatch at all). On the GPU each is a device sync."""
+
+    def __init__(self, monkeypatch):
+        super().__init__()
+        self.reads = []
+        for name in ("cpu", "tolist", "numpy"):
+            real = getattr(torch.Tensor, name)
+
+            def counted(t, *a, _real=real, _name=name, **k):
+                self.reads.append(_name)
+                return _real(t, *a, **k)
+            monkeypatch.setattr(torch.Tensor, name, counted)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.reads.append("item")
+        return func(*args, **(kwargs or {}))
+
+
 def test_one_host_read_per_step(models, monkeypatch):
-    """Accepted counts (and everything else the host needs) come back in one copy per step."""
+    """Accepted counts (and everything else the host needs) come back in one copy per step,
+    and nothing else reads a device value: no .item(), no bool() of a tensor, no .tolist()."""
     docs = tiny_docs(n=4, turns=1, chunk=10)
-    calls = []
-    orig = torch.Tensor.cpu
-
-    def counting_cpu(self, *a, **k):
-        calls.append(tuple(self.shape))
-        return orig(self, *a, **k)
-
-    monkeypatch.setattr(torch.Tensor, "cpu", counting_cpu)
-    trace = run(models, ArmConfig(num_drafts=2, fingerprints=False), docs)
+    counter = HostReads(monkeypatch)
+    with counter:
+        trace = run(models, ArmConfig(num_drafts=2, fingerprints=False), docs)
     steps = len(set(trace.steps.table().to_pandas().groupby(["turn", "step"]).groups))
     prefill_reads = 1
-    assert len(calls) == steps + prefill_reads
+    # each read of the step is the one `.cpu()` whose `.numpy()` follows it
+    assert counter.reads.count("item") == 0 and counter.reads.count("tolist") == 0
+    assert counter.reads.count("cpu") == steps + prefill_reads
+
+
+def test_the_host_read_counter_sees_a_sync():
+    """The counter above can fail: an .item() or a bool() of a tensor is seen."""
+    import pytest as _pytest
+    mp = _pytest.MonkeyPatch()
+    try:
+        c = HostReads(mp)
+        with c:
+            x = torch.ones(3)
+            x.sum().item()
+            bool(x[0] > 0)
+            x.tolist()
+        assert c.reads == ["item", "item", "tolist"]
+    finally:
+        mp.undo()
 
 
 def test_telemetry_columns(models):

@@ -113,8 +113,13 @@ def test_fast_greedy_tokens_and_logits_equal_torch():
     assert torch.equal(got, ref)
 
 
-def test_fast_mtp_equals_torch():
+@pytest.mark.parametrize("wiring", ["deepseek", "mimo"])
+def test_fast_mtp_equals_torch(wiring):
+    """Also MiMo's wiring (runtime/layouts.py): [hidden, embed] order, the embedding of the row
+    at position zero_at zeroed."""
     trunk, mtp = build(args())
+    if wiring == "mimo":
+        mtp.hidden_first = mtp.zero_first_embed = True
     H = trunk.args.hidden_size
     g = torch.Generator().manual_seed(5)
     tok = torch.randint(0, 61, (3, 4), generator=g).to(DEV)
@@ -125,7 +130,7 @@ def test_fast_mtp_equals_torch():
     for backend in ("torch", "triton"):
         kv = mtp.new_kv([6, 9, 5])
         with torch.no_grad(), kernels.use(backend):
-            o1 = mtp.forward(tok, hid, rope, slots, kv, length=4)
+            o1 = mtp.forward(tok, hid, rope, slots, kv, length=4, zero_at=8)
             o2 = mtp.forward(tok[:, :1], o1[:, :1], rope[:, :1] + 4, slots[:, :1] + 4, kv, length=5)
             outs[backend] = (o1, o2, mtp.logits(o2))
     live = slots >= 0

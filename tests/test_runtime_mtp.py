@@ -1,5 +1,4 @@
 """The MTP module: checkpoint round trip, transformers reads the trunk, cached == uncached."""
-import logging
 
 import pytest
 import torch

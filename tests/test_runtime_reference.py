@@ -1,12 +1,11 @@
 """Our runtime vs transformers' own models on tiny random checkpoints of each layout (fp32, CPU)."""
-import json
 
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
 
-from atlas_ab.runtime import ModelArgs, Transformer
+from atlas_ab.runtime import ModelArgs
 from atlas_ab.runtime import checkpoint as ckpt
 
 COMMON = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,

@@ -13,7 +13,7 @@ from atlas_ab import AtlasError
 from atlas_ab.analysis.cli import PROG
 from atlas_ab.errors import closed_stdout, one_line
 
-SUBCOMMANDS = ["compare", "report", "mcnemar", "power", "fingerprints", "coverage"]
+SUBCOMMANDS = ["compare", "report", "mcnemar", "power", "fingerprints", "coverage", "ingest", "claims"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from atlas_ab import AtlasError
+from atlas_ab.ingest.grain import from_manifest, no_steps_line
 from atlas_ab.telemetry.schema import REQUIRED_STEP as REQUIRED, STEP_INT_TYPES as INT_TYPES
 
 NONNEGATIVE = REQUIRED
@@ -60,6 +61,11 @@ class Run:
         if not g:
             return "unknown"
         return g.get("status") or {True: "passed", False: "failed", None: "not run"}[g.get("passed")]
+
+    @property
+    def telemetry(self):
+        """An ingested run's grain and what it makes exact (None for our own runs)."""
+        return from_manifest(self.manifest, str(self.path / "manifest.json"))
 
     @property
     def status(self) -> str:
@@ -219,6 +225,12 @@ def load_run(path: str | Path, columns: tuple[str, ...] = (), optional: tuple[st
     optional: extra columns read when present (e.g. ``oracle_hit2``).
     """
     root, manifest = open_run(path, allow_incomplete)
+    # engine telemetry (atlas_ab/ingest): refuse what its grain cannot give, saying why
+    tel = from_manifest(manifest, str(root / "manifest.json"))
+    if tel is not None and not tel.has_steps:
+        raise AtlasError(no_steps_line(root, tel))
+    if tel is not None and "position" in columns and tel.why_not("position_pairing"):
+        raise AtlasError(f"{root}: no step positions to pair on: {tel.why_not('position_pairing')}")
     want = list(REQUIRED) + [c for c in columns if c not in REQUIRED]
     tables, files, warnings = read_shards(root, manifest, "steps", want, optional, integer=REQUIRED,
                                           check=_check_shard)
@@ -253,8 +265,9 @@ def provenance_mismatches(runs: list[Run]) -> list[str]:
 
 
 def unchecked_provenance(runs: list[Run]) -> list[str]:
-    return [f"{r.path}: no workload.hash/model.hash (no manifest); provenance unchecked"
-            for r in runs if r.hash("workload") is None or r.hash("model") is None]
+    # an engine run (atlas_ab/ingest) has a manifest but no hash of the served weights
+    return [f"{r.path}: no workload.hash/model.hash ({'no manifest' if r.manifest is None else 'not in its manifest'}); "
+            "provenance unchecked" for r in runs if r.hash("workload") is None or r.hash("model") is None]
 
 
 def check_provenance(runs: list[Run], allow_mismatch: bool) -> list[str]:

@@ -168,3 +168,38 @@ def turn_figure(cells: list[Cells], path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend()
     return _save(fig, path)
+
+
+def confidence_figure(bins, break_even: float, path: Path) -> Path:
+    """E[1 + accept_len] by chain-confidence bin (bars, with the step count) against the break-even
+    of the measured costs: a bin above the line pays for its verify."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = (bins["lo"] + bins["hi"].clip(upper=1.0)) / 2
+    ax.bar(x, bins["tokens"], width=0.085, color=["tab:green" if p else "tab:red" for p in bins["pays"]])
+    for xi, t, n in zip(x, bins["tokens"], bins["n"]):
+        if n:
+            ax.annotate(f"{n:,}", (xi, t), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
+    ax.axhline(break_even, color="black", linestyle="--", label=f"break-even {break_even:.2f} (c_spec / c_serial)")
+    ax.set_xlabel("chain confidence (min top-1 prob over the drafts)")
+    ax.set_ylabel("E[1 + accept_len] (tokens per verify step)")
+    ax.set_title("DRAFT_CONF: does verifying pay, by confidence?")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def coverage_figure(cov, path: Path) -> Path:
+    """Conditional top-j coverage per depth (SHADOW_TOPK), j = 1..k, all turns."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    depths = sorted({c.depth for c in cov.cells})
+    for d in depths:
+        cs = sorted((c for c in cov.cells if c.depth == d and c.turns == "all"), key=lambda c: c.j)
+        ax.errorbar([c.j for c in cs], [c.rate for c in cs], yerr=[Z95 * c.sd for c in cs], fmt="o-", capsize=3,
+                    label=f"depth {d} (n={cs[0].n:,})")
+    ax.set_xlabel("j (the target's token among the drafter's top j)")
+    ax.set_ylabel("coverage (95% binomial CI)")
+    ax.set_xticks(range(1, cov.topk + 1))
+    ax.set_title("SHADOW_TOPK: conditional top-j coverage")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path)

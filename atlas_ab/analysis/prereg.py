@@ -24,45 +24,90 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import yaml
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.metrics import canonical
+from atlas_ab.telemetry.schema import TURN_CLASSES
 from atlas_ab.analysis.sizing import power_at
 from atlas_ab.analysis.stats import SD_KINDS, Difference, format_delta
 
 MIN_POWER = 0.8
-FIELDS = ("hypothesis", "primary_metric", "direction", "min_effect", "threshold_sd", "decides",
-          "arms", "min_n_per_arm")
+#: the one timing metric (economics.py): committed tokens per second of step time, live runs only
+THROUGHPUT = "tokens_per_second"
+KINDS = ("difference", "equivalence", "maximum", "oracle")
+#: the sd a criterion may be decided on: stats.SD_KINDS, and `paired` (steps of the two arms
+#: matched on (doc_id, turn, position): analysis/paired.py)
+DECIDES = SD_KINDS + ("paired",)
+_COMMON = ("hypothesis", "threshold_sd", "min_n_per_arm")
+_NEEDS = {
+    "difference": _COMMON + ("primary_metric", "direction", "min_effect", "decides", "arms"),
+    "equivalence": _COMMON + ("primary_metric", "margin", "decides", "arms"),
+    "maximum": _COMMON + ("primary_metric", "decides", "best", "others"),
+    "oracle": _COMMON + ("arm", "min_share"),
+}
 
 
 @dataclass(frozen=True)
 class Prereg:
+    """One pre-registered question. Kinds (what `criterion()` says in words):
+      difference   treatment - control of a metric, in a direction, >= min_effect at >= threshold_sd
+      equivalence  |treatment - control| + threshold_sd * sd <= margin (the two arms do not differ)
+      maximum      the `best` arm beats every one of `others` by >= threshold_sd sd (+ optionally
+                   its fingerprint table reads 100%)
+      oracle       within one ORACLE_P2 arm: the probe's McNemar z >= threshold_sd and it recovers
+                   >= min_share of the p1 - p2_cond gap
+    `turns` restricts any of them to a turn class (all | cold | warm)."""
     path: Path
     sha256: str
     name: str
+    kind: str
     hypothesis: str
-    primary_metric: str
-    direction: str          # increase | decrease
-    min_effect: float
     threshold_sd: float
-    decides: str            # binomial | cluster | bootstrap
-    control: str
-    treatment: str
     min_n_per_arm: int
+    primary_metric: str = "p2_uncond"
+    direction: str = "increase"     # difference
+    min_effect: float = 0.0         # difference
+    decides: str = "binomial"       # one of DECIDES (oracle: McNemar's own z)
+    control: str = ""               # difference, equivalence
+    treatment: str = ""
+    turns: str = "all"
+    margin: float = 0.0             # equivalence
+    best: str = ""                  # maximum
+    others: tuple = ()
+    fingerprints: bool = False      # maximum: the best arm's fingerprint table must read 100%
+    relative: bool = False          # difference: min_effect and the sd are relative to the control's value
+    arm: str = ""                   # oracle
+    min_share: float = 0.0
 
     @property
-    def arms(self) -> tuple[str, str]:
+    def arms(self) -> tuple[str, ...]:
+        if self.kind == "oracle":
+            return (self.arm,)
+        if self.kind == "maximum":
+            return (self.best, *self.others)
         return self.control, self.treatment
 
     def criterion(self) -> str:
-        word = "up" if self.direction == "increase" else "down"
-        return (f"{self.primary_metric} {word} by >= {self.min_effect:g} at >= {self.threshold_sd:g} sd "
-                f"({self.decides} sd decides), {self.treatment} vs {self.control}, "
-                f">= {self.min_n_per_arm:,} steps per arm")
+        where = "" if self.turns == "all" else f" on {self.turns} turns"
+        n = f">= {self.min_n_per_arm:,} steps per arm"
+        if self.kind == "difference":
+            word = "up" if self.direction == "increase" else "down"
+            size = f"{self.min_effect:.0%} (relative)" if self.relative else f"{self.min_effect:g}"
+            return (f"{self.primary_metric}{where} {word} by >= {size} at >= {self.threshold_sd:g} sd "
+                    f"({self.decides} sd decides), {self.treatment} vs {self.control}, {n}")
+        if self.kind == "equivalence":
+            return (f"{self.primary_metric}{where}: |{self.treatment} - {self.control}| + {self.threshold_sd:g} sd "
+                    f"<= {self.margin:g} ({self.decides} sd decides), {n}")
+        if self.kind == "maximum":
+            fp = "; its fingerprint table reads 100%" if self.fingerprints else ""
+            return (f"{self.primary_metric}{where}: {self.best} above each of {', '.join(self.others)} by "
+                    f">= {self.threshold_sd:g} sd ({self.decides} sd decides){fp}, {n}")
+        return (f"{self.arm}{where}: ORACLE_P2 McNemar z >= {self.threshold_sd:g} (oracle better) and it "
+                f"recovers >= {self.min_share:.0%} of the p1 - p2_cond gap, >= {self.min_n_per_arm:,} probed steps")
 
 
 def load_prereg(path: str | Path, text: bytes | None = None) -> Prereg:
@@ -75,28 +120,60 @@ def load_prereg(path: str | Path, text: bytes | None = None) -> Prereg:
         raise AtlasError(f"{p}: unreadable pre-registration ({e.__class__.__name__})") from None
     if not isinstance(doc, dict):
         raise AtlasError(f"{p}: a pre-registration is a YAML mapping")
-    missing = [f for f in FIELDS if f not in doc]
+    kind = doc.get("kind", "difference")
+    if kind not in KINDS:
+        raise AtlasError(f"{p}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    missing = [f for f in _NEEDS[kind] if f not in doc]
     if missing:
-        raise AtlasError(f"{p}: missing field {missing[0]!r}")
-    arms = doc["arms"]
-    if not isinstance(arms, dict) or not {"control", "treatment"} <= set(arms):
-        raise AtlasError(f"{p}: arms must name control and treatment")
-    if doc["direction"] not in ("increase", "decrease"):
-        raise AtlasError(f"{p}: direction must be increase or decrease, got {doc['direction']!r}")
-    if doc["decides"] not in SD_KINDS:
-        raise AtlasError(f"{p}: decides must be one of {', '.join(SD_KINDS)}, got {doc['decides']!r}")
+        raise AtlasError(f"{p}: missing field {missing[0]!r} (a {kind} pre-registration needs "
+                         f"{', '.join(_NEEDS[kind])})")
+    known = set(_NEEDS[kind]) | {"name", "kind", "turns", "fingerprints", "relative", "notes", "power"}
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise AtlasError(f"{p}: unknown field {unknown[0]!r} for a {kind} pre-registration")
+    kw: dict = {}
     try:
-        metric = canonical(str(doc["primary_metric"]))
-        numbers = float(doc["min_effect"]), float(doc["threshold_sd"]), int(doc["min_n_per_arm"])
+        kw["threshold_sd"], kw["min_n_per_arm"] = float(doc["threshold_sd"]), int(doc["min_n_per_arm"])
+        if "primary_metric" in doc:
+            m = str(doc["primary_metric"])
+            kw["primary_metric"] = m if m == THROUGHPUT else canonical(m)
+        for f in ("min_effect", "margin", "min_share"):
+            if f in doc:
+                kw[f] = float(doc[f])
     except (AtlasError, TypeError, ValueError) as e:
         raise AtlasError(f"{p}: {e}") from None
-    if numbers[0] <= 0 or numbers[1] <= 0:
-        raise AtlasError(f"{p}: min_effect and threshold_sd must be > 0")
-    return Prereg(path=p, sha256=hashlib.sha256(raw).hexdigest(), name=str(doc.get("name", p.stem)),
-                  hypothesis=str(doc["hypothesis"]).strip(), primary_metric=metric,
-                  direction=doc["direction"], min_effect=numbers[0], threshold_sd=numbers[1],
-                  decides=doc["decides"], control=str(arms["control"]), treatment=str(arms["treatment"]),
-                  min_n_per_arm=numbers[2])
+    if kw["threshold_sd"] <= 0 or kw.get("min_effect", 1) <= 0 or kw.get("margin", 1) <= 0:
+        raise AtlasError(f"{p}: threshold_sd, min_effect and margin must be > 0")
+    if "direction" in doc:
+        if doc["direction"] not in ("increase", "decrease"):
+            raise AtlasError(f"{p}: direction must be increase or decrease, got {doc['direction']!r}")
+        kw["direction"] = doc["direction"]
+    if "decides" in doc:
+        if doc["decides"] not in DECIDES:
+            raise AtlasError(f"{p}: decides must be one of {', '.join(DECIDES)}, got {doc['decides']!r}")
+        kw["decides"] = doc["decides"]
+    turns = doc.get("turns", "all")
+    if turns not in TURN_CLASSES:
+        raise AtlasError(f"{p}: turns must be one of {', '.join(TURN_CLASSES)}, got {turns!r}")
+    if "arms" in doc:
+        arms = doc["arms"]
+        if not isinstance(arms, dict) or not {"control", "treatment"} <= set(arms):
+            raise AtlasError(f"{p}: arms must name control and treatment")
+        kw["control"], kw["treatment"] = str(arms["control"]), str(arms["treatment"])
+    kw["relative"] = bool(doc.get("relative", False))
+    if kw.get("primary_metric") == THROUGHPUT and kind != "difference":
+        raise AtlasError(f"{p}: {THROUGHPUT} is judged as a difference only")
+    if kind == "maximum":
+        if not isinstance(doc["others"], list) or not doc["others"]:
+            raise AtlasError(f"{p}: others must be a non-empty list of arm names")
+        kw["best"], kw["others"] = str(doc["best"]), tuple(str(a) for a in doc["others"])
+        kw["fingerprints"] = bool(doc.get("fingerprints", False))
+    if kind == "oracle":
+        kw["arm"] = str(doc["arm"])
+        if not 0 < kw["min_share"] <= 10:
+            raise AtlasError(f"{p}: min_share must be in (0, 10], got {kw['min_share']}")
+    return Prereg(path=p, sha256=hashlib.sha256(raw).hexdigest(), name=str(doc.get("name", p.stem)), kind=kind,
+                  hypothesis=str(doc["hypothesis"]).strip(), turns=turns, **kw)
 
 
 @dataclass(frozen=True)
@@ -112,24 +189,27 @@ class Verdict:
     prereg: Prereg
 
     def summary(self) -> str:
-        s = f"{self.status}: {self.reason}\n  criterion: {self.prereg.criterion()}\n"
+        s = f"{self.status} ({self.prereg.name}): {self.reason}\n  criterion: {self.prereg.criterion()}\n"
         if self.sd is None:
             return s + f"  observed {self.delta:+.4f}; no {self.prereg.decides} sd"
-        return s + (f"  observed {format_delta(self.delta, self.z)} with the {self.prereg.decides} sd "
-                    f"{self.sd:.4f}; power to detect the minimum effect {self.power_at_min_effect:.2f}")
+        power = ("" if self.power_at_min_effect is None
+                 else f"; power to detect the minimum effect {self.power_at_min_effect:.2f}")
+        return s + f"  observed {format_delta(self.delta, self.z)} with the {self.prereg.decides} sd {self.sd:.4f}{power}"
 
     __str__ = summary
 
     def to_dict(self) -> dict:
-        return {"status": self.status, "reason": self.reason, "delta": self.delta, "sd": self.sd,
-                "z": self.z, "power_at_min_effect": self.power_at_min_effect,
+        return {"name": self.prereg.name, "kind": self.prereg.kind, "status": self.status, "reason": self.reason,
+                "delta": self.delta, "sd": self.sd, "z": self.z, "power_at_min_effect": self.power_at_min_effect,
                 "n_control": self.n_control, "n_treatment": self.n_treatment,
                 "criterion": self.prereg.criterion(), "prereg": str(self.prereg.path),
                 "prereg_sha256": self.prereg.sha256, "decides": self.prereg.decides}
 
 
 def evaluate(pr: Prereg, diff: Difference) -> Verdict:
-    """Judge a measured difference (treatment - control of the primary metric) against pr."""
+    """Judge a measured difference (treatment - control of the primary metric) against a
+    `difference` pre-registration (decided on one of stats.SD_KINDS; criteria.py judges the
+    other kinds and the paired sd)."""
     if diff.metric != pr.primary_metric:
         raise AtlasError(f"{pr.path}: primary metric is {pr.primary_metric}, the difference is {diff.metric}")
     nc, nt = diff.control.n, diff.treatment.n
@@ -138,27 +218,34 @@ def evaluate(pr: Prereg, diff: Difference) -> Verdict:
             diff.sd_by(pr.decides)
         except AtlasError as e:
             why = str(e)
-        return Verdict("UNDERPOWERED", f"the registered {pr.decides} sd cannot be computed: {why}",
-                       delta=diff.delta, sd=None, z=float("nan"), power_at_min_effect=None,
-                       n_control=nc, n_treatment=nt, prereg=pr)
-    sd = diff.sd_by(pr.decides)
+        return unavailable(pr, diff.delta, nc, nt, why)
+    return judge_effect(pr, diff.delta, diff.sd_by(pr.decides), nc, nt)
+
+
+def unavailable(pr: Prereg, delta: float, nc: int, nt: int, why: str) -> Verdict:
+    return Verdict("UNDERPOWERED", f"the registered {pr.decides} sd cannot be computed: {why}",
+                   delta=delta, sd=None, z=float("nan"), power_at_min_effect=None, n_control=nc, n_treatment=nt,
+                   prereg=pr)
+
+
+def judge_effect(pr: Prereg, delta: float, sd: float, nc: int, nt: int) -> Verdict:
+    """The difference criterion on an estimate and its registered sd."""
     sign = 1.0 if pr.direction == "increase" else -1.0
-    effect = sign * diff.delta
+    effect = sign * delta
     z = effect / sd if sd else float("nan")
     power = power_at(pr.min_effect, sd, pr.threshold_sd)
-    common = dict(delta=diff.delta, sd=sd, z=z, power_at_min_effect=power, n_control=nc,
-                  n_treatment=nt, prereg=pr)
+    common = dict(delta=delta, sd=sd, z=z, power_at_min_effect=power, n_control=nc, n_treatment=nt, prereg=pr)
     if min(nc, nt) < pr.min_n_per_arm:
         return Verdict("UNDERPOWERED", f"n below the pre-registered minimum of {pr.min_n_per_arm:,} per arm "
                        f"({pr.control} n={nc:,}, {pr.treatment} n={nt:,})", **common)
     if effect >= pr.min_effect and z >= pr.threshold_sd:
-        return Verdict("MET", f"{pr.primary_metric} moved {diff.delta:+.4f} ({z:.1f} sd), "
+        return Verdict("MET", f"{pr.primary_metric} moved {delta:+.4f} ({z:.1f} sd), "
                        f">= {pr.min_effect:g} at >= {pr.threshold_sd:g} sd", **common)
     if power < MIN_POWER:
         return Verdict("UNDERPOWERED", f"not met, and the power to detect the minimum effect "
                        f"{pr.min_effect:g} at {pr.threshold_sd:g} sd is {power:.2f} < {MIN_POWER} "
                        f"given the observed {pr.decides} sd {sd:.4f}", **common)
-    why = (f"effect {diff.delta:+.4f} is below the minimum {pr.min_effect:g} in the registered direction"
+    why = (f"effect {delta:+.4f} is below the minimum {pr.min_effect:g} in the registered direction"
            if effect < pr.min_effect else f"z {z:.1f} is below the threshold {pr.threshold_sd:g} sd")
     return Verdict("NOT MET", why, **common)
 
@@ -203,8 +290,7 @@ def lock(path: str | Path, lock_dir: Path) -> dict:
 
 def changed_fields(a: Prereg, b: Prereg) -> list[str]:
     """The decision fields that differ between two pre-registrations."""
-    names = ("primary_metric", "direction", "min_effect", "threshold_sd", "decides", "control",
-             "treatment", "min_n_per_arm", "hypothesis")
+    names = [f.name for f in fields(Prereg) if f.name not in ("path", "sha256")]
     return [f"{n}: {getattr(a, n)!r} -> {getattr(b, n)!r}" for n in names if getattr(a, n) != getattr(b, n)]
 
 
@@ -231,12 +317,12 @@ def from_lock(entry: dict) -> Prereg:
     return load_prereg(entry.get("locked_copy") or entry["path"], text=entry["text"].encode("utf-8"))
 
 
-def changed(locked: Prereg, given: Prereg, diff: Difference) -> Verdict:
+def changed(locked: Prereg, given: Prereg) -> Verdict:
     """The verdict when the file given is not the one the study locked: none, and why."""
-    fields = changed_fields(locked, given)
+    diffs = changed_fields(locked, given)
     return Verdict("PREREG CHANGED",
                    f"{given.path.name} was locked at sha256 {locked.sha256[:12]} when the study began and is "
-                   f"{given.sha256[:12]} now ({'; '.join(fields) or 'comments/whitespace only'}); judged "
+                   f"{given.sha256[:12]} now ({'; '.join(diffs) or 'comments/whitespace only'}); judged "
                    "against neither (pass --evaluate-edited to evaluate the edited file anyway)",
-                   delta=diff.delta, sd=None, z=float("nan"), power_at_min_effect=None,
-                   n_control=diff.control.n, n_treatment=diff.treatment.n, prereg=given)
+                   delta=float("nan"), sd=None, z=float("nan"), power_at_min_effect=None,
+                   n_control=0, n_treatment=0, prereg=given)

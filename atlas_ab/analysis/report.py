@@ -17,12 +17,12 @@ from pathlib import Path
 import pandas as pd
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis import cli, paired, plots
+from atlas_ab.analysis import cli, criteria, paired, plots
+from atlas_ab.analysis.criteria import Judgement
 from atlas_ab.analysis.comparison import Comparison, compare_runs, headline_metrics
 from atlas_ab.analysis.load import Run
 from atlas_ab.analysis.metrics import TURN_CLASSES, Cells, arm_metrics
-from atlas_ab.analysis.prereg import (Prereg, Verdict, changed, evaluate, from_lock, load_prereg,
-                                      locked_preregs)
+from atlas_ab.analysis.prereg import Prereg, Verdict, changed, from_lock, load_prereg, locked_preregs
 from atlas_ab.analysis.stats import compare as compare_cells, format_delta
 
 HEAD = [("n_verify", "n"), ("p1", "p1"), ("p2_uncond", "p2_uncond"), ("p2_cond", "p2_cond"),
@@ -33,13 +33,17 @@ HEAD = [("n_verify", "n"), ("p1", "p1"), ("p2_uncond", "p2_uncond"), ("p2_cond",
 class Judged:
     """One pre-registration as this report judged it."""
     prereg: Prereg
-    origin: str                      # locked | not locked | edited
-    verdict: Verdict
-    comparison: Comparison
+    origin: str                      # locked | not locked | edited | changed
+    judgement: Judgement
     locked_sha256: str | None = None
 
+    @property
+    def verdict(self) -> Verdict:
+        return self.judgement.verdict
+
     def to_dict(self) -> dict:
-        return {"origin": self.origin, "locked_sha256": self.locked_sha256, **self.verdict.to_dict()}
+        return {"origin": self.origin, "locked_sha256": self.locked_sha256, **self.verdict.to_dict(),
+                "details": self.judgement.details}
 
 
 @dataclass(frozen=True)
@@ -53,15 +57,6 @@ class Report:
     def verdict(self) -> Verdict | None:
         """The first pre-registration's verdict (None without one)."""
         return self.judged[0].verdict if self.judged else None
-
-
-def _arm_run(runs: list[Run], name: str, role: str, pr: Prereg) -> Run:
-    found = [r for r in runs if r.arm == name]
-    if len(found) != 1:
-        have = ", ".join(f"{r.arm} ({r.path})" for r in runs)
-        raise AtlasError(f"{pr.path.name}: {role} arm {name!r} matches {len(found)} of the runs given "
-                         f"(need exactly one; runs: {have})")
-    return found[0]
 
 
 def preregs_to_judge(runs: list[Run], given: str | Path | None = None,
@@ -86,18 +81,19 @@ def preregs_to_judge(runs: list[Run], given: str | Path | None = None,
     return [(pr, "edited" if evaluate_edited else "changed", lk)]
 
 
-def judge(runs: list[Run], todo, B: int, seed: int, mismatches, allow_ungated: bool) -> list[Judged]:
+def judge(runs: list[Run], todo, B: int, seed: int, allow_ungated: bool) -> list[Judged]:
     out = []
     for pr, origin, lk in todo:
-        control = _arm_run(runs, pr.control, "control", pr)
-        treatment = _arm_run(runs, pr.treatment, "treatment", pr)
-        for r in (control, treatment):
-            if r.gate_status == "not run" and not allow_ungated:
+        for name in pr.arms:
+            r = next((r for r in runs if r.arm == name), None)
+            if r is not None and r.gate_status == "not run" and not allow_ungated:
                 raise AtlasError(f"{r.path}: its lossless gate checked no sequence, so nothing shows its drafts "
                                  f"were verified losslessly; no verdict on it (pass --allow-ungated to judge anyway)")
-        comp = compare_runs(control, treatment, pr.primary_metric, B=B, seed=seed, mismatches=mismatches)
-        verdict = changed(lk, pr, comp.primary) if origin == "changed" else evaluate(pr, comp.primary)
-        out.append(Judged(pr, origin, verdict, comp, lk.sha256 if lk else None))
+        if origin == "changed":
+            j = Judgement(changed(lk, pr))
+        else:
+            j = criteria.judge(pr, runs, B=B, seed=seed)
+        out.append(Judged(pr, origin, j, lk.sha256 if lk else None))
     return out
 
 
@@ -197,14 +193,8 @@ def _by_turn(arms) -> list[str]:
 
 
 def _difference_items(judged: list[Judged], comps: list[Comparison]) -> list[plots.DifferenceItem]:
-    if judged:
-        items = []
-        for j in judged:
-            d, pr, v = j.comparison.primary, j.prereg, j.verdict
-            items.append(plots.DifferenceItem(
-                label=f"{pr.treatment} - {pr.control}\n{pr.primary_metric} ({pr.name})", delta=d.delta,
-                sd=v.sd, sd_kind=pr.decides, verdict=v.status, min_effect=pr.min_effect,
-                threshold_sd=pr.threshold_sd, direction=pr.direction))
+    items = [it for j in judged for it in j.judgement.items]
+    if items:
         return items
     return [plots.DifferenceItem(label=f"{c.treatment.arm} - {c.control.arm}\n{c.primary.metric}",
                                  delta=c.primary.delta,
@@ -219,12 +209,21 @@ def _verdict_lines(j: Judged) -> list[str]:
              f"- criterion: {pr.criterion()}", f"- hypothesis: {pr.hypothesis}",
              f"- pre-registration: `{pr.path.name}` (sha256 `{pr.sha256}`; {j.origin}"
              + (f", locked sha256 `{j.locked_sha256}`" if j.locked_sha256 else "") + ")"]
+    if v.status == "PREREG CHANGED":
+        return lines
     if v.sd is not None:
-        lines += [f"- observed: {format_delta(v.delta, v.z)} with the {pr.decides} sd {v.sd:.4f}",
-                  f"- power to detect the minimum effect ({pr.min_effect:g}) at {pr.threshold_sd:g} sd "
-                  f"given that sd: {v.power_at_min_effect:.2f}"]
+        lines.append(f"- observed: {format_delta(v.delta, v.z)} with the {pr.decides} sd {v.sd:.4f}")
+        if v.power_at_min_effect is not None:
+            lines.append(f"- power to detect the minimum effect ({pr.min_effect:g}) at {pr.threshold_sd:g} sd "
+                         f"given that sd: {v.power_at_min_effect:.2f}")
     else:
         lines.append(f"- observed: {v.delta:+.4f}; the {pr.decides} sd was not computed")
+    p = j.judgement.details.get("paired")
+    if p:
+        saved = (f"; its sd is {p['saved_vs_iid']:.0%} below the unpaired i.i.d. sd and {p['saved_vs_cluster']:+.0%} "
+                 "vs the unpaired cluster sd" if p.get("saved_vs_cluster") is not None else "")
+        lines.append(f"- paired on {p['n_pairs']:,} matched steps ({p['matched_share']:.0%} of the smaller arm's)"
+                     f"{saved}")
     return lines
 
 
@@ -238,11 +237,13 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
     if len(set(names)) != len(names):
         raise AtlasError(f"two runs carry the same arm name ({', '.join(names)}); "
                          "a report needs distinct arms")
-    judged = judge(runs, preregs_to_judge(runs, prereg, evaluate_edited), B, seed, mismatches, allow_ungated)
+    judged = judge(runs, preregs_to_judge(runs, prereg, evaluate_edited), B, seed, allow_ungated)
     # the control: the first judged pre-registration's, else the first run
-    control = next((r for r in runs if judged and r.arm == judged[0].prereg.control), runs[0])
+    first = judged[0].prereg if judged else None
+    control = next((r for r in runs if first is not None and r.arm == first.arms[0]), runs[0])
     others = [r for r in runs if r is not control]
-    metric = judged[0].prereg.primary_metric if judged else ("p2_uncond" if min(r.K for r in runs) >= 2 else "p1")
+    metric = first.primary_metric if first is not None and first.kind != "oracle" else \
+        ("p2_uncond" if min(r.K for r in runs) >= 2 else "p1")
     comps = [compare_runs(control, t, metric, B=B, seed=seed, mismatches=mismatches) for t in others]
     probes = [paired.oracle_probe(r) for r in runs
               if "oracle_hit2" in r.steps.columns and r.steps["oracle_hit2"].notna().any()]
@@ -272,6 +273,13 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
     md += _table(["arm", "run directory", "status", "gate", "K", "steps", "clusters", "workload.hash", "model.hash"],
                  [[r.arm, f"`{r.path}`", r.status, r.gate_status, str(r.K), f"{len(r.steps):,}",
                    _clusters(c), f"`{r.hash('workload')}`", f"`{r.hash('model')}`"] for r, c in zip(ordered, cells)])
+    tels = [(r, r.telemetry) for r in ordered if r.telemetry is not None]
+    if tels:  # ingested engine runs: say what their grain could not give (atlas_ab/ingest/grain.py)
+        md += ["", "## Engine telemetry", ""]
+        for r, t in tels:
+            md.append(f"- {r.arm}: {t.source} ({t.format}), grain {t.grain}, clusters {t.clusters or 'none'}")
+            md += [f"  - not available: {k}: {v}" for k, v in t.not_available.items()]
+            md += [f"  - note: {n}" for n in t.notes]
     if mismatches:
         md += ["", "**Provenance mismatch, compared anyway (--allow-mismatch):**", ""]
         md += [f"- {m}" for m in mismatches]
@@ -322,7 +330,8 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
             "mismatches": list(mismatches), "verdicts": [j.to_dict() for j in judged],
             "comparisons": [c.to_dict() for c in comps], "turn_class_deltas": class_data,
             "arms": {a.arm: a.to_dict() for a in arms},
-            "oracle_probes": [p.to_dict() for p in probes]}
+            "oracle_probes": [p.to_dict() for p in probes],
+            "telemetry": {r.arm: t.to_dict() for r, t in tels}}
     (out / "report.json").write_text(cli.dump_json(data))
     return Report(path=path, judged=tuple(judged), comparisons=tuple(comps), data=data)
 

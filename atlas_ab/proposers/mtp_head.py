@@ -4,6 +4,14 @@ Draft 1 consumes the target's verified hidden; every later draft consumes the
 drafter's own block output (the hidden handoff, where the seeds measure the
 p1 -> p2 cliff). The drafter keeps its own KV rows; their layout follows one
 of the two row spaces in `rowspace.py`.
+
+Which hidden exactly is a property of the checkpoint (runtime/layouts.py) and
+a lever (HANDOFF_NORM / RECYCLE_NORM), acting in one place each: `_handoff`
+(every target hidden the drafter consumes: draft 1, context and catch-up rows,
+ORACLE_P2's true hidden: the trunk's, pre or post its final norm) and
+`_recycle` (drafts 2+: the MTP layer's output, pre or post its own final norm).
+The loop, the ring and the fingerprints always carry the trunk's PRE-norm
+hidden; the norm is applied on the way in.
 """
 from __future__ import annotations
 
@@ -22,12 +30,18 @@ _SLACK = 10
 class MTPProposer:
     kind = "mtp"
 
-    def __init__(self, trunk, mtp, row_space: str, refeed: bool, graphs: bool = False):
+    def __init__(self, trunk, mtp, row_space: str, refeed: bool, graphs: bool = False,
+                 handoff_norm: str = "pre", recycle_norm: str = "pre"):
         if mtp is None:
             raise ValueError("the checkpoint has no MTP module (num_nextn_predict_layers = 0)")
+        for name, v in (("handoff_norm", handoff_norm), ("recycle_norm", recycle_norm)):
+            if v not in ("pre", "post"):
+                raise ValueError(f"{name}={v!r} must be 'pre' or 'post' (resolve 'checkpoint' first)")
         self.trunk, self.mtp = trunk, mtp
         self.row_space, self.refeed = row_space, refeed
+        self.handoff_norm, self.recycle_norm = handoff_norm, recycle_norm
         self.slot_is_key = row_space == "dense"
+        self.zero_at = int(rope_of(row_space, 0, 0))   # RoPE position of pair key 0 (zero_first_embed layouts)
         self.embed = trunk.embed_tokens
         self.lm_head = trunk.lm_head
         self.steps = Steps(graphs)    # static-shape draft steps (CUDA graphs on the GPU)
@@ -57,11 +71,21 @@ class MTPProposer:
         B = len(self.rows)
         return np.where(self.rows > 0, self.row_key[np.arange(B), np.maximum(self.rows - 1, 0)], -1)
 
+    # -- the handoff: HANDOFF_NORM and RECYCLE_NORM act here and only here --
+    def _handoff(self, target_hidden: torch.Tensor) -> torch.Tensor:
+        """A target hidden (the trunk's PRE-norm stream) as this drafter is handed it."""
+        return self.trunk.model.norm(target_hidden) if self.handoff_norm == "post" else target_hidden
+
+    def _recycle(self, out: torch.Tensor) -> torch.Tensor:
+        """The MTP layer's output (pre its final norm) as the next draft is handed it."""
+        return self.mtp.shared_head.norm(out) if self.recycle_norm == "post" else out
+
     def _forward(self, tok, hid, slots: np.ndarray, ropes: np.ndarray):
+        """Target-hidden rows (context, catch-up, ORACLE_P2): `hid` is the trunk's pre-norm hidden."""
         dev = hid.device
-        return self.mtp.forward(tok, hid, torch.as_tensor(ropes, device=dev),
+        return self.mtp.forward(tok, self._handoff(hid), torch.as_tensor(ropes, device=dev),
                                 torch.as_tensor(slots, device=dev), self.kv, self.embed,
-                                length=int(slots.max()) + 1)
+                                length=int(slots.max()) + 1, zero_at=self.zero_at)
 
     # -- context rows: prompt prefill and catch-up feed share one path -----
     def _write_rows(self, feed: RowFeed) -> RowsWritten:
@@ -92,11 +116,15 @@ class MTPProposer:
     catchup_drafter = _write_rows
 
     # -- propose -----------------------------------------------------------
-    def _draft_fn(self, topk: int):
+    def _draft_fn(self, topk: int, first: bool):
+        """One draft step; `first`: its hidden is the target's (handed through `_handoff`), else
+        the previous step's recycled output. Returns the hidden for the next draft."""
         def step(tok, hid, pos, slots, length):
+            if first:
+                hid = self._handoff(hid)
             out = self.mtp.forward(tok[:, None], hid[:, None], pos[:, None], slots[:, None], self.kv,
-                                   self.embed, length=length)
-            return (out[:, 0], *head_outputs(self.mtp.logits(out, self.lm_head)[:, 0], topk))
+                                   self.embed, length=length, zero_at=self.zero_at)
+            return (self._recycle(out[:, 0]), *head_outputs(self.mtp.logits(out, self.lm_head)[:, 0], topk))
         return step
 
     @torch.no_grad()
@@ -112,11 +140,12 @@ class MTPProposer:
         idx = torch.as_tensor(np.stack([rope_of(self.row_space, keys, base[:, None] + i), slots]), device=hid.device)
         length = int(slots.max()) + 1
         for i in range(num_drafts):
-            out, conf, draft, ids, p = self.steps(("draft", topk), self._draft_fn(topk),
+            first = i == 0 and self.handoff_norm == "post"    # (pre: the same step as later drafts)
+            out, conf, draft, ids, p = self.steps(("draft", topk, first), self._draft_fn(topk, first),
                                                   [tok, hid, idx[0, :, i], idx[1, :, i]], length,
                                                   self.kv.max_capacity)
             chain.add(draft, conf, ids, p)
-            tok, hid = draft, out   # the handoff: the drafter's own hidden feeds draft i+2
+            tok, hid = draft, out   # the recycled hidden: the drafter's own feeds draft i+2
             self.row_key[act, base[act] + i] = keys[act, i]
             self.row_target[act, base[act] + i] = i == 0
         self.rows[act] += num_drafts

@@ -1,8 +1,9 @@
 """ModelArgs: the architecture of a Llama-family decoder, read from / written to HF config.json.
 
-Supported layouts (model_type): llama, mistral, qwen2, qwen3.
+Supported layouts (model_type): llama, mistral, qwen2, qwen3, mimo.
   llama    attention_bias -> bias on q/k/v/o (off by default)
   qwen2    bias on q/k/v (always), none on o
+  mimo     Xiaomi MiMo: a qwen2 trunk (its MTP layers: runtime/layouts.py)
   qwen3    per-head RMSNorm on q and k (q_norm/k_norm), explicit head_dim
   mistral  as llama, plus an optional sliding window
 Anything we do not implement (rope scaling, other activations, MLP bias, Qwen's per-layer
@@ -16,7 +17,8 @@ from typing import Optional
 from atlas_ab import AtlasError
 
 _ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-         "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+         "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "mimo": "MiMoForCausalLM"}
+_QWEN2_LIKE = ("qwen2", "mimo")     # bias on q/k/v, none on o
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ class ModelArgs:
         sw = None
         if mt == "mistral":
             sw = cfg.get("sliding_window")
-        elif mt in ("qwen2", "qwen3") and cfg.get("use_sliding_window"):
+        elif mt in ("qwen2", "qwen3", "mimo") and cfg.get("use_sliding_window"):
             raise AtlasError(f"unsupported use_sliding_window=true for {mt}")
         if cfg.get("layer_types") and any(t != "full_attention" for t in cfg["layer_types"]) and mt != "mistral":
             raise AtlasError("unsupported layer_types other than full_attention")
@@ -91,11 +93,11 @@ class ModelArgs:
             head_dim=int(cfg.get("head_dim") or H // nh),
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_theta=float(theta),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            attention_bias=True if mt == "qwen2" else bias,
+            attention_bias=True if mt in _QWEN2_LIKE else bias,
             qk_norm=(mt == "qwen3"),
             num_nextn_predict_layers=int(cfg.get("num_nextn_predict_layers", 0) or 0),
             model_type=mt,
-            o_bias=False if mt == "qwen2" else bias,
+            o_bias=False if mt in _QWEN2_LIKE else bias,
             sliding_window=int(sw) if sw else None,
             max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
         )
@@ -115,9 +117,9 @@ class ModelArgs:
             "num_nextn_predict_layers": self.num_nextn_predict_layers,
             "dtype": dtype, "torch_dtype": dtype,
         }
-        if self.model_type == "qwen2":
+        if self.model_type in _QWEN2_LIKE:
             if self.o_bias:
-                raise AtlasError("qwen2 layout has no o_proj bias")
+                raise AtlasError(f"{self.model_type} layout has no o_proj bias")
         elif self.model_type == "mistral":
             if self.attention_bias or self.o_bias:
                 raise AtlasError("mistral layout has no attention bias")
@@ -127,7 +129,7 @@ class ModelArgs:
             d["attention_bias"] = self.attention_bias
         if self.model_type == "llama":
             d["mlp_bias"] = False
-        if self.model_type in ("qwen2", "qwen3"):
+        if self.model_type in ("qwen2", "qwen3", "mimo"):
             d["use_sliding_window"] = False
         if self.model_type == "mistral":
             d["sliding_window"] = self.sliding_window

@@ -374,11 +374,16 @@ class _SharedHead(nn.Module):
 class MTPModule(DecoderLayer):
     """DeepSeek-V3 MTP layer. It IS a DecoderLayer (its block parameters are named exactly like a
     trunk layer's: self_attn.*, mlp.*, input_layernorm, post_attention_layernorm) plus enorm, hnorm,
-    eh_proj and shared_head.{norm, head?}; in a checkpoint it lives under model.layers.{N}."""
+    eh_proj and shared_head.{norm, head?}. A checkpoint keeps it under its layout's names
+    (runtime/layouts.py: model.layers.{N} for DeepSeek-V3, model.mtp_layers.0 for MiMo, or declared)."""
 
-    def __init__(self, args: ModelArgs, own_head: bool = False):
+    def __init__(self, args: ModelArgs, own_head: bool = False, hidden_first: bool = False,
+                 zero_first_embed: bool = False):
         super().__init__(args)
         self.args = args
+        # Wiring of other layouts (runtime/layouts.py): MiMo concatenates [hidden, embed]; vLLM's
+        # MiMo and DeepSeek MTP layers zero the token embedding of the row at position 0.
+        self.hidden_first, self.zero_first_embed = hidden_first, zero_first_embed
         H = args.hidden_size
         self.enorm = RMSNorm(H, args.rms_norm_eps)
         self.hnorm = RMSNorm(H, args.rms_norm_eps)
@@ -403,19 +408,25 @@ class MTPModule(DecoderLayer):
         a = self.args
         return KVPool(1, a.num_key_value_heads, a.head_dim, capacities, device=self.device, dtype=self.dtype)
 
-    def _input(self, tokens, hiddens, embed) -> torch.Tensor:
+    def _input(self, tokens, hiddens, embed, positions=None, zero_at: int = 0) -> torch.Tensor:
         if embed is None:
             embed = self._ref(0, "embed")
         if hasattr(embed, "embed_tokens"):        # a Transformer was passed
             embed = embed.embed_tokens
         e = embed(tokens.to(self.device, non_blocking=True))
+        if self.zero_first_embed and positions is not None:
+            e = e.masked_fill((positions.to(e.device, non_blocking=True) == zero_at)[..., None], 0)
         if kernels.enabled(e.device):       # both norms written into the halves of one buffer
             H = e.shape[-1]
             x = torch.empty(*e.shape[:-1], 2 * H, dtype=e.dtype, device=e.device)
-            self.enorm.fast(e, out=x[..., :H])
-            self.hnorm.fast(hiddens.to(e.dtype), out=x[..., H:])
+            first, second = x[..., :H], x[..., H:]
+            if self.hidden_first:
+                first, second = second, first
+            self.enorm.fast(e, out=first)
+            self.hnorm.fast(hiddens.to(e.dtype), out=second)
             return linear(x, self.eh_proj.weight)
-        return self.eh_proj(torch.cat([self.enorm(e), self.hnorm(hiddens.to(e.dtype))], dim=-1))
+        parts = [self.enorm(e), self.hnorm(hiddens.to(e.dtype))]
+        return self.eh_proj(torch.cat(parts[::-1] if self.hidden_first else parts, dim=-1))
 
     def _block(self, x, positions, ctx):
         if ctx.fast:
@@ -431,10 +442,11 @@ class MTPModule(DecoderLayer):
         return refs[i]
 
     def forward(self, tokens, hiddens, positions, slots, kv: KVPool, embed=None,
-                length: Optional[int] = None) -> torch.Tensor:
+                length: Optional[int] = None, zero_at: int = 0) -> torch.Tensor:
         """x = eh_proj(cat([enorm(embed(tok)), hnorm(hidden)])); out = block(x) over the MTP's own
-        1-layer KVPool. Returns out [B, T, H] PRE shared_head.norm (the drafter's own hidden)."""
-        x = self._input(tokens, hiddens, embed)
+        1-layer KVPool. Returns out [B, T, H] PRE shared_head.norm. `zero_at`: the RoPE position of
+        pair key 0, whose embedding is zeroed when zero_first_embed (the caller's row space knows)."""
+        x = self._input(tokens, hiddens, embed, positions, zero_at)
         return self._block(x, positions, _cached_ctx(kv, slots, length, self.args, x.dtype))
 
     def forward_train(self, tokens, hiddens, embed=None, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -443,7 +455,7 @@ class MTPModule(DecoderLayer):
         B, T = tokens.shape
         if positions is None:
             positions = torch.arange(T, device=tokens.device).expand(B, T)
-        x = self._input(tokens, hiddens, embed)
+        x = self._input(tokens, hiddens, embed, positions, 0)
         return self._block(x, positions, _train_ctx(T, tokens.device, self.args.sliding_window))
 
     def logits(self, out: torch.Tensor, lm_head: Optional[nn.Module] = None) -> torch.Tensor:

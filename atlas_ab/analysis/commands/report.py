@@ -6,15 +6,33 @@ from pathlib import Path
 
 from atlas_ab.analysis import cli
 from atlas_ab.paths import resolve_path
+from atlas_ab.analysis.load import check_provenance
+from atlas_ab.analysis.prereg import load_prereg
 from atlas_ab.analysis.report import build_report
 
 
 def run(args) -> int:
-    runs, mismatches = cli.load_runs(args.runs, args, optional=("oracle_hit2",))
+    from atlas_ab.ingest import counts
+
     out = Path(args.out) if args.out else Path("analysis/reports") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    rep = build_report(runs, out, prereg=resolve_path(args.prereg) if args.prereg else None, B=args.bootstrap,
-                       seed=args.seed, mismatches=tuple(mismatches), evaluate_edited=args.evaluate_edited,
-                       allow_ungated=args.allow_ungated)
+    prereg = resolve_path(args.prereg) if args.prereg else None
+    paths = cli.expand(args.runs)
+    if any(counts.needs_counts(p, args.allow_incomplete) for p in paths):
+        # engine runs without a step table: the report of what their grain makes exact
+        runs = [counts.load_counts(p, args.allow_incomplete) for p in paths]
+        mismatches = check_provenance(runs, args.allow_mismatch) if len(runs) > 1 else []
+        rep = counts.build_report(runs, out, prereg=load_prereg(prereg) if prereg else None, B=args.bootstrap,
+                                  seed=args.seed, mismatches=tuple(mismatches))
+        if args.json:
+            cli.emit_json(rep.data)
+        else:
+            if rep.verdict:
+                print(rep.verdict.summary())
+            print(f"report: {rep.path}")
+        return 0
+    runs, mismatches = cli.load_runs(paths, args, optional=("oracle_hit2", "position"))
+    rep = build_report(runs, out, prereg=prereg, B=args.bootstrap, seed=args.seed, mismatches=tuple(mismatches),
+                       evaluate_edited=args.evaluate_edited, allow_ungated=args.allow_ungated)
     if args.json:
         cli.emit_json(rep.data)
     else:

@@ -1,0 +1,37 @@
+"""`claims RUN... --out DIR`: the claims study's report (analysis/claims.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from atlas_ab.analysis import cli
+from atlas_ab.analysis.claims import OPTIONAL, build_claims
+from atlas_ab.analysis.load import load_run
+
+
+def run(args) -> int:
+    # one model per group: build_claims checks that each group measured one workload (the models
+    # themselves differ by design, so the cross-run provenance check of load_runs does not apply)
+    runs = [load_run(p, optional=OPTIONAL, allow_incomplete=args.allow_incomplete) for p in cli.expand(args.runs)]
+    for r in runs:
+        for w in r.warnings:
+            cli.warn(w)
+    data = build_claims(runs, Path(args.out), B=args.bootstrap, seed=args.seed)
+    if args.json:
+        cli.emit_json(data)
+    else:
+        for label, g in data["models"].items():
+            for name, q in g["questions"].items():
+                print(f"{label}  {name}: {q['verdict']['status']}")
+        print(f"report: {Path(args.out) / 'report.md'}")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("claims", help="the claims study's report: every question at every model size")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="the runs (or sweep directories) of +study=claims and "
+                                                         "+study=claims_conf, for one or more models")
+    p.add_argument("--out", required=True, help="output directory (analysis/reports/claims_<date>)")
+    p.add_argument("--json", action="store_true", help="also print every number as one JSON object")
+    cli.add_run_flags(p, mismatch=False)
+    cli.add_boot_flags(p)
+    p.set_defaults(func=run)

@@ -1,0 +1,65 @@
+"""`ingest SOURCE FILE... --out RUN`, `export FORMAT RUN --out FILE`, `pairs RUN_A RUN_B`:
+engine telemetry into the contract, ours out as vLLM's, and request-level pairing
+(atlas_ab/ingest; docs/ingest.md)."""
+from __future__ import annotations
+
+from atlas_ab.analysis import cli
+
+
+def run_ingest(args) -> int:
+    from atlas_ab.ingest import ingest
+
+    res = ingest(args.source, args.files, args.out, arm=args.arm, k=args.k)
+    return cli.emit(args, res.to_dict(), res.summary())
+
+
+def run_export(args) -> int:
+    from atlas_ab.ingest.export import export
+
+    res = export(args.run, args.format, args.out, allow_incomplete=args.allow_incomplete)
+    return cli.emit(args, res.to_dict(), res.summary())
+
+
+def run_pairs(args) -> int:
+    from atlas_ab.ingest.counts import load_counts, pairs
+
+    from atlas_ab.analysis.load import check_provenance
+
+    a, b = (load_counts(p, args.allow_incomplete) for p in (args.run_a, args.run_b))
+    for m in check_provenance([a, b], args.allow_mismatch):
+        cli.warn(m + " (allowed by --allow-mismatch)")
+    res = pairs(a, b, args.metric, B=args.bootstrap, seed=args.seed)
+    return cli.emit(args, res.to_dict(), res.summary())
+
+
+def register(subparsers) -> None:
+    from atlas_ab.ingest import SOURCES
+    from atlas_ab.ingest.export import FORMATS
+
+    p = subparsers.add_parser("ingest", help="engine telemetry (vLLM, SGLang, TensorRT-LLM, llama.cpp, "
+                                             "Prometheus, the seeds' log) into a run directory")
+    p.add_argument("source", choices=SOURCES, help="what emitted the files")
+    p.add_argument("files", nargs="+", metavar="FILE", help="responses (JSON, JSON lines, SSE), /metrics scrapes "
+                                                            "(before, after), or logs")
+    p.add_argument("--out", required=True, metavar="RUN", help="run directory to write (must not hold a run)")
+    p.add_argument("--arm", help="arm name (default: the directory name)")
+    p.add_argument("--k", type=int, help="sglang tree drafting: speculative_num_steps (the accepted path's depth)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(func=run_ingest)
+
+    p = subparsers.add_parser("export", help="a run as vLLM's per-request spec-decode metrics (JSON lines)")
+    p.add_argument("format", choices=FORMATS, help="vllm-detailed (per-step arrays) or histogram (summary)")
+    p.add_argument("run", metavar="RUN", help="run directory")
+    p.add_argument("--out", required=True, metavar="FILE", help="JSON-lines file to write")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    cli.add_run_flags(p, mismatch=False)
+    p.set_defaults(func=run_export)
+
+    p = subparsers.add_parser("pairs", help="two runs paired request by request on (doc_id, turn)")
+    p.add_argument("run_a", metavar="RUN_A", help="control run directory")
+    p.add_argument("run_b", metavar="RUN_B", help="treatment run directory")
+    p.add_argument("--metric", default="p1", help="p{i}, p{i}_cond, tokens_per_step, draft_acceptance_rate")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    cli.add_run_flags(p)
+    cli.add_boot_flags(p)
+    p.set_defaults(func=run_pairs)

@@ -1,0 +1,176 @@
+"""DRAFT_CONF economics: when does verifying a propose pay, in this runner?
+
+The seeds' rule (speculative.rs.txt): a step that verifies K drafts costs `c_spec` and
+commits 1 + accept_len tokens; a serial step costs `c_serial` and commits 1. Verifying a
+propose whose chain confidence is c pays when E[1 + accept_len | c] / c_spec >= 1 / c_serial,
+i.e. when E[1 + a | c] >= c_spec / c_serial (the break-even). So:
+  - acceptance by confidence bin comes from a run that verifies everything (tau = 0), each
+    step's chain confidence being the min over its drafts' top-1 probs (the `conf` column);
+  - the costs come from live runs at batch width 1, where a gated step really decodes one
+    token: c_spec = the median wall time of its verify steps, c_serial of its serial steps;
+  - tau* = the lowest confidence from which every bin pays;
+  - throughput (committed tokens per second of step time) per arm, with a document-clustered
+    sd (a ratio estimator, linearised), and the difference between two arms.
+Timings exist only in live runs: a replay run carries no step time and is refused here.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from atlas_ab import AtlasError
+from atlas_ab.analysis.load import Run, load_run
+from atlas_ab.analysis.stats import few_clusters
+
+BINS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0 + 1e-9)
+
+
+def timed(run: Run) -> Run:
+    """The run with the columns economics needs (step time, committed tokens, confidences);
+    refuses runs whose step times are not each document's own."""
+    m = run.manifest or {}
+    if m.get("mode") == "replay":
+        raise AtlasError(f"{run.path}: a replay run carries no step times (timing comes from live runs only)")
+    bw = (m.get("waves") or {}).get("batch_width")
+    if bw is not None and bw != 1:
+        raise AtlasError(f"{run.path}: batch width {bw}: a step's time is shared by its {bw} documents, so "
+                         "tokens per second per document needs runner.batch_width=1")
+    full = load_run(run.path, columns=("step_ms", "committed", "conf"), allow_incomplete=run.status != "complete")
+    if full.steps["step_ms"].isna().any():
+        raise AtlasError(f"{run.path}: step_ms is null on {int(full.steps['step_ms'].isna().sum())} steps")
+    return full
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Committed tokens per second of step time, clustered by document."""
+    arm: str
+    tokens: int
+    seconds: float
+    n_steps: int
+    n_clusters: int
+    sd: float | None           # CRV1-style sd of the ratio (None: too few clusters)
+    per_doc: pd.DataFrame      # doc_id, tokens, seconds
+
+    @property
+    def value(self) -> float:
+        return self.tokens / self.seconds
+
+    def to_dict(self) -> dict:
+        return {"arm": self.arm, "tokens_per_second": self.value, "sd": self.sd, "tokens": self.tokens,
+                "seconds": self.seconds, "n_steps": self.n_steps, "n_clusters": self.n_clusters}
+
+
+def throughput(run: Run) -> Throughput:
+    full = timed(run)
+    s = full.steps
+    per_doc = pd.DataFrame({"doc_id": s["doc_id"], "tokens": s["committed"].map(len),
+                            "seconds": s["step_ms"].astype(np.float64) / 1e3}).groupby("doc_id").sum().reset_index()
+    T, S = per_doc["tokens"].to_numpy(float), per_doc["seconds"].to_numpy(float)
+    R, G = T.sum() / S.sum(), len(per_doc)
+    sd = None if few_clusters(G) else math.sqrt(G / (G - 1) * ((T - R * S) ** 2).sum()) / S.sum()
+    return Throughput(run.arm, int(T.sum()), float(S.sum()), len(s), G, sd, per_doc)
+
+
+@dataclass(frozen=True)
+class ThroughputDifference:
+    control: Throughput
+    treatment: Throughput
+    delta: float               # treatment - control, tokens/s
+    sd: float | None           # clustered by document (the same document in both arms is one cluster)
+
+    @property
+    def relative(self) -> float:
+        return self.delta / self.control.value
+
+    def to_dict(self) -> dict:
+        return {"control": self.control.to_dict(), "treatment": self.treatment.to_dict(), "delta": self.delta,
+                "sd": self.sd, "relative": self.relative}
+
+
+def throughput_difference(control: Run, treatment: Run) -> ThroughputDifference:
+    """The linearised ratio difference: z_g = (T_bg - R_b S_bg)/S_b - (T_ag - R_a S_ag)/S_a per
+    document g, sd = sqrt(G/(G-1) sum z_g^2)."""
+    a, b = throughput(control), throughput(treatment)
+    m = a.per_doc.merge(b.per_doc, on="doc_id", how="outer", suffixes=("_a", "_b")).fillna(0.0)
+    z = ((m["tokens_b"] - b.value * m["seconds_b"]) / b.seconds
+         - (m["tokens_a"] - a.value * m["seconds_a"]) / a.seconds).to_numpy()
+    G = len(m)
+    sd = None if few_clusters(G) else math.sqrt(G / (G - 1) * (z ** 2).sum())
+    return ThroughputDifference(a, b, b.value - a.value, sd)
+
+
+@dataclass(frozen=True)
+class Economics:
+    bins: pd.DataFrame        # lo, hi, n, tokens (mean 1 + accept_len), p1, pays
+    c_spec_ms: float
+    c_serial_ms: float
+    n_spec: int
+    n_serial: int
+    tau_star: float
+    throughput: tuple[Throughput, ...]
+
+    @property
+    def break_even(self) -> float:
+        return self.c_spec_ms / self.c_serial_ms
+
+    def summary(self) -> str:
+        lines = [f"costs (live, batch width 1): a verify step {self.c_spec_ms:.3f} ms (median of {self.n_spec:,}), "
+                 f"a serial step {self.c_serial_ms:.3f} ms (median of {self.n_serial:,}): verifying pays when "
+                 f"E[1 + accept_len | confidence] >= {self.break_even:.3f}",
+                 f"tau* = {self.tau_star:g} (the lowest chain confidence from which every bin pays)", "",
+                 "| confidence | steps | E[1 + accept_len] | p1 | pays |", "|---|---|---|---|---|"]
+        for r in self.bins.itertuples():
+            lines.append(f"| [{r.lo:.1f}, {min(r.hi, 1.0):.1f}) | {r.n:,} | {r.tokens:.3f} | {r.p1:.3f} | "
+                         f"{'yes' if r.pays else 'no'} |")
+        lines += ["", "| arm | tokens/s | sd | steps |", "|---|---|---|---|"]
+        lines += [f"| {t.arm} | {t.value:,.1f} | {t.sd:.1f} | {t.n_steps:,} |" if t.sd is not None else
+                  f"| {t.arm} | {t.value:,.1f} | n/a | {t.n_steps:,} |" for t in self.throughput]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"bins": self.bins.to_dict(orient="records"), "c_spec_ms": self.c_spec_ms,
+                "c_serial_ms": self.c_serial_ms, "break_even": self.break_even, "n_spec": self.n_spec,
+                "n_serial": self.n_serial, "tau_star": self.tau_star,
+                "throughput": [t.to_dict() for t in self.throughput]}
+
+
+def confidence_bins(run: Run, break_even: float = float("inf")) -> pd.DataFrame:
+    """E[1 + accept_len] and p1 by chain-confidence bin over a run's verify steps."""
+    s = timed(run).steps if "conf" not in run.steps.columns else run.steps
+    s = s[s["k"] >= 1]
+    chain = np.array([min(c[:k]) for c, k in zip(s["conf"], s["k"])], dtype=np.float64)
+    a = s["accept_len"].to_numpy()
+    idx = np.digitize(chain, BINS) - 1
+    rows = []
+    for i in range(len(BINS) - 1):
+        sel = idx == i
+        n = int(sel.sum())
+        tok = float((1 + a[sel]).mean()) if n else float("nan")
+        rows.append({"lo": BINS[i], "hi": BINS[i + 1], "n": n, "tokens": tok,
+                     "p1": float((a[sel] >= 1).mean()) if n else float("nan"), "pays": bool(n and tok >= break_even)})
+    return pd.DataFrame(rows)
+
+
+def economics(ungated: Run, gated: list[Run]) -> Economics:
+    """Costs from the gated runs' serial and verify steps, bins from the ungated run, tau*."""
+    spec, serial = [], []
+    for r in [ungated, *gated]:
+        s = timed(r).steps
+        spec.append(s.loc[s["k"] >= 1, "step_ms"].to_numpy())
+        serial.append(s.loc[s["k"] == 0, "step_ms"].to_numpy())
+    spec, serial = np.concatenate(spec), np.concatenate(serial)
+    if len(serial) == 0:
+        raise AtlasError("no serial step in the gated runs: raise their tau so some proposes are dropped")
+    c_spec, c_serial = float(np.median(spec)), float(np.median(serial))
+    bins = confidence_bins(timed(ungated), c_spec / c_serial)
+    tau = 1.0
+    for r in reversed(list(bins.itertuples())):       # from the top: the run of bins that pay
+        if r.n and not r.pays:
+            break
+        tau = r.lo if r.n else tau
+    return Economics(bins, c_spec, c_serial, len(spec), len(serial), float(tau),
+                     tuple(throughput(r) for r in [ungated, *gated]))

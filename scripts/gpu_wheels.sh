@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The wheels the GPU machine lacks (it has torch, triton, transformers, pandas, scipy, safetensors,
+# tokenizers; it reaches no package registry), for its Python 3.12, into .whl/ (git-ignored), so
+# every session carries the same set: `device run ... carry=[".whl"]`, then in the command
+#   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
+#   export PYTHONPATH=/tmp/site:$PWD
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf .whl && mkdir -p .whl
+PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+# pure-Python wheels (any platform)
+python3 -m pip download -q --no-deps --only-binary=:all: -d .whl \
+  "hydra-core==1.3.2" "omegaconf==2.3.0" "hydra-joblib-launcher==1.2.0" "patsy==1.0.1"
+# antlr4 4.9.3 (what omegaconf 2.3 pins) ships only as an sdist: build its pure-Python wheel here
+python3 -m pip wheel -q --no-deps -w .whl "antlr4-python3-runtime==4.9.3"
+# compiled: for CPython 3.12 on x86-64
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  "${PLAT[@]}" -d .whl "statsmodels==0.14.4"
+ls -1 .whl
+du -sh .whl

@@ -1,0 +1,154 @@
+"""Pre-registration kinds and the paired sd, against hand-computed values."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from atlas_ab import AtlasError
+from atlas_ab.analysis import synth
+from atlas_ab.analysis.criteria import judge
+from atlas_ab.analysis.load import load_run
+from atlas_ab.analysis.paired import paired_difference
+from atlas_ab.analysis.prereg import load_prereg
+
+
+def _pair_runs(tmp_path, n_docs=12, per_doc=200, p=(0.6, 0.3), lift=0.05, shared=0.9, seed=0):
+    """Two arms on the same positions whose depth-1/2 outcomes share a latent per position
+    (what one trajectory makes both arms see): the treatment's rates are `lift` higher."""
+    rng = np.random.default_rng(seed)
+    n = n_docs * per_doc
+    doc = np.repeat(np.arange(n_docs), per_doc)
+    step = np.tile(np.arange(per_doc), n_docs)
+    u = rng.random((n, 2))
+    own = rng.random((2, n, 2))
+    arms = []
+    for j, bump in enumerate((0.0, lift)):
+        v = np.where(rng.random((n, 2)) < shared, u, own[j])
+        hit1 = v[:, 0] < p[0] + bump
+        hit2 = hit1 & (v[:, 1] < (p[1] + bump) / (p[0] + bump))
+        a = hit1.astype(np.int32) + hit2.astype(np.int32)
+        arms.append(pd.DataFrame({"doc_id": doc, "turn": np.zeros(n, np.int32), "step": step,
+                                  "k": np.full(n, 2, np.int32), "accept_len": a, "position": step * 3}))
+    return [load_run(synth.write_run(tmp_path / name, df, name), optional=("position",))
+            for name, df in zip(("ctl", "trt"), arms)]
+
+
+def test_paired_difference_is_the_clustered_mean_of_pair_differences(tmp_path):
+    ctl, trt = _pair_runs(tmp_path)
+    p = paired_difference(ctl, trt, "p2_uncond", B=0)
+    ya = (ctl.steps["accept_len"].to_numpy() >= 2).astype(float)
+    yb = (trt.steps["accept_len"].to_numpy() >= 2).astype(float)
+    d, g = yb - ya, ctl.steps["doc_id"].to_numpy()
+    G, N = 12, len(d)
+    S = np.array([(d[g == j] - d.mean()).sum() for j in range(G)])
+    sd = np.sqrt(G / (G - 1) * (S ** 2).sum()) / N          # CRV1, intercept only, by hand
+    assert p.n_pairs == N and p.delta == pytest.approx(d.mean()) and p.sd == pytest.approx(sd, rel=1e-9)
+    assert p.control_value == pytest.approx(ya.mean()) and p.treatment_value == pytest.approx(yb.mean())
+
+
+def test_pairing_saves_sd_against_independent_arms_not_against_document_pairing(tmp_path):
+    """The seeds' binomial sd treats the arms as independent; two arms on one trajectory are
+    not, and pairing their steps removes most of that sd. The cluster sd of the unpaired
+    difference already pairs the arms by document (one cluster in both), so with every step
+    matched it and the paired sd agree: pairing by position adds nothing beyond that."""
+    from atlas_ab.analysis.stats import compare
+
+    ctl, trt = _pair_runs(tmp_path, shared=0.9)
+    unpaired = compare(ctl.cells(), trt.cells(), "p2_uncond", B=0)
+    p = paired_difference(ctl, trt, "p2_uncond", B=0, unpaired=unpaired)
+    assert p.saved_vs_iid > 0.7 and abs(p.saved_vs_cluster) < 0.01
+    assert p.delta == pytest.approx(unpaired.delta)          # every step matched here
+    apart = paired_difference(*_pair_runs(tmp_path / "x", shared=0.0), "p2_uncond", B=0)
+    assert apart.sd > 3 * p.sd                                # nothing shared: nothing to cancel
+
+
+def test_only_matched_steps_pair(tmp_path):
+    ctl, trt = _pair_runs(tmp_path)
+    from dataclasses import replace
+    trt = replace(trt, steps=trt.steps.assign(position=trt.steps["position"] + (trt.steps["step"] % 2)))
+    p = paired_difference(ctl, trt, "p1", B=0)
+    assert p.n_pairs == len(ctl.steps) // 2 and p.matched_share == pytest.approx(0.5)
+
+
+def _prereg(tmp_path, name, **doc):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(json.dumps({"hypothesis": "h", "threshold_sd": 3.0, "min_n_per_arm": 100, **doc}))
+    return load_prereg(path)
+
+
+def test_difference_decided_on_the_paired_sd(tmp_path):
+    runs = _pair_runs(tmp_path)
+    pr = _prereg(tmp_path, "d", primary_metric="p2_uncond", direction="increase", min_effect=0.02,
+                 decides="paired", arms={"control": "ctl", "treatment": "trt"})
+    j = judge(pr, runs, B=0)
+    p = paired_difference(*runs, "p2_uncond", B=0)
+    assert j.verdict.sd == pytest.approx(p.sd) and j.verdict.delta == pytest.approx(p.delta)
+    assert j.verdict.status == "MET" and j.details["paired"]["n_pairs"] == 2400
+
+
+def test_equivalence(tmp_path):
+    same = _pair_runs(tmp_path / "s", lift=0.0)
+    pr = _prereg(tmp_path, "e", kind="equivalence", primary_metric="p1", margin=0.03, threshold_sd=2.0,
+                 decides="paired", arms={"control": "ctl", "treatment": "trt"})
+    v = judge(pr, same, B=0).verdict
+    assert v.status == "MET" and abs(v.delta) + 2 * v.sd <= 0.03
+    apart = _pair_runs(tmp_path / "a", lift=0.08)
+    assert judge(pr, apart, B=0).verdict.status == "NOT MET"
+    tight = _prereg(tmp_path, "t", kind="equivalence", primary_metric="p1", margin=0.001, threshold_sd=2.0,
+                    decides="paired", arms={"control": "ctl", "treatment": "trt"})
+    assert judge(tight, same, B=0).verdict.status == "UNDERPOWERED"    # 2 sd alone exceed the margin
+
+
+def test_maximum(tmp_path):
+    low, high = _pair_runs(tmp_path, lift=0.08)
+    from dataclasses import replace
+    others = [replace(low, arm=f"s{i}") for i in (-1, 1)]
+    best = replace(high, arm="s0")
+    pr = _prereg(tmp_path, "m", kind="maximum", primary_metric="p2_uncond", decides="paired", best="s0",
+                 others=["s-1", "s1"])
+    j = judge(pr, [best, *others], B=0)
+    assert j.verdict.status == "MET" and len(j.items) == 2
+    tie = replace(high, arm="s1")
+    assert judge(pr, [best, others[0], tie], B=0).verdict.status == "NOT MET"
+    with pytest.raises(AtlasError, match="other arm 's1' matches 0"):
+        judge(pr, [best, others[0]], B=0)
+
+
+def test_oracle(tmp_path):
+    # 1000 steps that accepted draft 1 (k=2): real depth 2 on 400, the oracle on 700;
+    # b (oracle only) = 350, c (real only) = 50; plus 1000 steps with nothing accepted
+    a = np.r_[np.full(400, 2), np.full(600, 1), np.zeros(1000, int)]
+    oracle = np.r_[np.ones(350, bool), np.zeros(50, bool), np.ones(350, bool), np.zeros(250, bool),
+                   np.zeros(1000, bool)]
+    df = pd.DataFrame({"doc_id": np.arange(2000) % 20, "turn": 0, "step": np.arange(2000) // 20, "k": 2,
+                       "accept_len": a, "oracle_hit2": pd.array(np.where(a >= 1, oracle, pd.NA), dtype="boolean")})
+    run = load_run(synth.write_run(tmp_path / "o", df, "oracle_p2"), optional=("oracle_hit2",))
+    pr = _prereg(tmp_path, "o", kind="oracle", arm="oracle_p2", min_share=0.5)
+    j = judge(pr, [run], B=0)
+    z = (350 - 50) / np.sqrt(400)                     # +15.0
+    gap = 1000 / 2000 - 400 / 1000                     # p1 0.5 - p2_cond 0.4
+    assert j.details["probe"]["mcnemar"]["b"] == 350 and j.verdict.z == pytest.approx(z)
+    assert j.details["share"] == pytest.approx((0.7 - 0.4) / gap)
+    assert j.verdict.status == "MET"
+    strict = _prereg(tmp_path, "o2", kind="oracle", arm="oracle_p2", min_share=4.0)
+    assert judge(strict, [run], B=0).verdict.status == "NOT MET"
+
+
+@pytest.mark.parametrize("doc,needle", [
+    ({"kind": "nope"}, "kind must be one of"),
+    ({"kind": "oracle", "arm": "x"}, "missing field 'min_share'"),
+    ({"kind": "maximum", "primary_metric": "p1", "decides": "paired", "best": "a", "others": []},
+     "others must be a non-empty list"),
+    ({"primary_metric": "p1", "direction": "up", "min_effect": 0.1, "decides": "paired",
+      "arms": {"control": "a", "treatment": "b"}}, "direction must be increase or decrease"),
+    ({"primary_metric": "p1", "direction": "increase", "min_effect": 0.1, "decides": "robust",
+      "arms": {"control": "a", "treatment": "b"}}, "decides must be one of"),
+    ({"primary_metric": "p1", "direction": "increase", "min_effect": 0.1, "decides": "paired",
+      "arms": {"control": "a", "treatment": "b"}, "turns": "hot"}, "turns must be one of"),
+    ({"primary_metric": "p1", "direction": "increase", "min_effect": 0.1, "decides": "paired",
+      "arms": {"control": "a", "treatment": "b"}, "treshold": 1}, "unknown field 'treshold'"),
+])
+def test_bad_preregs_are_one_line(tmp_path, doc, needle):
+    with pytest.raises(AtlasError, match=needle):
+        _prereg(tmp_path, "bad", **doc)
