@@ -14,11 +14,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 import torch
 
 from atlas_ab.engine import status_of
-from atlas_ab.runtime.batch import ragged_window
 
 # Margin (in logits, relative to the top-1 logit's magnitude) under which two
 # paths of the same dtype may legitimately pick different argmaxes.
@@ -47,46 +45,14 @@ class GateResult:
         return {**asdict(self), "status": self.status}
 
 
-@torch.no_grad()
 def replay_greedy(trunk, docs, gen_tokens: int):
-    """Target-only greedy over docs x turns, batched, one token per forward.
-    Returns generated[seq][turn] (G tokens) and margins[seq][turn] (top1-top2, top1)."""
-    p = next(trunk.parameters())
-    dev = p.device
-    B, turns = len(docs), len(docs[0].chunks)
-    budgets = [sum(len(c) for c in d.chunks) + turns * gen_tokens + 2 for d in docs]
-    kv = trunk.new_kv(budgets)
-    hist = np.zeros((B, max(budgets) + 1), dtype=np.int64)
-    n_tok = np.zeros(B, dtype=np.int64)
-    kv_len = np.zeros(B, dtype=np.int64)
-    out = [[] for _ in range(B)]
-    margins = [[] for _ in range(B)]
-    for t in range(turns):
-        for b, d in enumerate(docs):
-            hist[b, n_tok[b]:n_tok[b] + len(d.chunks[t])] = d.chunks[t]
-            n_tok[b] += len(d.chunks[t])
-        gen = [[] for _ in range(B)]
-        mar = [[] for _ in range(B)]
-        for g in range(gen_tokens):
-            count = n_tok - kv_len
-            tok, pos, slots, length = ragged_window(hist, kv_len, count)
-            h = trunk.forward(torch.as_tensor(tok, device=dev), torch.as_tensor(pos, device=dev),
-                              torch.as_tensor(slots, device=dev), kv, length=length)
-            last = h[torch.arange(B, device=dev), torch.as_tensor(count - 1, device=dev)]
-            logits = trunk.logits(last[:, None])[:, 0].float()
-            top2 = logits.topk(2, dim=-1)
-            nxt = top2.indices[:, 0].cpu().numpy()
-            vals = top2.values.cpu().numpy()
-            kv_len = n_tok.copy()
-            hist[np.arange(B), n_tok] = nxt
-            n_tok += 1
-            for b in range(B):
-                gen[b].append(int(nxt[b]))
-                mar[b].append((float(vals[b, 0] - vals[b, 1]), float(vals[b, 0])))
-        for b in range(B):
-            out[b].append(gen[b])
-            margins[b].append(mar[b])
-    return out, margins
+    """Target-only greedy over docs x turns, batched, one token per forward (`trajectory.greedy`,
+    which also builds replay mode's trajectories). Returns generated[seq][turn] (G tokens) and
+    margins[seq][turn] (top1-top2, top1)."""
+    from atlas_ab.trajectory import greedy
+
+    traj = greedy(trunk, docs, gen_tokens)
+    return traj.generated(), traj.turn_margins()
 
 
 def check(trunk, docs, generated, gen_tokens: int, seqs) -> GateResult:
