@@ -30,6 +30,7 @@ class ArmConfig:
     catchup: bool = False            # CATCHUP
     refeed: bool = False             # REFEED (requires catchup)
     refeed_shift: int = 0            # SHIFT, in [-4, 4]
+    ring_prefill: bool = False       # RING_PREFILL: ring the turn prefill's last hidden (requires catchup)
     draft_conf: float = 0.0          # DRAFT_CONF tau, in [0, 0.99]
     shadow_topk: int = 0             # SHADOW_TOPK, in [0, 8]
     oracle_p2: bool = False          # ORACLE_P2 (observational)
@@ -128,10 +129,14 @@ def validate_arm(arm: ArmConfig) -> ArmConfig:
     if arm.refeed and not arm.catchup:
         raise AtlasError(f"{where}: refeed=true requires catchup=true "
                          "(the re-feed's rows are rebuilt by the catch-up feed)")
+    if arm.ring_prefill and not arm.catchup:
+        raise AtlasError(f"{where}: ring_prefill=true requires catchup=true (the catch-up feed is what "
+                         "rebuilds the prefill's row from the ring)")
     if arm.refeed_shift != 0 and not arm.refeed:
         raise AtlasError(f"{where}: refeed_shift={arm.refeed_shift} has no effect without refeed=true")
     if arm.proposer == "draft_model":
-        mtp_only = [k for k in ("catchup", "refeed", "oracle_p2", "drafter_prefill") if getattr(arm, k)]
+        mtp_only = [k for k in ("catchup", "refeed", "ring_prefill", "oracle_p2", "drafter_prefill")
+                    if getattr(arm, k)]
         if mtp_only:
             raise AtlasError(f"{where}: {', '.join(mtp_only)} apply to the MTP proposer only")
     if arm.oracle_p2 and arm.num_drafts < 2:

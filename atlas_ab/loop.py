@@ -11,8 +11,9 @@ comparable position by position.
 Per step the host reads the device once (accepted counts, drafts, target
 argmaxes, confidences packed together); everything else stays on the device.
 Each lever is one short, named branch below: CATCHUP (`_catchup`), REFEED and
-SHIFT (`_ring_after_verify`), DRAFT_CONF (`gated`), SHADOW_TOPK (`topk`),
-ORACLE_P2 (`_oracle`), DRAFTER_PREFILL (`_prefill_turn`), FINGERPRINTS (`self.ev`).
+SHIFT (`_ring_after_verify`), RING_PREFILL (`_ring_prefill`), DRAFT_CONF
+(`gated`), SHADOW_TOPK (`topk`), ORACLE_P2 (`_oracle`), DRAFTER_PREFILL
+(`_prefill_turn`), FINGERPRINTS (`self.ev`).
 
 The target side (the turn prefill and the verify) is the wave's `target`
 (targets.py): the trunk's forwards on its own KV.
@@ -112,6 +113,8 @@ class Wave:
 
         self.last_hidden = hid[ar, last].clone()
         self.kv_len = self.n_tok.copy()
+        if self.arm.ring_prefill:
+            self._ring_prefill()
         first = first.cpu().numpy()
         self.history[np.arange(B), self.n_tok] = first
         self.n_tok += 1
@@ -269,6 +272,19 @@ class Wave:
         if self.ev is not None:
             self.ev.add("ring_write", doc_id=self.doc_ids[seq], turn=self.turn, step=self.step_no[seq],
                         seq=seq, rows=rows, rows2=self.ring.hiddens[dst[0], dst[1]], label=label)
+
+    def _ring_prefill(self) -> None:
+        """RING_PREFILL: ring the prefill's last hidden (position P-1, P = the turn's first
+        generated position) under its label P. The turn's first propose pairs it with
+        key P-1 (row 0); when that propose is rejected outright, the compact row space
+        trims the row, and without this write no ring label could rebuild it."""
+        seq = np.arange(self.B)
+        label = self.kv_len.copy()                # label n holds the hidden of position n-1
+        rows = self.last_hidden[self._t(seq)]     # a gather: last_hidden changes in place later
+        dst = self.ring.write(seq, label, rows)
+        if self.ev is not None:
+            self.ev.add("ring_write", doc_id=self.doc_ids, turn=self.turn, step=-1, seq=seq, rows=rows,
+                        rows2=self.ring.hiddens[dst[0], dst[1]], label=label)
 
     def _oracle(self, prop, vh, target, acc, n, active):
         """ORACLE_P2: when draft 1 is accepted, would draft 2 from the target's
