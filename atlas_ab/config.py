@@ -19,6 +19,9 @@ from typing import List, Optional
 from atlas_ab import AtlasError
 from atlas_ab.telemetry.schema import ROW_SPACES
 
+#: live: the target verifies every step; replay: a stored target trajectory stands in for it.
+RUN_MODES = ("live", "replay")
+
 
 @dataclass
 class ArmConfig:
@@ -89,6 +92,11 @@ class RunnerConfig:
     resume: Optional[str] = None  # PATH of an interrupted run to continue, or "auto" (this job's own dir)
     impl: str = "atlas_ab.runner:Runner"  # the engine class driven (module:Class); tests plug a double here
     cuda_graphs: bool = True    # replay the verify and draft steps from CUDA graphs (GPU only)
+    # live: the target verifies every step. replay: every arm replays one stored target-only greedy
+    # trajectory per workload (built once, under `trajectories`); no trunk forward, no step timings.
+    mode: str = "live"
+    trajectories: str = "runs/trajectories"   # replay's trajectory cache (relative to the launch dir)
+    replay_check_waves: int = 1               # replay: the first N waves also run live, to measure disagreement
 
 
 @dataclass
@@ -190,6 +198,11 @@ def validate_runner(r: RunnerConfig) -> RunnerConfig:
     _number("runner", "batch_width", r.batch_width, 1)
     _number("runner", "gate_sequences", r.gate_sequences, 0)
     _number("runner", "threads", r.threads, 0)
+    _number("runner", "replay_check_waves", r.replay_check_waves, 0)
+    if r.mode not in RUN_MODES:
+        raise AtlasError(f"runner.mode={r.mode!r} must be one of {', '.join(RUN_MODES)}")
+    if r.mode == "replay" and not r.trajectories:
+        raise AtlasError("runner.mode=replay needs runner.trajectories (the trajectory cache directory)")
     if r.dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise AtlasError(f"runner.dtype={r.dtype!r} must be auto, float32, bfloat16 or float16")
     dev = r.device

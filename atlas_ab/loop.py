@@ -16,7 +16,9 @@ SHIFT (`_ring_after_verify`), RING_PREFILL (`_ring_prefill`), DRAFT_CONF
 (`_prefill_turn`), FINGERPRINTS (`self.ev`).
 
 The target side (the turn prefill and the verify) is the wave's `target`
-(targets.py): the trunk's forwards on its own KV.
+(targets.py): the trunk's forwards in live mode, a stored greedy trajectory in
+replay mode. Everything else here is the same code in both modes; only live
+mode times its steps (`step_ms` is null in replay).
 """
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ class WaveTrace:
 
 
 class Wave:
-    """One wave. `target`: a `targets.LiveTarget`, or a trunk (= `LiveTarget(trunk, graphs)`)."""
+    """One wave. `target`: a `targets.LiveTarget` / `targets.ReplayTarget`, or a trunk
+    (= `LiveTarget(trunk, graphs)`, live mode)."""
 
     def __init__(self, target, proposer, arm: ArmConfig, docs: list[Document], gen_tokens: int,
                  fingerprint_rows=None, on_step=None, graphs: bool = False):
@@ -224,7 +227,7 @@ class Wave:
             doc_id=self.doc_ids[act], turn=np.full(len(act), self.turn), step=self.step_no[act], k=k,
             accept_len=acc_h[act], arm=[self.arm.name], seq=act, position=n[act], drafts=drafts_h[act],
             target=target_h[act], conf=conf_h[act], gated=gated_h[act], n_committed=c[act],
-            step_ms=np.full(len(act), (time.perf_counter() - t0) * 1e3),
+            step_ms=np.full(len(act), (time.perf_counter() - t0) * 1e3 if self.target.live else np.nan),
             drafter_rows=rows_at_propose[act], fed_rows=fed[act], **extra)
         self.step_no += active
         self.trace.n_tokens += int(c.sum())

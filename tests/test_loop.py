@@ -52,9 +52,16 @@ def test_the_gate_catches_a_lossy_loop(models):
     assert not gate.passed and gate.first_divergence["doc_id"] == 1 and gate.first_divergence["token"] == 3
 
 
-def test_one_host_read_per_step(models, monkeypatch):
-    """Accepted counts (and everything else the host needs) come back in one copy per step."""
+@pytest.mark.parametrize("mode", ["live", "replay"])
+def test_one_host_read_per_step(models, monkeypatch, mode):
+    """Accepted counts (and everything else the host needs) come back in one copy per step,
+    whether the target runs (live) or a stored trajectory stands in for it (replay)."""
+    from atlas_ab.targets import ReplayTarget
+    from atlas_ab.trajectory import EXTEND, greedy
     docs = tiny_docs(n=4, turns=1, chunk=10)
+    arm = ArmConfig(num_drafts=2, fingerprints=False)
+    target = ReplayTarget(greedy(models[0], docs, G, extend=EXTEND, keep_hiddens=True), "cpu") \
+        if mode == "replay" else models[0]
     calls = []
     orig = torch.Tensor.cpu
 
@@ -63,7 +70,7 @@ def test_one_host_read_per_step(models, monkeypatch):
         return orig(self, *a, **k)
 
     monkeypatch.setattr(torch.Tensor, "cpu", counting_cpu)
-    trace = run(models, ArmConfig(num_drafts=2, fingerprints=False), docs)
+    trace = Wave(target, MTPProposer(*models, arm.row_space, arm.refeed), arm, docs, G).run()
     steps = len(set(trace.steps.table().to_pandas().groupby(["turn", "step"]).groups))
     prefill_reads = 1
     assert len(calls) == steps + prefill_reads

@@ -2,8 +2,6 @@
 row a fully rejected first propose trims (compact space: key P-1, P = the turn's first
 generated position). Tiny random checkpoint, CPU fp32."""
 import numpy as np
-import pandas as pd
-import pyarrow as pa
 import pytest
 
 from atlas_ab import AtlasError
@@ -11,9 +9,7 @@ from atlas_ab.analysis.fingerprints import fingerprint_table
 from atlas_ab.config import ArmConfig, validate_arm
 from atlas_ab.gate import check
 from atlas_ab.levers import arm_from_env, arm_to_env
-from atlas_ab.loop import Wave
-from atlas_ab.proposers.mtp_head import MTPProposer
-from atlas_ab.telemetry.fingerprint import fingerprint_rows
+from replay_tools import run
 from tiny import tiny_docs, tiny_models
 
 G = 10
@@ -27,16 +23,6 @@ def models():
 @pytest.fixture(scope="module")
 def docs():
     return tiny_docs(n=6, turns=3, chunk=12)
-
-
-def run(models, arm, docs, G):
-    trunk, mtp = models
-    wave = Wave(trunk, MTPProposer(trunk, mtp, arm.row_space, arm.refeed), arm, docs, G,
-                fingerprint_rows=fingerprint_rows)
-    trace = wave.run()
-    events = (trace.events.table().to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
-              if trace.events is not None else None)
-    return trace.steps.table().to_pandas(), events, trace, wave
 
 
 def first_positions(docs, G):
