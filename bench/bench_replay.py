@@ -91,7 +91,10 @@ def main(argv=None) -> int:
     p.add_argument("--arms", default=",".join(ARMS), help="arms (conf/arm names), comma-separated")
     p.add_argument("--smoke", action="store_true", help="tiny workload, two arms (CI)")
     p.add_argument("--json", help="also write the result here")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
     arms = ["catchup_on", "refeed_on"] if a.smoke else a.arms.split(",")
     wl = WorkloadConfig(n_docs=4, turns=2, chunk_tokens=16, gen_tokens=8) if a.smoke else WorkloadConfig()
     model = ModelConfig()

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 import torch
 
+from atlas_ab.analysis.coverage import topk_coverage
 from atlas_ab.analysis.fingerprints import fingerprint_table
 from atlas_ab.config import ArmConfig
 from atlas_ab.gate import replay_greedy
@@ -127,6 +128,8 @@ def test_replay_of_the_stored_trajectory_equals_live(models, draft, docs, stored
         tl, tr = fingerprint_table(live_ev, arm.row_space), fingerprint_table(rep_ev, arm.row_space)
         assert [(r.matched, r.checked) for r in tl.rows] == [(r.matched, r.checked) for r in tr.rows]
         assert tr.ok == (arm.refeed_shift == 0)        # a shifted label fails row e, in both modes
+    if arm.shadow_topk:      # SHADOW_TOPK's coverage reads target[:accept_len + 1] only
+        assert topk_coverage(live, name) == topk_coverage(rep, name)
     gate = replay_gate(stored, trace.generated)
     assert gate["passed"] and gate["by"] == "replay" and gate["checked_tokens"] == B * 3 * G
     assert live_trace.generated == trace.generated
