@@ -36,3 +36,11 @@ def test_bench_replay_smoke(tmp_path):
     assert built == [True, False]                       # one trajectory, built once for the sweep
     assert res["rows_matched"] > 0 and res["rows_differ"] == 0
     assert res["live_s"] > 0 and res["replay_s"] > 0 and res["ratio"] == res["replay_s"] / res["live_s"]
+
+
+@needs_default
+def test_ring_prefill_holes_smoke(tmp_path):
+    res = smoke("ring_prefill_holes.py", tmp_path)
+    assert set(res) == {"catchup_on", "ring_prefill_on"}
+    assert res["catchup_on"]["hole_turns"] == res["catchup_on"]["rejected_first_steps"] > 0
+    assert res["ring_prefill_on"]["hole_turns"] == 0
