@@ -19,6 +19,9 @@ from typing import List, Optional
 from atlas_ab import AtlasError
 from atlas_ab.telemetry.schema import ROW_SPACES
 
+#: live: the target verifies every step; replay: a stored target trajectory stands in for it.
+RUN_MODES = ("live", "replay")
+
 
 @dataclass
 class ArmConfig:
@@ -30,6 +33,7 @@ class ArmConfig:
     catchup: bool = False            # CATCHUP
     refeed: bool = False             # REFEED (requires catchup)
     refeed_shift: int = 0            # SHIFT, in [-4, 4]
+    ring_prefill: bool = False       # RING_PREFILL: ring the turn prefill's last hidden (requires catchup)
     draft_conf: float = 0.0          # DRAFT_CONF tau, in [0, 0.99]
     shadow_topk: int = 0             # SHADOW_TOPK, in [0, 8]
     oracle_p2: bool = False          # ORACLE_P2 (observational)
@@ -90,6 +94,11 @@ class RunnerConfig:
     resume: Optional[str] = None  # PATH of an interrupted run to continue, or "auto" (this job's own dir)
     impl: str = "atlas_ab.runner:Runner"  # the engine class driven (module:Class); tests plug a double here
     cuda_graphs: bool = True    # replay the verify and draft steps from CUDA graphs (GPU only)
+    # live: the target verifies every step. replay: every arm replays one stored target-only greedy
+    # trajectory per workload (built once, under `trajectories`); no trunk forward, no step timings.
+    mode: str = "live"
+    trajectories: str = "runs/trajectories"   # replay's trajectory cache (relative to the launch dir)
+    replay_check_waves: int = 1               # replay: the first N waves also run live, to measure disagreement
 
 
 @dataclass
@@ -133,10 +142,14 @@ def validate_arm(arm: ArmConfig) -> ArmConfig:
     if arm.refeed and not arm.catchup:
         raise AtlasError(f"{where}: refeed=true requires catchup=true "
                          "(the re-feed's rows are rebuilt by the catch-up feed)")
+    if arm.ring_prefill and not arm.catchup:
+        raise AtlasError(f"{where}: ring_prefill=true requires catchup=true (the catch-up feed is what "
+                         "rebuilds the prefill's row from the ring)")
     if arm.refeed_shift != 0 and not arm.refeed:
         raise AtlasError(f"{where}: refeed_shift={arm.refeed_shift} has no effect without refeed=true")
     if arm.proposer == "draft_model":
-        mtp_only = [k for k in ("catchup", "refeed", "oracle_p2", "drafter_prefill") if getattr(arm, k)]
+        mtp_only = [k for k in ("catchup", "refeed", "ring_prefill", "oracle_p2", "drafter_prefill")
+                    if getattr(arm, k)]
         mtp_only += [k for k in ("handoff_norm", "recycle_norm") if getattr(arm, k) != "checkpoint"]
         if mtp_only:
             raise AtlasError(f"{where}: {', '.join(mtp_only)} apply to the MTP proposer only")
@@ -194,6 +207,11 @@ def validate_runner(r: RunnerConfig) -> RunnerConfig:
     _number("runner", "batch_width", r.batch_width, 1)
     _number("runner", "gate_sequences", r.gate_sequences, 0)
     _number("runner", "threads", r.threads, 0)
+    _number("runner", "replay_check_waves", r.replay_check_waves, 0)
+    if r.mode not in RUN_MODES:
+        raise AtlasError(f"runner.mode={r.mode!r} must be one of {', '.join(RUN_MODES)}")
+    if r.mode == "replay" and not r.trajectories:
+        raise AtlasError("runner.mode=replay needs runner.trajectories (the trajectory cache directory)")
     if r.dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise AtlasError(f"runner.dtype={r.dtype!r} must be auto, float32, bfloat16 or float16")
     dev = r.device

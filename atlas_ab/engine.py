@@ -23,6 +23,7 @@ class RunInfo:
     proposer: str
     levers: dict         # the levers as they take effect
     mode: str = "live"   # live | replay
+    replay: Optional[dict] = None   # replay: the trajectory replayed (key, path, hash, build time, ...)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -41,6 +42,7 @@ class WaveResult:
     events: Optional[pa.Table]
     gate: dict           # gate.GateResult.to_dict()
     n_tokens: int        # tokens committed by the wave's steps
+    replay_check: Optional[dict] = None   # replay: this wave also ran live (replay_check.compare_live)
 
 
 #: on_step(n_tokens_committed, k, accept_len) after each batched step; k and accept_len hold one entry per step row.

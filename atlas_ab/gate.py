@@ -30,8 +30,6 @@ import numpy as np
 import torch
 
 from atlas_ab.engine import status_of
-from atlas_ab.runtime.batch import ragged_window
-from atlas_ab.runtime.graphs import Steps
 
 # Unit roundoff of each dtype: a value of magnitude m is stored to within m * u
 # (bf16 keeps 8 significand bits: u = 2^-8).
@@ -86,58 +84,18 @@ class Replay:
     gen_start: np.ndarray   # [S, turns] index in `history` of each turn's first generated token
 
 
-@torch.no_grad()
 def replay_greedy(trunk, docs, gen_tokens: int, graphs: bool = False) -> Replay:
-    """Target-only greedy over docs x turns, batched: per turn one forward over each sequence's
-    new context, then gen_tokens - 1 one-token steps (a CUDA graph on the GPU when `graphs`),
-    the tokens kept on the device; one host read per turn."""
-    dev = next(trunk.parameters()).device
-    B, turns, G = len(docs), len(docs[0].chunks), gen_tokens
-    budgets = [sum(len(c) for c in d.chunks) + turns * G + 2 for d in docs]
-    kv = trunk.new_kv(budgets)
-    steps = Steps(graphs)
-    hist = np.zeros((B, max(budgets) + 1), dtype=np.int64)
-    n_tok = np.zeros(B, dtype=np.int64)
-    kv_len = np.zeros(B, dtype=np.int64)
-    out = Replay(np.zeros((B, turns, G), np.int64), np.zeros((B, turns, G), np.float64), hist,
-                 np.zeros((B, turns), np.int64))
-    ar = torch.arange(B, device=dev)
+    """Target-only greedy over docs x turns, batched: `trajectory.greedy`, the one decode (replay
+    mode builds its trajectories with it too), viewed as the gate compares it."""
+    from atlas_ab.trajectory import greedy
 
-    def top2(hidden):       # [B, 1, H] -> top-2 values, ids [B, 2]
-        v, i = trunk.logits(hidden)[:, 0].float().topk(2, dim=-1)
-        return v, i
-
-    def decode(tok, pos, slots, length):
-        return top2(trunk.forward(tok[:, None], pos[:, None], slots[:, None], kv, length=length))
-
-    for t in range(turns):
-        for b, d in enumerate(docs):
-            hist[b, n_tok[b]:n_tok[b] + len(d.chunks[t])] = d.chunks[t]
-            n_tok[b] += len(d.chunks[t])
-        count = n_tok - kv_len
-        tok, pos, slots, length = ragged_window(hist, kv_len, count)
-        h = trunk.forward(torch.as_tensor(tok, device=dev), torch.as_tensor(pos, device=dev),
-                          torch.as_tensor(slots, device=dev), kv, length=length)
-        v, i = top2(h[ar, torch.as_tensor(count - 1, device=dev)][:, None])
-        vals, ids = [v], [i]
-        # token g is at position n_tok + g; step g feeds token g-1 at n_tok + g - 1
-        p = torch.as_tensor(n_tok[:, None] + np.arange(G - 1)[None, :], device=dev)
-        for g in range(1, G):
-            v, i = steps("decode", decode, [ids[-1][:, 0], p[:, g - 1], p[:, g - 1]], int(n_tok.max()) + g,
-                         kv.max_capacity)
-            vals.append(v.clone())        # (graph outputs are overwritten by the next replay)
-            ids.append(i.clone())
-        v, i = torch.stack(vals, 1), torch.stack(ids, 1)                  # [B, G, 2]
-        host = torch.cat([i[..., 0].double(), (v[..., 0] - v[..., 1]).double()], 1).cpu().numpy()
-        out.tokens[:, t] = host[:, :G].astype(np.int64)
-        out.margins[:, t] = host[:, G:]
-        out.gen_start[:, t] = n_tok
-        for b in range(B):
-            hist[b, n_tok[b]:n_tok[b] + G] = out.tokens[b, t]
-        kv_len = n_tok + G - 1          # the turn's last token is processed with the next context
-        n_tok = n_tok + G
-    steps.clear()
-    return out
+    traj = greedy(trunk, docs, gen_tokens, graphs=graphs)
+    G = gen_tokens
+    at = traj.gen_start[:, :, None] + np.arange(G)[None, None, :]        # [S, turns, G] positions
+    rows = np.arange(traj.batch)[:, None, None]
+    return Replay(tokens=traj.tokens[rows, at].astype(np.int64),
+                  margins=traj.margins[rows, at - 1, 0].astype(np.float64),
+                  history=traj.tokens.astype(np.int64), gen_start=traj.gen_start)
 
 
 @contextlib.contextmanager

@@ -26,6 +26,8 @@ Notes on names the seeds do not fix:
 * `ATLAS_MTP_DRAFTER_PREFILL` and `ATLAS_MTP_ORACLE_P2` are named in the seeds'
   docs but their parse is not shown; we read them like the other switches
   (on only for exactly "1").
+* `ATLAS_MTP_RING_PREFILL` (RING_PREFILL) is OURS: the seeds never ring the
+  turn prefill's last hidden. Parsed like the seeds' switches (on only for "1").
 * The engine forces CATCHUP and REFEED off in multi-sequence MTP mode (its ring
   is single-sequence); this harness has a ring per sequence, so the env parse
   here does not model that force-off.
@@ -191,6 +193,9 @@ LEVERS: tuple[Lever, ...] = (
           "rebuild accepted draft rows from the target's true hiddens (requires catchup)"),
     Lever("refeed_shift", int, _RANGES["refeed_shift"], "ATLAS_MTP_REFEED_SHIFT", env_refeed_shift, str, False,
           "mapping validation: shift every re-fed ring label by this much"),
+    Lever("ring_prefill", bool, None, "ATLAS_MTP_RING_PREFILL", env_switch, _fmt_bool, True,
+          "ring the turn prefill's last hidden, so the catch-up rebuilds the first propose's row 0 after a "
+          "full rejection (requires catchup)"),
     Lever("draft_conf", float, _RANGES["draft_conf"], "ATLAS_MTP_DRAFT_CONF", env_draft_conf, _fmt_float, False,
           "tau: drop the drafts when the chain's min top-1 prob is below it (0 = off)"),
     Lever("shadow_topk", int, _RANGES["shadow_topk"], "ATLAS_MTP_SHADOW_TOPK", env_shadow_topk, str, False,

@@ -11,8 +11,14 @@ comparable position by position.
 Per step the host reads the device once (accepted counts, drafts, target
 argmaxes, confidences packed together); everything else stays on the device.
 Each lever is one short, named branch below: CATCHUP (`_catchup`), REFEED and
-SHIFT (`_ring_after_verify`), DRAFT_CONF (`gated`), SHADOW_TOPK (`topk`),
-ORACLE_P2 (`_oracle`), DRAFTER_PREFILL (`_prefill_turn`), FINGERPRINTS (`self.ev`).
+SHIFT (`_ring_after_verify`), RING_PREFILL (`_ring_prefill`), DRAFT_CONF
+(`gated`), SHADOW_TOPK (`topk`), ORACLE_P2 (`_oracle`), DRAFTER_PREFILL
+(`_prefill_turn`), FINGERPRINTS (`self.ev`).
+
+The target side (the turn prefill and the verify) is the wave's `target`
+(targets.py): the trunk's forwards in live mode, a stored greedy trajectory in
+replay mode. Everything else here is the same code in both modes; only live
+mode times its steps (`step_ms` is null in replay).
 """
 from __future__ import annotations
 
@@ -24,9 +30,8 @@ import torch
 
 from atlas_ab.config import ArmConfig
 from atlas_ab.proposers.base import RowFeed
-from atlas_ab.runtime.batch import ragged_window
-from atlas_ab.runtime.graphs import Steps
 from atlas_ab.proposers.ring import Ring, gap_keys
+from atlas_ab.targets import LiveTarget
 from atlas_ab.telemetry.events import EventLog
 from atlas_ab.telemetry.records import StepBlocks
 from atlas_ab.workload import Document
@@ -42,9 +47,13 @@ class WaveTrace:
 
 
 class Wave:
-    def __init__(self, trunk, proposer, arm: ArmConfig, docs: list[Document], gen_tokens: int,
+    """One wave. `target`: a `targets.LiveTarget` / `targets.ReplayTarget`, or a trunk
+    (= `LiveTarget(trunk, graphs)`, live mode)."""
+
+    def __init__(self, target, proposer, arm: ArmConfig, docs: list[Document], gen_tokens: int,
                  fingerprint_rows=None, on_step=None, graphs: bool = False):
-        self.trunk, self.proposer, self.arm = trunk, proposer, arm
+        self.target = target if hasattr(target, "verify") else LiveTarget(target, graphs)
+        self.proposer, self.arm = proposer, arm
         self.docs, self.G = docs, gen_tokens
         self.K = arm.num_drafts
         self.on_step = on_step
@@ -53,14 +62,13 @@ class Wave:
         self.doc_ids = np.array([d.doc_id for d in docs], dtype=np.int64)
         budgets = np.array([sum(len(c) for c in d.chunks) + self.turns * gen_tokens + self.K + 2
                             for d in docs], dtype=np.int64)
-        p = next(trunk.parameters())
-        self.device, self.dtype = p.device, p.dtype
-        self.kv = trunk.new_kv(budgets.tolist())
+        self.device, self.dtype = self.target.device, self.target.dtype
+        self.target.alloc(budgets)
         proposer.alloc(budgets)
         self.history = np.zeros((B, int(budgets.max()) + 1), dtype=np.int64)  # committed tokens
         self.n_tok = np.zeros(B, dtype=np.int64)     # tokens in history (last one not yet processed)
         self.kv_len = np.zeros(B, dtype=np.int64)    # positions the target has processed
-        H = trunk.args.hidden_size
+        H = self.target.hidden_size
         self.last_hidden = torch.zeros(B, H, device=self.device, dtype=self.dtype)  # hidden of kv_len-1
         self.ring = Ring(B, arm.ring_size, H, self.device, self.dtype) if arm.has_ring else None
         self.ev = EventLog(fingerprint_rows) if arm.fingerprints_on else None
@@ -68,7 +76,6 @@ class Wave:
         self.turn = 0
         self.step_no = np.zeros(B, dtype=np.int64)
         self.gen = np.zeros(B, dtype=np.int64)
-        self.steps = Steps(graphs)
 
     # ------------------------------------------------------------------ run
     @torch.no_grad()
@@ -82,6 +89,7 @@ class Wave:
                 n = self.n_tok[b]
                 self.trace.generated[b].append(self.history[b, n - self.G:n].tolist())
         self.proposer.free()
+        self.target.free()
         return self.trace
 
     def _t(self, x) -> torch.Tensor:
@@ -96,11 +104,9 @@ class Wave:
             self.n_tok[b] += len(c)
         start = self.kv_len.copy()
         count = self.n_tok - start
-        tok, pos, slots, length = ragged_window(self.history, start, count)
-        hid = self.trunk.forward(self._t(tok), self._t(pos), self._t(slots), self.kv, length=length)
+        hid, first = self.target.prefill(t, self.history, start, count)
         last = self._t(count - 1)
         ar = torch.arange(B, device=self.device)
-        first = self.trunk.logits(hid[ar, last][:, None])[:, 0].argmax(-1)
 
         # DRAFTER_PREFILL: context rows keys start-1 .. n_tok-2, i.e. (token k+1,
         # hidden k). OFF keeps the seeds' behaviour: only a prefill that starts
@@ -110,6 +116,8 @@ class Wave:
 
         self.last_hidden = hid[ar, last].clone()
         self.kv_len = self.n_tok.copy()
+        if self.arm.ring_prefill:
+            self._ring_prefill()
         first = first.cpu().numpy()
         self.history[np.arange(B), self.n_tok] = first
         self.n_tok += 1
@@ -167,7 +175,7 @@ class Wave:
 
         # verify: [t_n, d1..dK] at positions n..n+K
         vtok = torch.cat([last_tok[:, None], prop.drafts], dim=1)
-        vh, target = self._verify(vtok, pos_t, slots_t, int(n[active].max()) + K + 1)
+        vh, target = self.target.verify(vtok, pos_t, slots_t, int(n[active].max()) + K + 1)
         acc = (prop.drafts == target[:, :K]).long().cumprod(dim=1).sum(dim=1)
         # DRAFT_CONF: a chain below tau is dropped; the step decodes serially.
         gated = (prop.chain_conf < arm.draft_conf) if arm.draft_conf > 0 else torch.zeros_like(acc, dtype=torch.bool)
@@ -219,20 +227,12 @@ class Wave:
             doc_id=self.doc_ids[act], turn=np.full(len(act), self.turn), step=self.step_no[act], k=k,
             accept_len=acc_h[act], arm=[self.arm.name], seq=act, position=n[act], drafts=drafts_h[act],
             target=target_h[act], conf=conf_h[act], gated=gated_h[act], n_committed=c[act],
-            step_ms=np.full(len(act), (time.perf_counter() - t0) * 1e3),
+            step_ms=np.full(len(act), (time.perf_counter() - t0) * 1e3 if self.target.live else np.nan),
             drafter_rows=rows_at_propose[act], fed_rows=fed[act], **extra)
         self.step_no += active
         self.trace.n_tokens += int(c.sum())
         if self.on_step is not None:
             self.on_step(int(c.sum()), k, acc_h[act])
-
-    def _verify_fn(self, vtok, pos, slots, length):
-        """Target forward over [t_n, d1..dK]: hiddens and argmaxes per depth."""
-        vh = self.trunk.forward(vtok, pos, slots, self.kv, length=length)
-        return vh, self.trunk.logits(vh).argmax(-1)
-
-    def _verify(self, vtok, pos, slots, length):
-        return self.steps("verify", self._verify_fn, [vtok, pos, slots], length, self.kv.max_capacity)
 
     # ------------------------------------------------------------- levers
     def _catchup(self, active, n) -> np.ndarray:
@@ -275,6 +275,19 @@ class Wave:
         if self.ev is not None:
             self.ev.add("ring_write", doc_id=self.doc_ids[seq], turn=self.turn, step=self.step_no[seq],
                         seq=seq, rows=rows, rows2=self.ring.hiddens[dst[0], dst[1]], label=label)
+
+    def _ring_prefill(self) -> None:
+        """RING_PREFILL: ring the prefill's last hidden (position P-1, P = the turn's first
+        generated position) under its label P. The turn's first propose pairs it with
+        key P-1 (row 0); when that propose is rejected outright, the compact row space
+        trims the row, and without this write no ring label could rebuild it."""
+        seq = np.arange(self.B)
+        label = self.kv_len.copy()                # label n holds the hidden of position n-1
+        rows = self.last_hidden[self._t(seq)]     # a gather: last_hidden changes in place later
+        dst = self.ring.write(seq, label, rows)
+        if self.ev is not None:
+            self.ev.add("ring_write", doc_id=self.doc_ids, turn=self.turn, step=-1, seq=seq, rows=rows,
+                        rows2=self.ring.hiddens[dst[0], dst[1]], label=label)
 
     def _oracle(self, prop, vh, target, acc, n, active):
         """ORACLE_P2: when draft 1 is accepted, would draft 2 from the target's

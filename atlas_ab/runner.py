@@ -3,6 +3,12 @@
 The runner never imports the analysis. A run is a sequence of waves of
 `batch_width` documents; a wave is also the unit of a telemetry shard and of
 resume, since the loop is deterministic given the config.
+
+`runner.mode=replay`: the workload's target-only greedy trajectory is built once
+(or found in `runner.trajectories`) when the runner starts, and each wave runs
+only the drafter's state machine over it (targets.ReplayTarget); the first
+`replay_check_waves` waves also run live, and the shard records how the two
+differ (replay_check.py). Live mode is unchanged.
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from atlas_ab.engine import RunInfo, WaveResult
 from atlas_ab.gate import check
 from atlas_ab.loop import Wave
 from atlas_ab.paths import PACKAGE_DIR, resolve_path
+from atlas_ab.store import aggregate_gate
 
 log = logging.getLogger(__name__)
 DEFAULT_TOKENIZER = PACKAGE_DIR / "models" / "default" / "tokenizer.json"
@@ -85,6 +92,8 @@ class Runner:
         bw = runner.batch_width
         self.waves = [[d.doc_id for d in docs[i:i + bw]] for i in range(0, len(docs), bw)]
         self._docs = {d.doc_id: d for d in docs}
+        self.mode = runner.mode
+        replay = self._trajectories(ck, runner) if self.mode == "replay" else None
         trunk_n, mtp_n = n_params(self.trunk), n_params(ck.mtp)
         self.info = RunInfo(
             model={"name": model.name, "path": str(path) if path else None, "hash": ck.hash, "init": model.init,
@@ -98,7 +107,23 @@ class Runner:
             dtype=str(self.dtype).replace("torch.", ""),
             row_space=self.arm.row_space, proposer=self.arm.proposer,
             levers={**{k: getattr(self.arm, k) for k in self.arm.__dataclass_fields__},
-                    "fingerprints": self.arm.fingerprints_on})
+                    "fingerprints": self.arm.fingerprints_on},
+            mode=self.mode, replay=replay)
+
+    def _trajectories(self, ck, runner: RunnerConfig) -> dict:
+        """Replay: find (or build, once across concurrent jobs) the workload's stored trajectory."""
+        from atlas_ab.trajectory import EXTEND, greedy
+        from atlas_ab.trajectory_store import TrajectoryStore
+
+        fields = {"model_hash": ck.hash, "tokenizer_hash": self.workload.info.get("tokenizer_hash"),
+                  "workload_hash": self.workload.hash, "dtype": str(self.dtype).replace("torch.", ""),
+                  "device": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
+                  "torch": torch.__version__, "graphs": self.graphs, "gen_tokens": self.workload.gen_tokens,
+                  "extend": EXTEND, "waves": self.waves}
+        self.trajectories = TrajectoryStore(Path(runner.trajectories), fields)
+        return self.trajectories.ensure(len(self.waves), lambda i: greedy(
+            self.trunk, self.docs_of(i), self.workload.gen_tokens, extend=EXTEND, keep_hiddens=True,
+            graphs=self.graphs))
 
     def _proposer(self, ck, model: ModelConfig):
         self._draft_info = None
@@ -126,18 +151,44 @@ class Runner:
     def docs_of(self, wave: int):
         return [self._docs[i] for i in self.waves[wave]]
 
-    def run_wave(self, i: int, on_step=None) -> WaveResult:
-        docs = self.docs_of(i)
+    def _wave(self, target, docs, on_step=None):
         fp = None
         if self.arm.fingerprints_on:
             from atlas_ab.telemetry.fingerprint import fingerprint_rows
             fp = fingerprint_rows
-        trace = Wave(self.trunk, self.proposer, self.arm, docs, self.workload.gen_tokens,
-                     fingerprint_rows=fp, on_step=on_step, graphs=self.graphs).run()
+        return Wave(target, self.proposer, self.arm, docs, self.workload.gen_tokens,
+                    fingerprint_rows=fp, on_step=on_step, graphs=self.graphs).run()
+
+    def _live_gate(self, docs, trace) -> dict:
         n_gate = min(self.cfg.gate_sequences, len(docs))
         gate = check(self.trunk, docs, trace.generated, self.workload.gen_tokens, list(range(n_gate)),
                      graphs=self.graphs)
+        return {**gate.to_dict(), "by": "live"}
+
+    def run_wave(self, i: int, on_step=None) -> WaveResult:
+        docs = self.docs_of(i)
+        if self.mode == "replay":
+            return self._replay_wave(i, docs, on_step)
+        trace = self._wave(self.trunk, docs, on_step)
         return WaveResult(steps=trace.steps.table(),
                           events=trace.events.table() if trace.events is not None else None,
-                          gate=gate.to_dict(), n_tokens=trace.n_tokens)
+                          gate=self._live_gate(docs, trace), n_tokens=trace.n_tokens)
+
+    def _replay_wave(self, i: int, docs, on_step=None) -> WaveResult:
+        from atlas_ab.replay_check import compare_live, replay_gate
+        from atlas_ab.targets import ReplayTarget
+
+        traj = self.trajectories.load(i)
+        if traj.doc_ids.tolist() != self.waves[i]:
+            raise AtlasError(f"trajectory {self.trajectories.dir}: wave {i} holds docs {traj.doc_ids.tolist()}, "
+                             f"the run's wave {self.waves[i]}")
+        trace = self._wave(ReplayTarget(traj, self.device), docs, on_step)
+        steps = trace.steps.table()
+        gate, checked = replay_gate(traj, trace.generated), None
+        if i < self.cfg.replay_check_waves:
+            live = self._wave(self.trunk, docs)
+            checked = compare_live(traj, steps, live.steps.table(), live.generated)
+            gate = aggregate_gate([gate, self._live_gate(docs, live)])
+        return WaveResult(steps=steps, events=trace.events.table() if trace.events is not None else None,
+                          gate=gate, n_tokens=trace.n_tokens, replay_check=checked)
 

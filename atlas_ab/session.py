@@ -104,7 +104,8 @@ def acceptance_summary(steps) -> dict:
 
 def gate_words(gate: dict) -> str:
     status = gate.get("status") or {True: "passed", False: "FAILED", None: "not run"}[gate.get("passed")]
-    return (f"lossless gate {status} ({gate.get('checked_sequences', 0)} seqs, "
+    by = f" by {gate['by']}" if gate.get("by") not in (None, "live") else ""
+    return (f"lossless gate {status}{by} ({gate.get('checked_sequences', 0)} seqs, "
             f"{gate.get('divergences', 0)} divergences"
             + (f", {gate['arbitrated']} arbitrated in fp32" if gate.get("arbitrated") else "") + ")")
 
@@ -189,7 +190,8 @@ class RunSession:
                 "run_dir": str(run_dir.resolve()),
             })
             if resuming:
-                check = {"model.hash": info.model.get("hash"), "workload.hash": info.workload.get("hash")}
+                check = {"model.hash": info.model.get("hash"), "workload.hash": info.workload.get("hash"),
+                         "replay.hash": (info.replay or {}).get("hash")}
                 store.resume(base["config"], check, preregs)
                 log.info("resuming %s: %d of %d waves already stored", run_dir, len(store.done_waves()), len(waves))
             else:
@@ -225,7 +227,8 @@ class RunSession:
                 t0 = time.perf_counter()
                 res = engine.run_wave(i, on_step=prog.on_step)
                 dt = time.perf_counter() - t0
-                store.add_shard(i, waves[i], res.steps, res.events, res.gate, res.n_tokens, dt)
+                store.add_shard(i, waves[i], res.steps, res.events, res.gate, res.n_tokens, dt,
+                                replay_check=res.replay_check)
                 prog.wave_done(i, len(waves[i]), res.n_tokens, res.steps, dt)
         finally:
             prog.close()

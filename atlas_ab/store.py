@@ -70,13 +70,17 @@ def write_table_atomic(path: Path, table: pa.Table) -> None:
 
 def aggregate_gate(gates: Iterable[Optional[dict]]) -> dict:
     """The lossless gate over shards: counts summed; failed if any shard failed, passed only
-    if some shard checked a sequence and none failed, else `not run`."""
+    if some shard checked a sequence and none failed, else `not run`. `by` says how it was
+    checked: `live` (a target-only replay), `replay` (replay mode committed the stored
+    target-only trajectory), or both joined with `+`."""
     out = {"checked_sequences": 0, "checked_tokens": 0, "divergences": 0, "near_ties": 0, "arbitrated": 0,
            "passed": None, "margins": [], "arbitrations": [], "first_divergence": None}
     failed = False
+    by = set()
     for g in gates:
         if not g:
             continue
+        by.update(str(g.get("by") or "live").split("+"))
         for key in ("checked_sequences", "checked_tokens", "divergences", "near_ties", "arbitrated"):
             out[key] += int(g.get(key, 0) or 0)
         out["margins"] += list(g.get("margins") or [])
@@ -91,6 +95,7 @@ def aggregate_gate(gates: Iterable[Optional[dict]]) -> dict:
     elif out["checked_sequences"]:
         out["passed"] = True
     out["status"] = status_of(out["passed"], out["checked_sequences"])
+    out["by"] = "+".join(sorted(by)) or None
     return out
 
 
@@ -247,10 +252,15 @@ class RunStore:
         self.manifest["rows"] = {"steps": sum(int(s["rows"]) for s in shards),
                                  "events": sum(int(s.get("event_rows") or 0) for s in shards)}
         self.manifest["gate"] = aggregate_gate(s.get("gate") for s in shards)
+        checks = [s["replay_check"] for s in shards if s.get("replay_check")]
+        if checks or "replay_check" in self.manifest:
+            from atlas_ab.replay_check import aggregate
+            self.manifest["replay_check"] = aggregate(checks)
 
     def add_shard(self, wave: int, docs: list[int], steps: pa.Table, events: Optional[pa.Table],
-                  gate: Optional[dict], n_tokens: int, seconds: float) -> dict:
-        """Write wave `wave`'s tables atomically, then list them in the manifest."""
+                  gate: Optional[dict], n_tokens: int, seconds: float, replay_check: Optional[dict] = None) -> dict:
+        """Write wave `wave`'s tables atomically, then list them in the manifest (with, in replay
+        mode, how the wave's live run differed: `replay_check`)."""
         if wave in self.done_waves():
             raise AtlasError(f"{self.dir}: wave {wave} is already stored")
         name = shard_name(wave)
@@ -268,6 +278,8 @@ class RunStore:
         entry = {"wave": wave, "steps": st_rel, "events": ev_rel, "rows": steps.num_rows,
                  "event_rows": 0 if events is None else events.num_rows, "docs": [int(d) for d in docs],
                  "tokens": int(n_tokens), "seconds": round(float(seconds), 3), "gate": gate}
+        if replay_check is not None:
+            entry["replay_check"] = replay_check
         self.manifest["shards"] = sorted(self.manifest["shards"] + [entry], key=lambda s: s["wave"])
         self._recount()
         self.save()

@@ -88,7 +88,9 @@ def test_a_divergence_is_arbitrated_in_fp32(models, scale, passes):
 def inject_lossy_commit(monkeypatch, at_step: int, seq: int = 1) -> None:
     """The bug: at one verify step of the loop, sequence `seq` commits the target's least likely
     token instead of its argmax (an off-by-one in the commit does the same kind of damage)."""
-    orig, calls = Wave._verify, []
+    from atlas_ab.targets import LiveTarget
+
+    orig, calls = LiveTarget.verify, []
 
     def lossy_verify(self, vtok, pos, slots, length):
         vh, target = orig(self, vtok, pos, slots, length)
@@ -97,7 +99,7 @@ def inject_lossy_commit(monkeypatch, at_step: int, seq: int = 1) -> None:
             target = target.clone()
             target[seq, 0] = self.trunk.logits(vh[seq:seq + 1, :1])[0, 0].argmin()
         return vh, target
-    monkeypatch.setattr(Wave, "_verify", lossy_verify)
+    monkeypatch.setattr(LiveTarget, "verify", lossy_verify)
 
 
 def _wave(models, dtype, docs, monkeypatch=None, inject_at=None):

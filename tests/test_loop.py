@@ -73,13 +73,20 @@ class HostReads(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_one_host_read_per_step(models, monkeypatch):
-    """Accepted counts (and everything else the host needs) come back in one copy per step,
-    and nothing else reads a device value: no .item(), no bool() of a tensor, no .tolist()."""
+@pytest.mark.parametrize("mode", ["live", "replay"])
+def test_one_host_read_per_step(models, monkeypatch, mode):
+    """Accepted counts (and everything else the host needs) come back in one copy per step, and
+    nothing else reads a device value (no .item(), no bool() of a tensor, no .tolist()), whether
+    the target runs (live) or a stored trajectory stands in for it (replay)."""
+    from atlas_ab.targets import ReplayTarget
+    from atlas_ab.trajectory import EXTEND, greedy
     docs = tiny_docs(n=4, turns=1, chunk=10)
+    arm = ArmConfig(num_drafts=2, fingerprints=False)
+    target = ReplayTarget(greedy(models[0], docs, G, extend=EXTEND, keep_hiddens=True), "cpu") \
+        if mode == "replay" else models[0]
     counter = HostReads(monkeypatch)
     with counter:
-        trace = run(models, ArmConfig(num_drafts=2, fingerprints=False), docs)
+        trace = Wave(target, MTPProposer(*models, arm.row_space, arm.refeed), arm, docs, G).run()
     steps = len(set(trace.steps.table().to_pandas().groupby(["turn", "step"]).groups))
     prefill_reads = 1
     # each read of the step is the one `.cpu()` whose `.numpy()` follows it

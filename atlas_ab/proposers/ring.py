@@ -2,8 +2,9 @@
 
 Label convention (the seeds', verified there by fingerprints): ring label n
 holds the target hidden of position n-1, so pair key k reads label k+1. The
-ring is written on serial decode steps (CATCHUP) and, with REFEED, for every
-accepted position after a verify. Rings are per sequence (the seeds' ring is
+ring is written on serial decode steps (CATCHUP), with REFEED for every
+accepted position after a verify, and with RING_PREFILL the turn prefill's last
+hidden (label P for the turn's first generated position P). Rings are per sequence (the seeds' ring is
 single-sequence and is forced off when more than one sequence verifies).
 
 Hiddens live on the device ([B, R, H]); labels live on the host, because the

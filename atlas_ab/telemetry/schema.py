@@ -45,7 +45,9 @@ STEP_COLUMNS: tuple[Column, ...] = (
                                     "(the propose position); pairs steps of two arms"),
     Column("drafts", pa.list_(_I32), False, "the drafted token ids (the K proposed ones when gated: see `gated`)"),
     Column("target", pa.list_(_I32), False, "target argmax per depth: `target[i]` is the target's token at "
-                                            "depth i+1, length k+1 (the last is the bonus)"),
+                                            "depth i+1, length k+1 (the last is the bonus). Replay runs write -1 "
+                                            "past `target[accept_len]`: there the live verify's argmax follows a "
+                                            "rejected draft, which no stored trajectory holds"),
     Column("conf", pa.list_(_F32), False, "drafter top-1 softmax prob per depth"),
     Column("gated", pa.bool_(), False, "DRAFT_CONF dropped this step's drafts (then `k` = 0)"),
     Column("oracle_hit2", pa.bool_(), False, "ORACLE_P2: draft 2 recomputed from the target's true hidden would "

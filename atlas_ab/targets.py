@@ -1,0 +1,140 @@
+"""The target side of a wave: what the loop asks of the target model, in two modes.
+
+`Wave` (loop.py) drives the drafter's state machine; it asks its target for two
+things only:
+
+  prefill(turn, history, start, count) -> hid [B, T, H], first [B]
+      the hiddens of positions start .. start+count-1 of each sequence (the turn's
+      new context, from the pending token on) and the target's next token after them
+  verify(vtok, pos, slots, length) -> vh [B, K+1, H], target [B, K+1]
+      the hiddens and argmaxes at positions n .. n+K for inputs [t_n, d1 .. dK]
+
+`LiveTarget` runs the trunk's forwards on its own KV (live mode, the only source
+of timings). `ReplayTarget` reads both from a stored target-only greedy
+trajectory (trajectory.py), so a wave costs no trunk forward at all; the loop,
+the proposers and the telemetry are the same code in both modes.
+
+What replay cannot know: a live verify's argmaxes and hiddens past the first
+rejected draft are computed from a wrong token. Nothing downstream reads them
+(acceptance is a cumulative product that stops at the first mismatch; the
+commit, `last_hidden`, the ring writes and ORACLE_P2 use depths <= the accepted
+ones), so replay writes -1 for those argmaxes and zero rows for those hiddens,
+which makes any accidental use visible instead of plausible.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from atlas_ab import AtlasError
+from atlas_ab.runtime.batch import ragged_window
+from atlas_ab.runtime.graphs import Steps
+
+#: The argmax replay writes where the live verify's was conditioned on a rejected draft.
+UNKNOWN = -1
+
+
+class LiveTarget:
+    """Live mode: the trunk's own prefill and verify forwards on its KV pool."""
+
+    live = True
+
+    def __init__(self, trunk, graphs: bool = False):
+        self.trunk = trunk
+        p = next(trunk.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        self.hidden_size = trunk.args.hidden_size
+        self.steps = Steps(graphs)    # the verify, captured once per wave on the GPU
+        self.kv = None
+
+    def alloc(self, budgets: np.ndarray) -> None:
+        self.kv = self.trunk.new_kv(np.asarray(budgets).tolist())
+        self.steps.clear()
+
+    def free(self) -> None:
+        self.kv = None
+        self.steps.clear()
+
+    def _t(self, x) -> torch.Tensor:
+        return torch.as_tensor(x, device=self.device)
+
+    def prefill(self, turn: int, history: np.ndarray, start: np.ndarray, count: np.ndarray):
+        tok, pos, slots, length = ragged_window(history, start, count)
+        hid = self.trunk.forward(self._t(tok), self._t(pos), self._t(slots), self.kv, length=length)
+        last = hid[torch.arange(len(start), device=self.device), self._t(count - 1)]
+        return hid, self.trunk.logits(last[:, None])[:, 0].argmax(-1)
+
+    def _verify_fn(self, vtok, pos, slots, length):
+        """Target forward over [t_n, d1..dK]: hiddens and argmaxes per depth."""
+        vh = self.trunk.forward(vtok, pos, slots, self.kv, length=length)
+        return vh, self.trunk.logits(vh).argmax(-1)
+
+    def verify(self, vtok, pos, slots, length: int):
+        return self.steps("verify", self._verify_fn, [vtok, pos, slots], length, self.kv.max_capacity)
+
+
+class ReplayTarget:
+    """Replay mode: one wave's stored trajectory (`trajectory.Trajectory`) on the device.
+
+    The verify's argmax at depth j is the greedy path's token at position n+j+1
+    (inside the turn the committed text, past the turn's last token the stored
+    continuation), as long as the drafts before depth j matched that path;
+    after the first mismatch it is UNKNOWN. Hidden rows are the stored ones at
+    positions up to the turn's last token, zero past the first mismatch."""
+
+    live = False
+
+    def __init__(self, traj, device):
+        self.traj = traj
+        self.device = torch.device(device)
+        self.hiddens = traj.hiddens.to(self.device)
+        if self.hiddens.dim() != 3:
+            raise AtlasError("the stored trajectory holds no hiddens (built without them)")
+        self.dtype = self.hiddens.dtype
+        self.hidden_size = self.hiddens.shape[-1]
+        self.argmax = torch.as_tensor(traj.argmax, device=self.device).long()      # [B, L]
+        self.ext = torch.as_tensor(traj.ext, device=self.device).long()            # [B, turns, X]
+        self.ends = torch.as_tensor(traj.turn_end, device=self.device)             # [B, turns]
+        self.turn = 0
+
+    def alloc(self, budgets: np.ndarray) -> None:
+        if len(budgets) != self.traj.batch:
+            raise AtlasError(f"the stored trajectory holds {self.traj.batch} sequences, the wave {len(budgets)}")
+
+    def free(self) -> None:
+        pass
+
+    def prefill(self, turn: int, history: np.ndarray, start: np.ndarray, count: np.ndarray):
+        self.turn = turn
+        B = len(start)
+        n = start + count
+        # the loop built this context from the wave's documents and its own commits: it must be the stored one
+        stored = self.traj.tokens
+        for b in range(B):
+            if not np.array_equal(history[b, :n[b]], stored[b, :n[b]]):
+                bad = int(np.nonzero(history[b, :n[b]] != stored[b, :n[b]])[0][0])
+                raise AtlasError(f"replay: sequence {b} (doc {int(self.traj.doc_ids[b])}) turn {turn} position "
+                                 f"{bad}: the context is not the stored trajectory's")
+        L = stored.shape[1]
+        cols = np.minimum(start[:, None] + np.arange(int(count.max()))[None, :], L - 1)
+        hid = self.hiddens[torch.arange(B, device=self.device)[:, None], torch.as_tensor(cols, device=self.device)]
+        first = torch.as_tensor(stored[np.arange(B), np.minimum(n, L - 1)], device=self.device).long()
+        return hid, first
+
+    def verify(self, vtok, pos, slots, length: int):
+        B, A = pos.shape
+        ar = torch.arange(B, device=self.device)[:, None]
+        end = self.ends[:, self.turn][:, None]                                   # the turn's last token
+        X = self.ext.shape[-1]
+        inside = pos <= end
+        # the greedy path: the stored argmax inside the turn, the continuation past its end
+        path = torch.where(inside, self.argmax[ar, torch.minimum(pos, end)],
+                           self.ext[ar, self.turn, (pos - end).clamp(0, X - 1)])
+        # depth j is known while d1 .. dj all matched the path (depth 0 always)
+        match = (vtok[:, 1:] == path[:, :-1]).long().cumprod(dim=1)
+        known = torch.cat([torch.ones_like(match[:, :1]), match], dim=1).bool()
+        target = torch.where(known, path, torch.full_like(path, UNKNOWN))
+        L = self.hiddens.shape[1]
+        vh = self.hiddens[ar, pos.clamp(0, L - 1)]
+        vh = torch.where((known & inside)[..., None], vh, torch.zeros_like(vh))
+        return vh, target
