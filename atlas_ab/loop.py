@@ -173,12 +173,17 @@ class Wave:
 
         prop = self.proposer.propose(self.history, last_tok, self.last_hidden, n, K, active, arm.shadow_topk)
 
+        # DRAFT_CONF: a chain below tau is dropped and the step decodes serially.
+        gated = (prop.chain_conf < arm.draft_conf) if arm.draft_conf > 0 else None
         # verify: [t_n, d1..dK] at positions n..n+K
         vtok = torch.cat([last_tok[:, None], prop.drafts], dim=1)
-        vh, target = self.target.verify(vtok, pos_t, slots_t, int(n[active].max()) + K + 1)
+        if gated is not None and self._all_gated(gated, active):
+            vh, target = self._serial(vtok, pos_t, slots_t, int(n[active].max()) + 1)
+        else:
+            vh, target = self.target.verify(vtok, pos_t, slots_t, int(n[active].max()) + K + 1)
         acc = (prop.drafts == target[:, :K]).long().cumprod(dim=1).sum(dim=1)
-        # DRAFT_CONF: a chain below tau is dropped; the step decodes serially.
-        gated = (prop.chain_conf < arm.draft_conf) if arm.draft_conf > 0 else torch.zeros_like(acc, dtype=torch.bool)
+        if gated is None:
+            gated = torch.zeros_like(acc, dtype=torch.bool)
         acc = torch.where(gated, torch.zeros_like(acc), acc)
         oracle = self._oracle(prop, vh, target, acc, n, active) if arm.oracle_p2 else None
 
@@ -235,6 +240,22 @@ class Wave:
             self.on_step(int(c.sum()), k, acc_h[act])
 
     # ------------------------------------------------------------- levers
+    def _all_gated(self, gated: torch.Tensor, active: np.ndarray) -> bool:
+        """DRAFT_CONF's decision, read before the verify: when every active sequence dropped its
+        drafts, the step is a one-token decode, which is what gating saves. The read is the one
+        the engine's confidence path pays too (the seeds' `last_confidence`: a D2H per propose);
+        arms with DRAFT_CONF off never make it (the loop's one read per step stands)."""
+        return bool(gated.cpu().numpy()[active].all())
+
+    def _serial(self, vtok, pos, slots, length):
+        """The one-token decode of a step whose drafts were all dropped, padded to the verify's
+        K+1 depths (never verified: -1 targets, zero hiddens; nothing reads past depth 0 there)."""
+        vh1, t1 = self.target.verify(vtok[:, :1].contiguous(), pos[:, :1].contiguous(), slots[:, :1].contiguous(),
+                                     length)
+        K = vtok.shape[1] - 1
+        vh = torch.cat([vh1, vh1.new_zeros(vh1.shape[0], K, vh1.shape[2])], dim=1)
+        return vh, torch.cat([t1, torch.full_like(t1[:, :1], -1).expand(-1, K)], dim=1)
+
     def _catchup(self, active, n) -> np.ndarray:
         """CATCHUP: feed the gap rows between the drafter's newest row and this
         propose, from the ring (target hiddens), before proposing."""

@@ -70,7 +70,9 @@ class LiveTarget:
         return vh, self.trunk.logits(vh).argmax(-1)
 
     def verify(self, vtok, pos, slots, length: int):
-        return self.steps("verify", self._verify_fn, [vtok, pos, slots], length, self.kv.max_capacity)
+        """One graph per width: K+1 query rows, or 1 for a DRAFT_CONF serial step."""
+        return self.steps(("verify", vtok.shape[1]), self._verify_fn, [vtok, pos, slots], length,
+                          self.kv.max_capacity)
 
 
 class ReplayTarget:
@@ -132,7 +134,7 @@ class ReplayTarget:
                            self.ext[ar, self.turn, (pos - end).clamp(0, X - 1)])
         # depth j is known while d1 .. dj all matched the path (depth 0 always)
         match = (vtok[:, 1:] == path[:, :-1]).long().cumprod(dim=1)
-        known = torch.cat([torch.ones_like(match[:, :1]), match], dim=1).bool()
+        known = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=self.device), match.bool()], dim=1)
         target = torch.where(known, path, torch.full_like(path, UNKNOWN))
         L = self.hiddens.shape[1]
         vh = self.hiddens[ar, pos.clamp(0, L - 1)]

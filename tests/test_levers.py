@@ -193,3 +193,22 @@ def test_shadow_topk_logs_k_candidates_per_depth_and_top1_is_the_draft(models, d
         assert len(r.topk_ids) == 2 and all(len(x) == 4 for x in r.topk_ids)
         assert [x[0] for x in r.topk_ids] == list(r.drafts)
         assert np.allclose([p[0] for p in r.topk_probs], r.conf, atol=1e-6)
+
+
+def test_draft_conf_serial_steps_decode_one_token_when_every_sequence_dropped(models, docs, monkeypatch):
+    """Gating saves the verify only when every sequence of the batch dropped its drafts: then the
+    step is a one-token decode (at batch width 1, every gated step); with some sequences still
+    verifying, the batch runs the K+1-row verify. Either way the gate passes."""
+    from atlas_ab.targets import LiveTarget
+
+    widths = []
+    real = LiveTarget.verify
+    monkeypatch.setattr(LiveTarget, "verify", lambda self, v, *a: (widths.append(v.shape[1]), real(self, v, *a))[1])
+    arm = ArmConfig(name="c", draft_conf=0.19, catchup=True)    # about the median chain confidence here
+    one, _ = run(models, arm, docs[:1])
+    serial = int(one.gated.sum())
+    assert 0 < serial < len(one) and widths.count(1) == serial and widths.count(3) == len(one) - serial
+    widths.clear()
+    many, _ = run(models, arm, docs)
+    all_gated = many.groupby(["turn", "step"]).gated.all().sum()
+    assert widths.count(1) == all_gated < many.gated.sum()
