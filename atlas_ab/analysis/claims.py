@@ -64,10 +64,11 @@ def group_by_model(runs: list[Run]) -> list[ModelRuns]:
         params = (m.get("params") or {}).get("total")
         label = (f"{m.get('name', '?')} (d={arch.get('hidden_size')}, {arch.get('num_hidden_layers')} layers, "
                  f"{params / 1e6:.1f}M params)" if params else str(m.get("name", h[:12])))
-        wl = {r.hash("workload") for r in rs}
-        if len(wl) > 1:
-            raise AtlasError(f"model {label}: its runs measured {len(wl)} different workloads "
-                             f"({', '.join(sorted(str(w)[:19] for w in wl))}); one study, one workload")
+        for study in {((r.manifest or {}).get("study") or {}).get("name") for r in rs}:
+            wl = {r.hash("workload") for r in rs if ((r.manifest or {}).get("study") or {}).get("name") == study}
+            if len(wl) > 1:
+                raise AtlasError(f"model {label}, study {study}: its runs measured {len(wl)} different workloads "
+                                 f"({', '.join(sorted(str(w)[:19] for w in wl))}); one study, one workload")
         names = [r.arm for r in rs]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
@@ -180,7 +181,7 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0) -> di
                 row.append(j[2] if j else "not run")
                 continue
             v = j[1].verdict
-            z = "" if v.sd is None else f", {v.z:+.1f} sd"
+            z = "" if v.sd is None or v.z != v.z else f", {v.z:+.1f} sd"
             row.append(f"**{v.status}** ({v.delta:+.4f}{z})")
         row.append(SEEDS.get(n, ""))
         rows.append(row)
@@ -205,8 +206,10 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0) -> di
                 md += [f"- {why}", ""]
                 continue
             v = j.verdict
+            kind = "McNemar" if pr.kind == "oracle" else pr.decides
             md += [f"- **{v.status}**: {v.reason}",
-                   f"- estimate: {v.delta:+.4f}" + ("" if v.sd is None else f", {pr.decides} sd {v.sd:.4f} ({v.z:+.1f} sd)")]
+                   f"- estimate: {v.delta:+.4f}" + ("" if v.sd is None else
+                                                    f", {kind} sd {v.sd:.4f} ({v.z:+.1f} sd in the registered sense)")]
             p = j.details.get("paired")
             if p:
                 md.append(f"- paired on {p['n_pairs']:,} matched steps ({p['matched_share']:.0%} of the smaller "

@@ -86,7 +86,7 @@ def _acceptance(pr: Prereg, control: Run, treatment: Run, B: int, seed: int):
 
 
 def _item(pr: Prereg, label: str, delta: float, sd, status: str, **kw) -> DifferenceItem:
-    return DifferenceItem(label=f"{label}\n{pr.primary_metric}{'' if pr.turns == 'all' else ' (' + pr.turns + ')'}"
+    return DifferenceItem(label=f"{label}\n{pr.primary_metric}{' (relative)' if pr.relative else ''}{'' if pr.turns == 'all' else ' (' + pr.turns + ')'}"
                           f" [{pr.name}]", delta=delta, sd=sd, sd_kind=pr.decides, verdict=status,
                           threshold_sd=pr.threshold_sd, **kw)
 
@@ -102,7 +102,8 @@ def judge_difference(pr: Prereg, runs: list[Run], B: int, seed: int) -> Judgemen
 def judge_equivalence(pr: Prereg, runs: list[Run], B: int, seed: int) -> Judgement:
     control, treatment = _run(runs, pr.control, "control", pr), _run(runs, pr.treatment, "treatment", pr)
     delta, sd, why, nc, nt, details = estimate(pr, control, treatment, B, seed)
-    common = dict(delta=delta, sd=sd, z=float("nan") if not sd else abs(delta) / sd, power_at_min_effect=None,
+    z = abs(delta) / sd if sd else (0.0 if sd == 0 and delta == 0 else float("nan"))
+    common = dict(delta=delta, sd=sd, z=z, power_at_min_effect=None,
                   n_control=nc, n_treatment=nt, prereg=pr)
     if sd is None:
         v = unavailable(pr, delta, nc, nt, why)
@@ -118,8 +119,8 @@ def judge_equivalence(pr: Prereg, runs: list[Run], B: int, seed: int) -> Judgeme
     else:
         v = Verdict("NOT MET", f"|{delta:+.4f}| + {pr.threshold_sd:g} sd = {abs(delta) + pr.threshold_sd * sd:.4f} "
                     f"> the margin {pr.margin:g}", **common)
-    return Judgement(v, details, (_item(pr, f"{pr.treatment} - {pr.control} (equivalence, +-{pr.margin:g})",
-                                        delta, sd, v.status),))
+    return Judgement(v, details, (_item(pr, f"{pr.treatment} - {pr.control} (equivalence)", delta, sd, v.status,
+                                        margin=pr.margin),))
 
 
 def judge_maximum(pr: Prereg, runs: list[Run], B: int, seed: int) -> Judgement:

@@ -49,40 +49,50 @@ class DifferenceItem:
     min_effect: float | None = None
     threshold_sd: float | None = None
     direction: str = "increase"
+    margin: float | None = None     # an equivalence criterion's +-margin
+
+
+_COLORS = {"MET": "tab:green", "NOT MET": "tab:red", "UNDERPOWERED": "tab:orange", "PREREG CHANGED": "tab:purple"}
 
 
 def difference_figure(items: list[DifferenceItem], path: Path) -> Path:
-    """Each difference with its 95% CI (thin) and +-threshold_sd sd (thick: the criterion needs
-    it clear of zero), zero and the signed minimum effect as vertical lines."""
+    """One panel per comparison, each on its own scale: the difference with its 95% CI (thin) and
+    +-threshold_sd sd (thick: the criterion needs it clear of zero), zero and the signed minimum
+    effect (or an equivalence margin) as vertical lines, the verdict in the panel's title."""
     n = max(len(items), 1)
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.9 * n))
-    for y, it in enumerate(items):
-        color = {"MET": "tab:green", "NOT MET": "tab:red", "UNDERPOWERED": "tab:orange",
-                 "PREREG CHANGED": "tab:purple"}.get(it.verdict or "", "tab:blue")
+    fig, axes = plt.subplots(n, 1, figsize=(8, 1.15 * n + 0.6), squeeze=False)
+    for ax, it in zip(axes[:, 0], items):
+        color = _COLORS.get(it.verdict or "", "tab:blue")
+        xs = [0.0, it.delta]
         if it.sd is not None:
-            ax.errorbar(it.delta, y, xerr=Z95 * it.sd, fmt="none", ecolor=color, elinewidth=1.2, capsize=5,
-                        label="95% CI" if y == 0 else None)
+            half = max(Z95, it.threshold_sd or 0) * it.sd
+            xs += [it.delta - half, it.delta + half]
+            ax.errorbar(it.delta, 0, xerr=Z95 * it.sd, fmt="none", ecolor=color, elinewidth=1.2, capsize=5)
             if it.threshold_sd:
-                ax.errorbar(it.delta, y, xerr=it.threshold_sd * it.sd, fmt="none", ecolor=color, elinewidth=5,
-                            alpha=0.45, label=f"+-{it.threshold_sd:g} sd (must clear 0)" if y == 0 else None)
-        ax.plot(it.delta, y, "o", color=color)
-        note = f"{it.delta:+.4f}" + (f" ({abs(it.delta) / it.sd:.1f} {it.sd_kind} sd)" if it.sd else
-                                     f" (no {it.sd_kind} sd)")
-        ax.annotate(note + (f"  {it.verdict}" if it.verdict else ""), (it.delta, y), textcoords="offset points",
-                    xytext=(0, 9), ha="center", fontsize=8)
+                ax.errorbar(it.delta, 0, xerr=it.threshold_sd * it.sd, fmt="none", ecolor=color, elinewidth=6,
+                            alpha=0.4)
+        ax.plot(it.delta, 0, "o", color=color)
         if it.min_effect:
             m = it.min_effect if it.direction == "increase" else -it.min_effect
-            ax.plot([m, m], [y - 0.35, y + 0.35], color="black", linestyle="--", linewidth=1,
-                    label="minimum effect" if y == 0 else None)
-    ax.axvline(0.0, color="grey", linewidth=1)
-    ax.set_yticks(range(len(items)), [it.label for it in items])
-    ax.set_ylim(-0.7, n - 0.3)
-    ax.set_xlabel("difference (treatment - control)")
-    verdicts = "; ".join(f"{it.verdict}" for it in items if it.verdict)
-    ax.set_title("Pre-registered criterion: " + verdicts if verdicts else "Differences vs the control")
-    ax.grid(axis="x", alpha=0.3)
-    if items:
-        ax.legend(loc="lower right", fontsize=8)
+            ax.axvline(m, color="black", linestyle="--", linewidth=1)
+            xs.append(m)
+        if it.margin:
+            for m in (-it.margin, it.margin):
+                ax.axvline(m, color="black", linestyle=":", linewidth=1)
+            xs += [-it.margin, it.margin]
+        ax.axvline(0.0, color="grey", linewidth=1)
+        lo, hi = min(xs), max(xs)
+        pad = 0.15 * (hi - lo or abs(it.delta) or 1e-3)
+        ax.set_xlim(lo - pad, hi + pad)
+        ax.set_yticks([])
+        z = (f"{abs(it.delta) / it.sd:.1f} {it.sd_kind} sd" if it.sd else
+             ("exactly equal" if it.sd == 0 and it.delta == 0 else f"no {it.sd_kind} sd"))
+        ax.set_title(f"{it.label.replace(chr(10), '  ')}: {it.delta:+.4f} ({z})" +
+                     (f"  {it.verdict}" if it.verdict else ""), fontsize=8, color=color, loc="left")
+        ax.tick_params(axis="x", labelsize=7)
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("difference (treatment - control); thin: 95% CI; thick: +-threshold sd (must clear 0); "
+                           "dashed: minimum effect; dotted: equivalence margin", fontsize=7)
     return _save(fig, path)
 
 
