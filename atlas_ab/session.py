@@ -185,6 +185,9 @@ class RunSession:
                 "study": {"name": c.study.name, "arms": list(c.study.arms)} if c.study.name else None,
                 "preregs": preregs,
                 "git": git_info(), "versions": versions(), "host": {**host(), "threads": threads},
+                # the device this job claimed (cuda:N of the job's view; CUDA_VISIBLE_DEVICES as set)
+                "device_claim": {"device": self.claim.device, "job": self.job.num,
+                                 "visible": os.environ.get("CUDA_VISIBLE_DEVICES")},
                 "seed": c.runner.seed, "seeds": {"runner": c.runner.seed, "workload": c.workload.seed},
                 "waves": {"total": len(waves), "batch_width": c.runner.batch_width},
                 "run_dir": str(run_dir.resolve()),

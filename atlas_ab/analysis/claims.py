@@ -62,8 +62,9 @@ def group_by_model(runs: list[Run]) -> list[ModelRuns]:
         m = (rs[0].manifest or {}).get("model") or {}
         arch = m.get("architecture") or {}
         params = (m.get("params") or {}).get("total")
-        label = (f"{m.get('name', '?')} (d={arch.get('hidden_size')}, {arch.get('num_hidden_layers')} layers, "
-                 f"{params / 1e6:.1f}M params)" if params else str(m.get("name", h[:12])))
+        name = Path(m["path"]).name if m.get("name") == "path" and m.get("path") else m.get("name", "?")
+        label = (f"{name} (d={arch.get('hidden_size')}, {arch.get('num_hidden_layers')} layers, "
+                 f"{params / 1e6:.1f}M params)" if params else str(name))
         for study in {((r.manifest or {}).get("study") or {}).get("name") for r in rs}:
             wl = {r.hash("workload") for r in rs if ((r.manifest or {}).get("study") or {}).get("name") == study}
             if len(wl) > 1:
@@ -97,7 +98,10 @@ def _judge_all(group: ModelRuns, B: int, seed: int) -> list[tuple[Prereg, criter
         if missing:
             out.append((pr, None, f"not judged: arm {missing[0]} was not run for this model"))
             continue
-        out.append((pr, criteria.judge(pr, list(group.runs), B=B, seed=seed), ""))
+        try:
+            out.append((pr, criteria.judge(pr, list(group.runs), B=B, seed=seed), ""))
+        except AtlasError as e:      # a question these runs cannot answer: say why, judge the rest
+            out.append((pr, None, f"not judged: {e}"))
     return out
 
 
