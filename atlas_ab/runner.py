@@ -65,6 +65,11 @@ class Runner:
         validate_workload(workload)
         self.cfg = validate_runner(runner)
         self.device = resolve_device(runner.device)
+        if self.device.type == "cuda":
+            # the job's GPU becomes the current device: Triton kernels and CUDA graphs use the
+            # current device, so a job on cuda:1 would otherwise launch them on cuda:0 (measured:
+            # "Pointer argument cannot be accessed from Triton" in a two-GPU sweep)
+            torch.cuda.set_device(self.device)
         self.dtype = resolve_dtype(runner.dtype, self.device)
         torch.manual_seed(runner.seed)
         self.graphs = self.device.type == "cuda" and runner.cuda_graphs

@@ -48,13 +48,15 @@ def sync(dev):
 
 
 def load_models(name, dev, dtype):
+    """default: the shipped checkpoint; gpu / llama1b / llama8b: the random-weight presets of
+    conf/model/ (the same shapes the runner's model=... builds)."""
     if name == "default":
-        ck = checkpoint.load(Path(resolve_path(DEFAULT)), dev, dtype)
-    else:  # the GPU preset: the NOTES architecture, random weights
-        cfg = ModelConfig(name="gpu", init="random", path=None, hidden_size=512, num_hidden_layers=8,
-                          num_attention_heads=8, num_key_value_heads=8, intermediate_size=1408, vocab_size=4096)
-        ck = random_checkpoint(cfg, DEFAULT_TOKENIZER, dev, dtype)
-    return ck
+        return checkpoint.load(Path(resolve_path(DEFAULT)), dev, dtype)
+    import yaml
+
+    from atlas_ab.paths import CONF_DIR
+    cfg = ModelConfig(**yaml.safe_load((CONF_DIR / "model" / f"{name}.yaml").read_text()))
+    return random_checkpoint(cfg, DEFAULT_TOKENIZER, dev, dtype)
 
 
 def docs_for(n, turns, chunk, gen):
@@ -167,11 +169,13 @@ def main(argv=None):
     ap.add_argument("--smoke", action="store_true", help="tiny CPU run for CI (not timed)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--models", default="default,gpu")
+    ap.add_argument("--widths", default=None, help="batch widths (default 1,16,64,256)")
+    ap.add_argument("--only-grid", action="store_true", help="the steps/s grid only (no lever ratios, peer, 10k)")
     a = ap.parse_args(argv)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     smoke = a.smoke
-    widths = [1, 2] if smoke else [1, 16, 64, 256]
+    widths = [1, 2] if smoke else [int(w) for w in (a.widths or "1,16,64,256").split(",")]
     ks = [1, 2] if smoke else [1, 2, 3]
     turns, chunk, gen = (1, 16, 6) if smoke else (2, 64, 32)
     out = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
@@ -201,7 +205,7 @@ def main(argv=None):
                 print(f"{name:8s} B={B:4d} K={K} rows/s={r['rows_per_s']:10.0f} step={r['step_ms_median']:7.2f}ms "
                       f"bare={bare:6.3f}ms x{r['step_over_bare']:5.1f} draft={draft:6.3f}ms glue={r['glue_ms']:6.3f}ms "
                       f"p1={r['p1']:.3f}", file=sys.stderr)
-        if name != "default":
+        if name != "default" or a.only_grid:
             continue
         Bl = widths[-1] if smoke else 64
         docs = docs_all[:Bl]
@@ -223,16 +227,19 @@ def main(argv=None):
                     if key == "on":
                         events_s.append(r["events_table_s"])
             on, off = np.median(rates["on"]), np.median(rates["off"])
+            # each alternation is one run of the comparison: its own on/off ratio
+            pairs = [a_ / b_ for a_, b_ in zip(rates["on"], rates["off"])]
             # where the cost is: inside each step (extra gathers and copies) vs the
             # wave-end hashing of every row (events.table())
             return dict(on_rows_per_s=on, off_rows_per_s=off, throughput_ratio=on / off,
-                        batch_width=len(wide), runs=rates,
+                        batch_width=len(wide), runs=rates, run_ratios=pairs,
                         step_ms_median_on=float(np.median(step_ms["on"])),
                         step_ms_median_off=float(np.median(step_ms["off"])),
                         events_table_s_median=float(np.median(events_s)))
 
+        # (three runs: the issue's "three runs of three")
         out["levers"]["fingerprints"] = ratio(ArmConfig(catchup=True, refeed=True, fingerprints=True),
-                                              ArmConfig(catchup=True, refeed=True, fingerprints=False))
+                                              ArmConfig(catchup=True, refeed=True, fingerprints=False), reps=3)
         out["levers"]["shadow_topk_4"] = ratio(ArmConfig(shadow_topk=4), ArmConfig())
         # 10,000 verify steps of one arm, load excluded
         big = docs_for(16 if smoke else 512, 1 if smoke else 3, chunk, gen)

@@ -7,27 +7,33 @@
 # still returns what finished):
 #   1. the second model, trained the same way (preset gpu: 33.6M), on the last GPU, while
 #      GPU 0 runs +study=claims on the shipped model with one GPU (the single-GPU timing)
-#   2. +study=claims on the second model (over every GPU: hydra/launcher=local_gpus)
-#   3. +study=claims_conf (live, batch width 1) on both models, one GPU each
-#   4. two GPUs only: +study=claims on the shipped model again over both GPUs: its wall time
-#      against stage 1's, and its step tables against stage 1's (they must be identical)
+#   2. two GPUs: the same sweep over both (hydra/launcher=local_gpus): its wall time against
+#      stage 1's, its step tables against stage 1's (they must be identical), the device each
+#      job claimed
+#   3. +study=claims on the second model (over every GPU)
+#   4. +study=claims_conf (live, batch width 1) for the models in CONF_MODELS, one GPU each;
+#      GPU0_EXTRA (a command) runs on GPU 0 beside the second model's sweep when set
+# Knobs: CONF_MODELS ("default large"), GPU0_EXTRA, CLAIMS_OVERRIDES / TRAIN_OVERRIDES (tiny dry
+# runs on the CPU), SKIP_WHEELS=1, CLAIMS_DIR.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 REPO=$PWD
-# (SKIP_WHEELS=1: a dry run on a machine that has them, e.g. this CPU one with tiny overrides)
 [ -n "${SKIP_WHEELS:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$REPO
 NG=$(python3 -c "import torch; print(torch.cuda.device_count())")
+LAST=$(( NG > 1 ? NG - 1 : 0 ))
 W=${CLAIMS_DIR:-/tmp/claims} && mkdir -p $W && cd $W
 log() { echo "[$(date +%T)] $*" | tee -a $OUT/claims.log; }
 pack() { python3 $REPO/scripts/pack_runs.py --out $OUT --events refeed_on --name "$@" | tee -a $OUT/claims.log; }
 RUN=(python3 -m atlas_ab -m runner.progress=false ${CLAIMS_OVERRIDES:-})
+L=(hydra/launcher=local_gpus)
+[ "$NG" -lt 2 ] && L=()
 nvidia-smi --query-gpu=index,name,memory.total --format=csv 2>&1 | tee -a $OUT/claims.log
 log "GPUs: $NG"
 
-log "stage 1: train the second model (GPU $((NG - 1))) | claims on the shipped model, one GPU (GPU 0)"
-CUDA_VISIBLE_DEVICES=$((NG - 1)) timeout 200 python3 -m atlas_ab.train.train --preset gpu --out $W/large \
+log "stage 1: train the second model (GPU $LAST) | claims on the shipped model, one GPU (GPU 0)"
+CUDA_VISIBLE_DEVICES=$LAST timeout 200 python3 -m atlas_ab.train.train --preset gpu --out $W/large \
   --data $REPO/.carry/data --tokenizer $REPO/atlas_ab/models/default/tokenizer.json --budget-s 140 \
   ${TRAIN_OVERRIDES:-} > $W/train_large.log 2>&1 &
 TRAIN=$!
@@ -35,42 +41,45 @@ S=$SECONDS
 CUDA_VISIBLE_DEVICES=0 timeout 300 "${RUN[@]}" +study=claims hydra.sweep.dir=$W/default_1gpu \
   runner.trajectories=$W/traj_1gpu > $W/default_1gpu.log 2>&1
 log "claims default, 1 GPU: exit $? in $((SECONDS - S)) s"
-wait $TRAIN; log "training: exit $?"; tail -4 $W/train_large.log | tee -a $OUT/claims.log
+wait $TRAIN; log "training: exit $?"; tail -3 $W/train_large.log | tee -a $OUT/claims.log
 pack claims_default $W/default_1gpu
 
-L=(hydra/launcher=local_gpus)
-[ "$NG" -lt 2 ] && L=()
-if [ -f $W/large/model.safetensors ]; then
-  log "stage 2: claims on the second model over $NG GPU(s)"
-  S=$SECONDS
-  timeout 240 "${RUN[@]}" "${L[@]}" +study=claims model=path model.path=$W/large model.draft_path=null \
-    hydra.sweep.dir=$W/large_claims runner.trajectories=$W/traj_large > $W/large_claims.log 2>&1
-  log "claims large: exit $? in $((SECONDS - S)) s"
-  pack claims_large $W/large_claims
-fi
-
-log "stage 3: claims_conf (live, batch width 1), one model per GPU"
-CUDA_VISIBLE_DEVICES=0 timeout 200 "${RUN[@]}" +study=claims_conf hydra.sweep.dir=$W/default_conf \
-  > $W/default_conf.log 2>&1 &
-C0=$!
-if [ -f $W/large/model.safetensors ]; then
-  [ "$NG" -lt 2 ] && wait $C0
-  CUDA_VISIBLE_DEVICES=$((NG - 1)) timeout 200 "${RUN[@]}" +study=claims_conf model=path model.path=$W/large \
-    model.draft_path=null hydra.sweep.dir=$W/large_conf > $W/large_conf.log 2>&1
-  log "claims_conf large: exit $?"
-fi
-wait $C0; log "claims_conf default: exit $?"
-pack claims_conf $W/default_conf $W/large_conf
-
 if [ "$NG" -ge 2 ]; then
-  log "stage 4: claims on the shipped model over $NG GPUs (issue #14)"
+  log "stage 2: claims on the shipped model over $NG GPUs (issue #14)"
   S=$SECONDS
   timeout 200 "${RUN[@]}" "${L[@]}" +study=claims hydra.sweep.dir=$W/default_2gpu \
     runner.trajectories=$W/traj_2gpu > $W/default_2gpu.log 2>&1
   log "claims default, $NG GPUs: exit $? in $((SECONDS - S)) s"
   python3 $REPO/scripts/compare_sweeps.py $W/default_1gpu $W/default_2gpu > $W/sweeps_1v2.json
-  log "1 vs $NG GPUs: $(python3 -c "import json; d = json.load(open('$W/sweeps_1v2.json')); print('identical steps:', d['all_identical'], '| seconds', d['a']['seconds'], 'vs', d['b']['seconds'], '| devices', sorted(set(d['b']['devices'].values())))")"
+  log "1 vs $NG GPUs: $(python3 -c "import json; d = json.load(open('$W/sweeps_1v2.json')); print('identical steps:', d['all_identical'], '| seconds', d['a']['seconds'], 'vs', d['b']['seconds'], '| devices', sorted(set(d['b']['devices'].values())))" 2>&1)"
 fi
+
+if [ -f $W/large/model.safetensors ]; then
+  log "stage 3: claims on the second model over $NG GPU(s)"
+  S=$SECONDS
+  timeout 240 "${RUN[@]}" "${L[@]}" +study=claims model=path model.path=$W/large \
+    hydra.sweep.dir=$W/large_claims runner.trajectories=$W/traj_large > $W/large_claims.log 2>&1
+  log "claims large: exit $? in $((SECONDS - S)) s"
+  pack claims_large $W/large_claims
+fi
+
+log "stage 4: claims_conf (live, batch width 1) for: ${CONF_MODELS:-default large}"
+PIDS=()
+for m in ${CONF_MODELS:-default large}; do
+  if [ $m = default ]; then MODEL=(); G=0; else MODEL=(model=path model.path=$W/large); G=$LAST; fi
+  [ $m != default ] && [ ! -f $W/large/model.safetensors ] && continue
+  CUDA_VISIBLE_DEVICES=$G timeout 200 "${RUN[@]}" +study=claims_conf "${MODEL[@]}" \
+    hydra.sweep.dir=$W/${m}_conf > $W/${m}_conf.log 2>&1 &
+  PIDS+=($!)
+  [ "$NG" -lt 2 ] && wait $!
+done
+if [ -n "${GPU0_EXTRA:-}" ]; then
+  log "GPU 0 meanwhile: $GPU0_EXTRA"
+  (cd $REPO && CUDA_VISIBLE_DEVICES=0 bash -c "$GPU0_EXTRA") > $W/gpu0_extra.log 2>&1
+  log "GPU 0 extra: exit $?"
+fi
+for p in "${PIDS[@]}"; do wait $p; log "claims_conf job: exit $?"; done
+pack claims_conf $W/*_conf
 mkdir -p $W/logs && cp $W/*.log $W/*.json $W/large/config.json $W/large/training.json $W/logs/ 2>/dev/null
 tar cJf $OUT/logs.tar.xz -C $W logs
 log "done"
