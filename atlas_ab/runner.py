@@ -66,6 +66,8 @@ class Runner:
         self.cfg = validate_runner(runner)
         self.device = resolve_device(runner.device)
         if self.device.type == "cuda":
+            if self.device.index is None:
+                self.device = torch.device("cuda", torch.cuda.current_device())
             # the job's GPU becomes the current device: Triton kernels and CUDA graphs use the
             # current device, so a job on cuda:1 would otherwise launch them on cuda:0 (measured:
             # "Pointer argument cannot be accessed from Triton" in a two-GPU sweep)

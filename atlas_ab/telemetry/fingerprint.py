@@ -16,6 +16,7 @@ within a row; the parallelism is across rows.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 
@@ -158,7 +159,8 @@ def _fingerprint_triton(rows: torch.Tensor) -> torch.Tensor:
         rows = rows.contiguous()
     bits = rows.view(torch.int16)
     grid = (triton_cdiv(n, _BLOCK_ROWS),)
-    _triton_kernel()[grid](bits, out, n, h, bits.stride(0), BLOCK_ROWS=_BLOCK_ROWS, num_warps=1)
+    with torch.cuda.device(rows.device) if rows.is_cuda else contextlib.nullcontext():   # (kernels.on_its_device)
+        _triton_kernel()[grid](bits, out, n, h, bits.stride(0), BLOCK_ROWS=_BLOCK_ROWS, num_warps=1)
     return out
 
 

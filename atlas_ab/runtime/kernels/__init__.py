@@ -86,3 +86,15 @@ def sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 8
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def on_its_device(fn):
+    """Run a kernel wrapper with its first argument's GPU as the current device. Triton launches
+    on the *current* CUDA device, so a kernel on a tensor of another GPU fails ("Pointer argument
+    cannot be accessed from Triton"), as jobs on cuda:1 of a two-GPU sweep did. Inside a captured
+    CUDA graph only the capture pays the switch; replays run no Python."""
+    @functools.wraps(fn)
+    def wrapper(t, *args, **kwargs):
+        with torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext():
+            return fn(t, *args, **kwargs)
+    return wrapper

@@ -28,7 +28,7 @@ from typing import Optional
 
 import torch
 
-from atlas_ab.runtime.kernels import interpreting, sm_count
+from atlas_ab.runtime.kernels import interpreting, sm_count, on_its_device
 from atlas_ab.runtime.kernels.norm import triton_next_pow2
 
 LOG2E = 1.4426950408889634
@@ -148,6 +148,7 @@ def plan(batch: int, rows_per_seq: int, n_kv_heads: int, max_len: int, device: t
     return BLOCK_M, BLOCK_N, splits
 
 
+@on_its_device
 def attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, slots: torch.Tensor,
               base: torch.Tensor, capacity: torch.Tensor, n_heads: int, scale: float,
               window: Optional[int] = None, max_len: int = 1 << 20, splits: Optional[int] = None) -> torch.Tensor:

@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from atlas_ab.runtime.kernels import Choice, interpreting, sm_count
+from atlas_ab.runtime.kernels import Choice, interpreting, sm_count, on_its_device
 
 SKINNY_MAX_ROWS = 64
 # GPU name -> {(N, K, row bucket): (BLOCK_N, BLOCK_K, num_stages)}: where the skinny kernel's best tile beat
@@ -119,6 +119,7 @@ def skinny_plan(N: int, device: torch.device) -> tuple[int, int, int]:
     return (64, 128, 3) if N >= 64 * 3 * sms else (32, 128, 4) if N >= 32 * 2 * sms else (16, 256, 3)
 
 
+@on_its_device
 def skinny_linear(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor] = None,
                   tile: Optional[tuple] = None) -> torch.Tensor:
     """x [..., K] (<= 64 rows) @ w[N, K]^T (+ bias) -> [..., N], fp32 accumulation.

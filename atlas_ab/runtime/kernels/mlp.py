@@ -10,7 +10,7 @@ import functools
 
 import torch
 
-from atlas_ab.runtime.kernels import interpreting
+from atlas_ab.runtime.kernels import interpreting, on_its_device
 
 _BLOCK = 1024
 
@@ -33,6 +33,7 @@ def _kernel(interpret: bool):
     return silu_mul_rows
 
 
+@on_its_device
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """gate_up [..., 2 I] (gate columns first) -> silu(gate) * up [..., I]."""
     N = gate_up.shape[-1] // 2

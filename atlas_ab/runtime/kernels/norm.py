@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from atlas_ab.runtime.kernels import interpreting
+from atlas_ab.runtime.kernels import interpreting, on_its_device
 
 
 @functools.cache
@@ -49,6 +49,7 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return x2 if x2.stride(-1) == 1 else x2.contiguous()
 
 
+@on_its_device
 def _launch(x, r, weight, eps, out):
     N = x.shape[-1]
     xr = _rows(x)

@@ -22,7 +22,7 @@ from typing import Optional
 
 import torch
 
-from atlas_ab.runtime.kernels import interpreting
+from atlas_ab.runtime.kernels import interpreting, on_its_device
 from atlas_ab.runtime.kernels.norm import triton_next_pow2
 
 
@@ -81,6 +81,7 @@ def _kernel(interpret: bool):
     return rope_write
 
 
+@on_its_device
 def rope_write_kv(qkv: torch.Tensor, positions: torch.Tensor, rope: tuple, k_pool: torch.Tensor,
                   v_pool: torch.Tensor, slots: torch.Tensor, base: torch.Tensor, capacity: torch.Tensor,
                   n_heads: int, n_kv_heads: int, q_norm: Optional[torch.Tensor] = None,
