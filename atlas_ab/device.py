@@ -59,15 +59,19 @@ def gpu_count() -> int:
         return 0
 
 
+#: The GPU this process last claimed: a launcher's worker process keeps it for its next job.
+_STICKY: Optional[int] = None
+
+
 class DeviceClaim:
     """The device a job runs on, plus an advisory lock when it shares a host's GPUs with other jobs.
 
-    With auto and several local GPUs (the joblib launcher), job n prefers
-    cuda:(n % device_count); if another running job of this host already holds
-    that GPU (a worker finished early and picked up job n+count), it takes
-    the first free one instead, and waits for its preferred one only when all
-    are held. The lock (flock on a file in the temp dir) is released when the
-    job ends.
+    With auto and several local GPUs (the joblib launcher), a job prefers the GPU its process
+    already used (a worker runs many jobs, and one process must stay on one GPU: measured on two
+    H200s, a worker that moved from cuda:1 to cuda:0 captured empty CUDA graphs), else
+    cuda:(n % device_count) for job n; if another running job of this host holds that GPU, it
+    takes the first free one instead, and waits for its preferred one only when all are held.
+    The lock (flock on a file in the temp dir) is released when the job ends.
     """
 
     def __init__(self, spec: str, job_num: int, count: Optional[int] = None,
@@ -87,7 +91,8 @@ class DeviceClaim:
 
         lock_dir = lock_dir or tempfile.gettempdir()
         path = lambda i: os.path.join(lock_dir, f"atlas_ab-cuda{i}.lock")  # noqa: E731
-        pref = job_num % count
+        global _STICKY
+        pref = _STICKY if _STICKY is not None and _STICKY < count else job_num % count
         for i in [(pref + j) % count for j in range(count)]:
             fd = os.open(path(i), os.O_CREAT | os.O_RDWR)
             try:
@@ -96,10 +101,12 @@ class DeviceClaim:
                 os.close(fd)
                 continue
             self.fd, self.device = fd, f"cuda:{i}"
+            _STICKY = i
             return
         fd = os.open(path(pref), os.O_CREAT | os.O_RDWR)
         fcntl.flock(fd, fcntl.LOCK_EX)
         self.fd, self.device = fd, f"cuda:{pref}"
+        _STICKY = pref
 
     def release(self) -> None:
         if self.fd is not None:

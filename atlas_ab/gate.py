@@ -43,9 +43,11 @@ UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.flo
 # the median error is 0.011 for |logit| < 1 and 0.020 for |logit| in [8, 16)).
 # Max of |bf16 - fp32| / (u * m) over 4.2 M logits each (4 x 256 held-out tokens, CPU): 4.83 for
 # the trained default (7.3M, 6 layers), 2.44 / 2.74 / 4.16 for random d256 trunks of 2 / 8 / 24
-# layers; the 99.9th percentile is at most 2.4. It grows slowly with depth, so we allow 8; the
-# GPU test (tests/test_gpu_gate.py) measures it again at the llama8b shape.
-FORWARD_ERROR = 8.0
+# layers; the 99.9th percentile is at most 2.4. At the llama8b shape (5.7B, 32 layers, random
+# weights) on the H200 it is larger: max 25.4, q99.9 14.0, q99 10.7 (tests/test_gpu_gate.py,
+# 2026-11-29; 4 x 128 tokens), so the bound allows 32. An injected bug's fp32 margin is still an
+# order above it (the same GPU test: the wrong commit failed the gate at that shape).
+FORWARD_ERROR = 32.0
 
 
 def resolution(dtype: torch.dtype, magnitude: float) -> float:

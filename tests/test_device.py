@@ -3,7 +3,15 @@ never a GPU another running job holds, and waits only when every GPU is held."""
 import threading
 import time
 
+import pytest
+
+from atlas_ab import device
 from atlas_ab.device import DeviceClaim
+
+
+@pytest.fixture(autouse=True)
+def fresh_process(monkeypatch):
+    monkeypatch.setattr(device, "_STICKY", None)     # each test is a process that claimed nothing yet
 
 
 def test_each_job_takes_its_own_gpu(tmp_path):
@@ -41,3 +49,13 @@ def test_one_gpu_and_no_gpu_need_no_lock(tmp_path):
     assert DeviceClaim("auto", 5, count=0, lock_dir=str(tmp_path)).device == "cpu"
     assert DeviceClaim("cuda:1", 0, count=2, lock_dir=str(tmp_path)).device == "cuda:1"
     assert not list(tmp_path.iterdir())
+
+
+def test_a_worker_keeps_its_gpu_for_its_next_job(tmp_path, monkeypatch):
+    """A launcher's worker process runs job after job: it stays on the GPU it first claimed."""
+    first = DeviceClaim("auto", 1, count=2, lock_dir=str(tmp_path))
+    assert first.device == "cuda:1"
+    first.release()
+    again = DeviceClaim("auto", 2, count=2, lock_dir=str(tmp_path))   # job 2 would prefer cuda:0
+    assert again.device == "cuda:1"
+    again.release()
