@@ -127,7 +127,9 @@ def test_an_injected_loop_bug_fails_the_gate_and_a_clean_loop_passes(models, mon
     assert res.passed is False
     d = res.first_divergence
     assert d["doc_id"] == docs[1].doc_id and d["verdict"] == "clear margin"
-    assert d["fp32_margin"] > 10 * d["bound"]
+    # far outside what bf16 can blur: several times the bound (which allows 32 u*m since the
+    # 5.7B-shape measurement on the H200; the tiny model's own error is below 5 u*m)
+    assert d["fp32_margin"] > 5 * d["bound"]
 
 
 def test_the_run_reports_the_divergence_that_failed_it():
