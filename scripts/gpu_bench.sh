@@ -3,6 +3,7 @@
 # used side by side when the machine has two (each bench owns one GPU).
 #   device run: bash scripts/gpu_bench.sh     (nvidia-h200-x2, or nvidia-h200: then one after the other)
 #   A. bench/bench_runner.py (GPU 0) | bench/bench_forward.py, then bench_runner's 5.7B grid (the other GPU)
+#   (ONLY_SWEEP=1: C alone)
 #   C. with TWO_GPU_SWEEP=1 on two GPUs: +study=claims on one GPU, then over both (issue #14):
 #      wall times, identical step tables, the device each job claimed (scripts/compare_sweeps.py)
 #   B. the GPU tests (GPU 0) | the 5.7B arm end to end, 64 documents x 8 turns (model=llama8b),
@@ -19,6 +20,7 @@ log() { echo "[$(date +%T)] $*" | tee -a $OUT/bench.log; }
 side() { if [ "$NG" -gt 1 ]; then "$@" & else "$@"; fi; }
 nvidia-smi --query-gpu=index,name,clocks.sm,clocks.max.sm --format=csv 2>&1 | tee -a $OUT/bench.log
 
+if [ -z "${ONLY_SWEEP:-}" ]; then
 log "A: bench_runner (GPU 0) | bench_forward, then the 5.7B runner grid (GPU $G1)"
 side bash -c "CUDA_VISIBLE_DEVICES=$G1 timeout 200 python3 bench/bench_forward.py --json $OUT/bench_forward.json \
   --budget-s 150 > $W/bench_forward.log 2>&1; echo \"[\$(date +%T)] bench_forward: exit \$?\" >> $OUT/bench.log; \
@@ -27,6 +29,8 @@ side bash -c "CUDA_VISIBLE_DEVICES=$G1 timeout 200 python3 bench/bench_forward.p
 CUDA_VISIBLE_DEVICES=0 timeout 220 python3 bench/bench_runner.py --json $OUT/bench_runner.json > $W/bench_runner.log 2>&1
 log "bench_runner: exit $?"
 wait
+
+fi
 
 if [ -n "${TWO_GPU_SWEEP:-}" ] && [ "$NG" -ge 2 ]; then
   log "C: the one-GPU vs two-GPU claims sweep (issue #14)"
@@ -44,6 +48,7 @@ if [ -n "${TWO_GPU_SWEEP:-}" ] && [ "$NG" -ge 2 ]; then
   cd $REPO
 fi
 
+if [ -z "${ONLY_SWEEP:-}" ]; then
 log "B: GPU tests (GPU 0) | 5.7B end to end, then bench_replay (GPU $G1)"
 side bash -c "cd $W && CUDA_VISIBLE_DEVICES=$G1 timeout 120 python3 -m atlas_ab model=llama8b workload.n_docs=64 \
   runner.batch_width=64 runner.progress=false hydra.run.dir=$W/llama8b > $W/llama8b.log 2>&1; \
@@ -53,6 +58,7 @@ side bash -c "cd $W && CUDA_VISIBLE_DEVICES=$G1 timeout 120 python3 -m atlas_ab 
 CUDA_VISIBLE_DEVICES=0 timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/ > $W/gpu_tests.log 2>&1
 log "GPU tests: exit $? $(tail -1 $W/gpu_tests.log)"
 wait
+fi
 mkdir -p $W/logs && cp $W/*.log $W/logs/ 2>/dev/null
 tar cJf $OUT/bench_logs.tar.xz -C $W logs
 log "done"
