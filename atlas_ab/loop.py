@@ -31,6 +31,7 @@ import torch
 from atlas_ab.config import ArmConfig
 from atlas_ab.proposers.base import RowFeed
 from atlas_ab.proposers.ring import Ring, gap_keys
+from atlas_ab.runtime.graphs import capture_seconds
 from atlas_ab.targets import LiveTarget
 from atlas_ab.telemetry.events import EventLog
 from atlas_ab.telemetry.records import StepBlocks
@@ -157,7 +158,7 @@ class Wave:
 
     # ----------------------------------------------------------------- step
     def _step(self, active: np.ndarray) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), capture_seconds()
         B, K, arm = self.B, self.K, self.arm
         ar = np.arange(B)
         n = self.kv_len.copy()                      # position of the last committed token
@@ -232,7 +233,8 @@ class Wave:
             doc_id=self.doc_ids[act], turn=np.full(len(act), self.turn), step=self.step_no[act], k=k,
             accept_len=acc_h[act], arm=[self.arm.name], seq=act, position=n[act], drafts=drafts_h[act],
             target=target_h[act], conf=conf_h[act], gated=gated_h[act], n_committed=c[act],
-            step_ms=np.full(len(act), (time.perf_counter() - t0) * 1e3 if self.target.live else np.nan),
+            step_ms=np.full(len(act), (time.perf_counter() - t0 - (capture_seconds() - c0)) * 1e3
+                            if self.target.live else np.nan),
             drafter_rows=rows_at_propose[act], fed_rows=fed[act], **extra)
         self.step_no += active
         self.trace.n_tokens += int(c.sum())

@@ -13,8 +13,20 @@ there too.
 from __future__ import annotations
 
 import functools
+import time
 
 import torch
+
+
+#: Seconds this process spent capturing graphs (warm-up runs included, so Triton's first-call
+#: compilation too). The loop leaves them out of a step's `step_ms`: a one-time cost is not the
+#: step's (measured on the H200: the first document of a batch-width-1 live run carried it in its
+#: steps and its tokens/s sd came out ~10x that of the other arms).
+CAPTURE_SECONDS = [0.0]
+
+
+def capture_seconds() -> float:
+    return CAPTURE_SECONDS[0]
 
 
 class StaticStep:
@@ -23,6 +35,7 @@ class StaticStep:
         self.inputs = [x.clone() for x in example]
         self.graph = None
         if capture:
+            t0 = time.perf_counter()
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(s):          # warm-up off the capture stream
@@ -32,6 +45,8 @@ class StaticStep:
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph):
                 self.outputs = fn(*self.inputs)
+            torch.cuda.synchronize()
+            CAPTURE_SECONDS[0] += time.perf_counter() - t0
 
     def __call__(self, *xs):
         if self.graph is None:
