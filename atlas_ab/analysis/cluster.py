@@ -56,7 +56,7 @@ def _crv1(means: np.ndarray, weights: np.ndarray, exog: np.ndarray, groups: np.n
     res = WLS(means[keep], exog[keep], weights=weights[keep]).fit(
         cov_type="cluster", cov_kwds={"groups": groups[keep], "use_correction": False})
     factor = G / (G - 1) * (n_rows - 1) / (n_rows - p)
-    return np.sqrt(np.diag(res.cov_params()) * factor)
+    return np.sqrt(np.maximum(np.diag(res.cov_params()), 0.0) * factor)   # (an exact 0 can round below it)
 
 
 def cluster_sd(s: DocSums) -> float:
