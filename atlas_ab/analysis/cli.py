@@ -28,6 +28,16 @@ def add_run_flags(p: argparse.ArgumentParser, mismatch: bool = True) -> None:
                        help="compare runs whose workload.hash or model.hash differ (stated in the output)")
 
 
+def add_two_runs(p: argparse.ArgumentParser, metric: str, metrics_help: str) -> None:
+    """RUN_A RUN_B --metric --json, the run flags and the bootstrap flags: a two-run comparison."""
+    p.add_argument("run_a", metavar="RUN_A", help="control run directory")
+    p.add_argument("run_b", metavar="RUN_B", help="treatment run directory")
+    p.add_argument("--metric", default=metric, help=metrics_help)
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    add_run_flags(p)
+    add_boot_flags(p)
+
+
 def add_boot_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", type=int, default=2000, metavar="B", help="document bootstrap draws")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")

@@ -14,10 +14,5 @@ def run(args) -> int:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("compare", help="difference of two runs (B - A) with every sd")
-    p.add_argument("run_a", metavar="RUN_A", help="control run directory")
-    p.add_argument("run_b", metavar="RUN_B", help="treatment run directory")
-    p.add_argument("--metric", default="p2_uncond", help="p1, p2_uncond, p{i}, p{i}_cond, tokens_per_step")
-    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    cli.add_run_flags(p)
-    cli.add_boot_flags(p)
+    cli.add_two_runs(p, "p2_uncond", "p1, p2_uncond, p{i}, p{i}_cond, tokens_per_step")
     p.set_defaults(func=run)

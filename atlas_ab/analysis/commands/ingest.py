@@ -56,10 +56,5 @@ def register(subparsers) -> None:
     p.set_defaults(func=run_export)
 
     p = subparsers.add_parser("pairs", help="two runs paired request by request on (doc_id, turn)")
-    p.add_argument("run_a", metavar="RUN_A", help="control run directory")
-    p.add_argument("run_b", metavar="RUN_B", help="treatment run directory")
-    p.add_argument("--metric", default="p1", help="p{i}, p{i}_cond, tokens_per_step, draft_acceptance_rate")
-    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    cli.add_run_flags(p)
-    cli.add_boot_flags(p)
+    cli.add_two_runs(p, "p1", "p{i}, p{i}_cond, tokens_per_step, draft_acceptance_rate")
     p.set_defaults(func=run_pairs)
