@@ -14,12 +14,28 @@ Library entry points (each returns a frozen dataclass with summary()/to_dict()):
   load_prereg(path) -> Prereg; evaluate(prereg, difference) -> Verdict
   build_report(runs, out, prereg) -> Report
 """
-from atlas_ab.analysis.load import Run, load_run
-from atlas_ab.analysis.metrics import ArmMetrics, Cells, DocSums, arm_metrics, cell_counts, doc_sums
-from atlas_ab.analysis.paired import McNemarResult, OracleProbe, between_runs, mcnemar, oracle_probe
-from atlas_ab.analysis.prereg import Prereg, Verdict, evaluate, load_prereg
-from atlas_ab.analysis.sizing import PowerResult, solve
-from atlas_ab.analysis.stats import Difference, Rate, compare, difference, format_delta, rate
+import importlib
+
+# Imported on first use (PEP 562), as are scipy and statsmodels in prereg.py and cluster.py:
+# every run locks its pre-registrations through atlas_ab.analysis.prereg, and that import pulled
+# in the whole analysis (scipy, statsmodels, sympy): 2.8 s of each run's start-up on the H200
+# machine (cProfile of the 5.7B arm, 2026-11-29), 1.4 s on this 2-core CPU (python -X importtime).
+_WHERE = {
+    "load": ["Run", "load_run"],
+    "metrics": ["ArmMetrics", "Cells", "DocSums", "arm_metrics", "cell_counts", "doc_sums"],
+    "paired": ["McNemarResult", "OracleProbe", "between_runs", "mcnemar", "oracle_probe"],
+    "prereg": ["Prereg", "Verdict", "evaluate", "load_prereg"],
+    "sizing": ["PowerResult", "solve"],
+    "stats": ["Difference", "Rate", "compare", "difference", "format_delta", "rate"],
+}
+_MODULE_OF = {name: mod for mod, names in _WHERE.items() for name in names}
+
+
+def __getattr__(name: str):
+    if name in _MODULE_OF:
+        return getattr(importlib.import_module(f"atlas_ab.analysis.{_MODULE_OF[name]}"), name)
+    raise AttributeError(f"module 'atlas_ab.analysis' has no attribute {name!r}")
+
 
 __all__ = [
     "Run", "load_run", "ArmMetrics", "Cells", "DocSums", "arm_metrics", "cell_counts", "doc_sums",

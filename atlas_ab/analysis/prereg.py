@@ -32,7 +32,6 @@ import yaml
 from atlas_ab import AtlasError
 from atlas_ab.analysis.metrics import canonical
 from atlas_ab.telemetry.schema import TURN_CLASSES
-from atlas_ab.analysis.sizing import power_at
 from atlas_ab.analysis.stats import SD_KINDS, Difference, format_delta
 
 MIN_POWER = 0.8
@@ -233,6 +232,8 @@ def judge_effect(pr: Prereg, delta: float, sd: float, nc: int, nt: int) -> Verdi
     sign = 1.0 if pr.direction == "increase" else -1.0
     effect = sign * delta
     z = effect / sd if sd else float("nan")
+    from atlas_ab.analysis.sizing import power_at    # scipy on first use: see analysis/__init__.py
+
     power = power_at(pr.min_effect, sd, pr.threshold_sd)
     common = dict(delta=delta, sd=sd, z=z, power_at_min_effect=power, n_control=nc, n_treatment=nt, prereg=pr)
     if min(nc, nt) < pr.min_n_per_arm:
