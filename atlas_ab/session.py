@@ -172,12 +172,12 @@ class RunSession:
             # Paths resolve against the launch dir / package root, never Hydra's output dir.
             c.model.path = resolve_path(c.model.path)
             c.model.draft_path = resolve_path(c.model.draft_path)
+            engine_class = load_engine_class(c.runner.impl)     # imports torch where the engine uses it
             threads = set_threads(thread_count(c.runner.threads, self.job.side_by_side))
             self.claim = DeviceClaim(c.runner.device, self.job.num)
             log.info("arm %s: loading %s (device %s, %d threads)", c.arm.name, c.runner.impl, self.claim.device,
                      threads)
-            engine: Engine = load_engine_class(c.runner.impl)(
-                c.arm, c.model, c.workload, replace(c.runner, device=self.claim.device))
+            engine: Engine = engine_class(c.arm, c.model, c.workload, replace(c.runner, device=self.claim.device))
             info: RunInfo = engine.info
             waves = [list(w) for w in engine.waves]
             base.update({
