@@ -1,7 +1,7 @@
 """Run every command of the README's "Run a study" block, as written, from a directory outside
 the repository, on a tiny workload (tests/test_readme.py runs it; so can you).
 
-    python scripts/readme_commands.py [--workdir DIR] [--keep]
+    python scripts/readme_commands.py [--workdir DIR] [--keep] [--as-written]
 
 The block is a tutorial read top to bottom; placeholders are filled from what the commands
 before them wrote:
@@ -9,7 +9,8 @@ before them wrote:
   RUN_A RUN_B                  the first two runs of the last sweep (`-m`)
   runs/multirun/<date>/<time>  the last sweep's directory
 `python -m atlas_ab` commands get the tiny-workload overrides below appended (nothing else
-is changed). Exit status: 0 when every command exited 0, else 1 with the failing command.
+is changed), unless --as-written: then they run on their real workloads (the claims study alone
+is 13 arms x ~25,000 steps: many minutes on a CPU). Exit status: 0 when every command exited 0, else 1 with the failing command.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,13 +42,13 @@ def readme_commands(readme: Path = ROOT / "README.md") -> list[str]:
     return lines
 
 
-def fill(cmd: str, state: dict) -> str:
+def fill(cmd: str, state: dict, tiny: bool = True) -> str:
     if "runs/multirun/<date>/<time>" in cmd:
         cmd = cmd.replace("runs/multirun/<date>/<time>", str(state["sweep"]))
     for key in ("RUN_A", "RUN_B", "RUN"):
         if re.search(rf"\b{key}\b", cmd):
             cmd = re.sub(rf"\b{key}\b", str(state[key]), cmd)
-    if re.search(r"python3? -m atlas_ab(\s|$)", cmd) and "--help" not in cmd:
+    if tiny and re.search(r"python3? -m atlas_ab(\s|$)", cmd) and "--help" not in cmd:
         extra = TINY + (STUDY_TINY if "+study=" in cmd else [])
         # the overrides go to the atlas_ab command itself (before any pipe)
         head, sep, tail = cmd.partition(" | ")
@@ -54,15 +56,19 @@ def fill(cmd: str, state: dict) -> str:
     return cmd
 
 
-def run_all(workdir: Path, verbose: bool = True) -> int:
+def run_all(workdir: Path, verbose: bool = True, tiny: bool = True) -> int:
     env = dict(os.environ)
     env.pop("HYDRA_FULL_ERROR", None)
     state: dict = {}
     for raw in readme_commands():
-        cmd = fill(raw, state)
+        cmd = fill(raw, state, tiny)
         if verbose:
             print(f"$ {cmd}", flush=True)
+        t0 = time.perf_counter()
         p = subprocess.run(["bash", "-c", cmd], cwd=workdir, env=env, capture_output=True, text=True)
+        if verbose:
+            tail = "\n".join("    " + s for s in p.stdout.strip().splitlines()[-3:])
+            print(f"  ({time.perf_counter() - t0:.1f} s, exit {p.returncode})\n{tail}", flush=True)
         if p.returncode != 0:
             print(f"FAILED (exit {p.returncode}): {raw}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}", file=sys.stderr)
             return 1
@@ -81,11 +87,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", help="where to run them (default: a fresh temp dir outside the repo)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
+    ap.add_argument("--as-written", action="store_true", help="no tiny-workload overrides: the real workloads")
     args = ap.parse_args()
     if args.workdir:
-        return run_all(Path(args.workdir))
+        return run_all(Path(args.workdir), tiny=not args.as_written)
     with tempfile.TemporaryDirectory(prefix="atlas_ab-readme-") as d:
-        rc = run_all(Path(d))
+        rc = run_all(Path(d), tiny=not args.as_written)
         if args.keep:
             keep = Path(tempfile.mkdtemp(prefix="atlas_ab-readme-kept-"))
             subprocess.run(["cp", "-r", f"{d}/.", str(keep)])
