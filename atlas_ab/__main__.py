@@ -30,7 +30,7 @@ def task(cfg: DictConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from atlas_ab.session import Job, RunSession
+    from atlas_ab.run.session import Job, RunSession
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
@@ -62,7 +62,7 @@ def main() -> int:
     """Entry point: Hydra's main, with bad input turned into one line on stderr."""
     import hydra
 
-    from atlas_ab import config_store
+    from atlas_ab.config import store as config_store
 
     # Let exceptions reach us instead of Hydra's multi-line report; we print one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"

@@ -30,7 +30,7 @@ def one_line(ex: BaseException) -> Optional[str]:
     from hydra.errors import MissingConfigException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
-    from atlas_ab.config_store import GROUPS, field_type, unknown_key
+    from atlas_ab.config.store import GROUPS, field_type, unknown_key
 
     if isinstance(ex, MissingConfigException):
         missing = getattr(ex, "missing_cfg_file", None) or ""

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from atlas_ab.runtime import kernels
-from atlas_ab.runtime.config import ModelArgs
+from atlas_ab.runtime.args import ModelArgs
 from atlas_ab.runtime.graphs import StaticStep
 from atlas_ab.runtime.kernels.attention import attention, plan
 from atlas_ab.runtime.kernels import matmul

@@ -16,14 +16,14 @@ import json
 
 import torch
 
-from atlas_ab.gate import forward_error
-from atlas_ab.paths import PACKAGE_DIR
+from atlas_ab.speculative.gate import forward_error
+from atlas_ab.config.paths import PACKAGE_DIR
 
 
 def held_out_tokens(n_seq: int, n_tok: int) -> torch.Tensor:
     from tokenizers import Tokenizer
 
-    from atlas_ab.corpus import build_corpus
+    from atlas_ab.workload.corpus import build_corpus
     tok = Tokenizer.from_file(str(PACKAGE_DIR / "models" / "default" / "tokenizer.json"))
     docs = [d for d in build_corpus().select("stdlib", "heldout") if len(d.text) > 8 * n_tok]
     return torch.tensor([tok.encode(d.text).ids[:n_tok] for d in docs[:n_seq]])

@@ -28,11 +28,11 @@ import time
 
 import torch
 
-from atlas_ab.config import ModelConfig, RunnerConfig, WorkloadConfig
-from atlas_ab.levers import compose_arm
-from atlas_ab.replay_check import compare_live, replay_gate
-from atlas_ab.runner import Runner
-from atlas_ab.targets import ReplayTarget
+from atlas_ab.config.structured import ModelConfig, RunnerConfig, WorkloadConfig
+from atlas_ab.config.levers import compose_arm
+from atlas_ab.speculative.replay_check import compare_live, replay_gate
+from atlas_ab.run.runner import Runner
+from atlas_ab.speculative.targets import ReplayTarget
 
 ARMS = ["catchup_on", "refeed_on", "drafter_prefill_on", "ring_prefill_on", "k3"]
 

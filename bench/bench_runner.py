@@ -25,17 +25,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from atlas_ab.config import ArmConfig, ModelConfig, WorkloadConfig
-from atlas_ab.loop import Wave
+from atlas_ab.config.structured import ArmConfig, ModelConfig, WorkloadConfig
+from atlas_ab.speculative.loop import Wave
 from atlas_ab.proposers.draft_model import DraftModelProposer
 from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.analysis.metrics import cell_counts, rates
-from atlas_ab.paths import resolve_path
-from atlas_ab.runner import DEFAULT_TOKENIZER
+from atlas_ab.config.paths import resolve_path
+from atlas_ab.run.runner import DEFAULT_TOKENIZER
 from atlas_ab.runtime import checkpoint
 from atlas_ab.runtime.presets import random_checkpoint
 from atlas_ab.telemetry.fingerprint import fingerprint_rows
-from atlas_ab.workload import build_workload
+from atlas_ab.workload.documents import build_workload
 
 GRAPHS = torch.cuda.is_available()    # the runner's default on a GPU
 DEFAULT = "atlas_ab/models/default"
@@ -54,7 +54,7 @@ def load_models(name, dev, dtype):
         return checkpoint.load(Path(resolve_path(DEFAULT)), dev, dtype)
     import yaml
 
-    from atlas_ab.paths import CONF_DIR
+    from atlas_ab.config.paths import CONF_DIR
     cfg = ModelConfig(**yaml.safe_load((CONF_DIR / "model" / f"{name}.yaml").read_text()))
     return random_checkpoint(cfg, DEFAULT_TOKENIZER, dev, dtype)
 

@@ -18,10 +18,10 @@ import sys
 import pyarrow as pa
 import torch
 
-from atlas_ab.config import ModelConfig, RunnerConfig, WorkloadConfig
-from atlas_ab.levers import compose_arm
-from atlas_ab.runner import Runner
-from atlas_ab.session import acceptance_summary
+from atlas_ab.config.structured import ModelConfig, RunnerConfig, WorkloadConfig
+from atlas_ab.config.levers import compose_arm
+from atlas_ab.run.runner import Runner
+from atlas_ab.run.session import acceptance_summary
 
 ARMS = ["catchup_on", "ring_prefill_on", "refeed_on", "refeed_ring_prefill"]
 

@@ -1,5 +1,5 @@
 """Run every command of the README's "Run a study" block, as written, from a directory outside
-the repository, on a tiny workload (tests/test_readme.py runs it; so can you).
+the repository, on a tiny workload (tests/e2e/test_readme.py runs it; so can you).
 
     python scripts/readme_commands.py [--workdir DIR] [--keep] [--as-written]
 

@@ -2,5 +2,5 @@
 # The test command. GPU tests skip themselves without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# ATLAS_AB_SLOW=1: include the end-to-end runs through the real runner (kill -9 + resume, two-arm sweep).
-ATLAS_AB_SLOW=${ATLAS_AB_SLOW:-1} python3 -m pytest -q -p no:cacheprovider "$@"
+# The whole suite, slow end-to-end tests included; the edit-test loop: pytest -m "not slow".
+python3 -m pytest -q -p no:cacheprovider "$@"

@@ -1,10 +1,6 @@
 import os
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 
 def pytest_configure(config):
@@ -16,7 +12,7 @@ def pytest_configure(config):
         return
     if not torch.cuda.is_available():
         # Without a GPU the runtime's Triton kernels are tested through Triton's interpreter
-        # (tests/test_kernels.py). It is chosen when triton is imported, so before any test can.
+        # (tests/runtime/test_kernels.py). It is chosen when triton is imported, so before any test can.
         os.environ.setdefault("TRITON_INTERPRET", "1")
 
 

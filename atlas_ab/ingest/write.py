@@ -1,7 +1,7 @@
 """Write an ingested run directory in the contract (docs/telemetry.md), atomically as the store does.
 
 The manifest says `running` first, then each table lands via a temporary file and a
-rename (atlas_ab.store.write_table_atomic), and only then does the manifest list the
+rename (atlas_ab.run.store.write_table_atomic), and only then does the manifest list the
 shards and say `complete`. A crash leaves a `running` run that the analysis refuses,
 never half-written data that reads as a result.
 """
@@ -13,8 +13,8 @@ import pyarrow as pa
 
 from atlas_ab import AtlasError
 from atlas_ab.ingest.grain import Telemetry
-from atlas_ab.provenance import now
-from atlas_ab.store import MANIFEST, write_json_atomic, write_table_atomic
+from atlas_ab.run.provenance import now
+from atlas_ab.run.store import MANIFEST, write_json_atomic, write_table_atomic
 from atlas_ab.telemetry.schema import MANIFEST_SCHEMA
 
 SHARD = "part-00000.parquet"

@@ -23,7 +23,7 @@ import torch
 
 from atlas_ab import AtlasError
 from atlas_ab.runtime import layouts
-from atlas_ab.runtime.config import ModelArgs
+from atlas_ab.runtime.args import ModelArgs
 from atlas_ab.runtime.layouts import MTPLayout
 from atlas_ab.runtime.model import MTPModule, Transformer
 
@@ -211,7 +211,7 @@ def save(path: Union[str, os.PathLike], args: ModelArgs, trunk: Transformer, mtp
     layout's names (default: what our trainer builds, DeepSeek-V3 names under model.layers.{N},
     handed the PRE-norm hidden), and config.json declares that key map in full under "atlas_mtp",
     handoff included. transformers' XForCausalLM loads the trunk and reports the MTP tensors as
-    unexpected keys (harmless; see tests/test_runtime_checkpoint.py).
+    unexpected keys (harmless; see tests/runtime/test_checkpoint.py).
     tokenizer_json: None, a JSON string, a dict, a tokenizers.Tokenizer, or a path to a tokenizer.json.
     """
     from safetensors.torch import save_file

@@ -29,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from atlas_ab.runtime import kernels
-from atlas_ab.runtime.config import ModelArgs
+from atlas_ab.runtime.args import ModelArgs
 from atlas_ab.runtime.kernels.attention import attention as attention_kernel
 from atlas_ab.runtime.kernels.matmul import linear
 from atlas_ab.runtime.kernels.mlp import silu_mul

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from atlas_ab import AtlasError
-from atlas_ab.corpus import build_corpus, file_sha256
+from atlas_ab.workload.corpus import build_corpus, file_sha256
 
 
 def tokenize_split(tok, split: str, sources=None) -> np.ndarray:

@@ -11,7 +11,7 @@ import argparse
 import time
 from pathlib import Path
 
-from atlas_ab.corpus import build_corpus, file_sha256
+from atlas_ab.workload.corpus import build_corpus, file_sha256
 
 VOCAB_SIZE = 4096
 EOS = "<|endoftext|>"

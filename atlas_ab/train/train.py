@@ -44,7 +44,7 @@ PRESETS = {
 
 
 def model_args(preset: str, vocab_size: int, mtp: bool):
-    from atlas_ab.runtime.config import ModelArgs
+    from atlas_ab.runtime.args import ModelArgs
     H, L, nh, kvh, ff = ARCH[preset]
     return ModelArgs(vocab_size=vocab_size, hidden_size=H, intermediate_size=ff, num_hidden_layers=L,
                      num_attention_heads=nh, num_key_value_heads=kvh, head_dim=H // nh,
@@ -118,7 +118,7 @@ def main(argv=None) -> dict:
 
     meta, arrs = load(a.data)
     tok_path = Path(a.tokenizer)
-    from atlas_ab.corpus import file_sha256
+    from atlas_ab.workload.corpus import file_sha256
     if file_sha256(tok_path) != meta["tokenizer_hash"]:
         raise SystemExit(f"{a.data} was tokenized with another tokenizer than {tok_path}")
     from tokenizers import Tokenizer

@@ -5,7 +5,7 @@ import datetime as _dt
 from pathlib import Path
 
 from atlas_ab.analysis import cli
-from atlas_ab.paths import resolve_path
+from atlas_ab.config.paths import resolve_path
 from atlas_ab.analysis.load import check_provenance
 from atlas_ab.analysis.prereg import load_prereg
 from atlas_ab.analysis.report import build_report

@@ -1,0 +1,347 @@
+"""The lever table: every field of an arm, its type and range, and the engine's env var.
+
+Two ways to set a lever, with deliberately different strictness:
+
+* The Hydra path (`+arm=NAME`, `arm.<lever>=v`) is STRICT: a wrong key or type
+  is rejected by the structured config, an out-of-range value or REFEED without
+  CATCHUP by `config.validate_arm`, each as a one-line error before anything
+  loads.
+* The env path (`arm_from_env`) parses `ATLAS_MTP_*` EXACTLY as the seeds'
+  engine does (speculative.rs), clamps and fall-backs included: an
+  unparsable DRAFT_CONF is 0, DRAFT_CONF=5 is 0.99, SHADOW_TOPK=99 is 8,
+  REFEED_SHIFT=-9 is -4, a boolean is on only for the exact string "1". It
+  answers "what would the engine run with this environment", so it never
+  raises for a value (it does not validate combinations either: hand the
+  result to `validate_arm` to run it).
+
+`python -m atlas_ab.config.levers env +arm=NAME [overrides]` prints an arm as
+shell-sourceable `ATLAS_MTP_*=value` lines, so the same arm can be handed to
+the real engine (`set -a; . <(python -m atlas_ab.config.levers env +arm=refeed_on); set +a`).
+`python -m atlas_ab.config.levers table` prints the table below as markdown.
+
+Notes on names the seeds do not fix:
+* `ATLAS_MTP_NUM_DRAFTS` (K) is OURS: the engine derives K from its batch-width
+  ladder and has no such variable. We parse it like SHADOW_TOPK (usize), clamp
+  to [1, 8], and fall back to 2 (our default K) when unset or unparsable.
+* `ATLAS_MTP_DRAFTER_PREFILL` and `ATLAS_MTP_ORACLE_P2` are named in the seeds'
+  docs but their parse is not shown; we read them like the other switches
+  (on only for exactly "1").
+* `ATLAS_MTP_RING_PREFILL` (RING_PREFILL) is OURS: the seeds never ring the
+  turn prefill's last hidden. Parsed like the seeds' switches (on only for "1").
+* The engine forces CATCHUP and REFEED off in multi-sequence MTP mode (its ring
+  is single-sequence); this harness has a ring per sequence, so the env parse
+  here does not model that force-off.
+* `ATLAS_MTP_HANDOFF_NORM` and `ATLAS_MTP_RECYCLE_NORM` are OURS: which hidden
+  the MTP layer is handed (pre or post the trunk's final norm; pre or post the
+  MTP layer's own norm for drafts 2+). The value is `checkpoint`, `pre` or
+  `post`, exactly (as the seeds' switches are exact); anything else, or unset,
+  is `checkpoint` (what the checkpoint declares).
+* `proposer`, `row_space` and `ring_size` have no engine env var (they are
+  properties of the model/engine build, not runtime switches); `env` prints them
+  as comments.
+"""
+from __future__ import annotations
+
+import math
+import re
+import struct
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
+
+from atlas_ab.config.structured import _RANGES, HANDOFF_CHOICES, ArmConfig
+
+# ----------------------------------------------------------------------------
+# Rust `str::parse` grammars (no whitespace, ASCII digits only, no underscores).
+
+_RUST_INT = re.compile(r"[+-]?[0-9]+\Z")
+_RUST_UINT = re.compile(r"\+?[0-9]+\Z")
+_RUST_FLOAT = re.compile(
+    r"[+-]?(?:inf|infinity|nan|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\Z",
+    re.IGNORECASE,
+)
+_USIZE_MAX = (1 << 64) - 1
+_ISIZE_MIN, _ISIZE_MAX = -(1 << 63), (1 << 63) - 1
+_F32_MAX = 3.4028234663852886e38
+
+
+def parse_usize(v: Optional[str]) -> Optional[int]:
+    """`v.parse::<usize>().ok()` (64-bit): None on any error, overflow included."""
+    if v is None or not _RUST_UINT.match(v) or v == "+":
+        return None
+    n = int(v)
+    return n if n <= _USIZE_MAX else None
+
+
+def parse_isize(v: Optional[str]) -> Optional[int]:
+    """`v.parse::<isize>().ok()` (64-bit): None on any error, overflow included."""
+    if v is None or not _RUST_INT.match(v):
+        return None
+    n = int(v)
+    return n if _ISIZE_MIN <= n <= _ISIZE_MAX else None
+
+
+def _to_f32(x: float) -> float:
+    if math.isnan(x) or math.isinf(x):
+        return x
+    if abs(x) > _F32_MAX:  # rounds to infinity in f32 (to within half an ulp; fine here)
+        return math.copysign(math.inf, x)
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def _f32_shortest(x: float) -> float:
+    """The f32 value as the shortest decimal that round-trips in f32 (what Rust prints)."""
+    if math.isnan(x) or math.isinf(x):
+        return x
+    for digits in range(1, 10):
+        s = f"{x:.{digits}g}"
+        if _to_f32(float(s)) == x:
+            return float(s)
+    return x
+
+
+def parse_f32(v: Optional[str]) -> Optional[float]:
+    """`v.parse::<f32>().ok()`, as a Python float holding the f32 value.
+
+    Decimal -> f64 -> f32 can differ from Rust's direct decimal -> f32 rounding
+    in the last ulp for adversarial inputs; irrelevant for a threshold in [0, 0.99].
+    """
+    if v is None or not _RUST_FLOAT.match(v):
+        return None
+    return _f32_shortest(_to_f32(float(v)))
+
+
+def clamp(x, lo, hi):
+    """Rust's `clamp` (NaN stays NaN)."""
+    if isinstance(x, float) and math.isnan(x):
+        return x
+    return max(lo, min(hi, x))
+
+
+# ----------------------------------------------------------------------------
+# The seeds' per-lever parses.
+
+def env_switch(v: Optional[str]) -> bool:
+    """CATCHUP / REFEED_ACCEPTED / REFEED_DEBUG: `ok().as_deref() == Some("1")`."""
+    return v == "1"
+
+
+def env_draft_conf(v: Optional[str]) -> float:
+    """`parse::<f32>().ok().map(|t| t.clamp(0.0, 0.99)).unwrap_or(0.0)`.
+
+    NaN parses and survives Rust's clamp; the engine then never gates (every
+    `conf < NaN` is false), which is tau = 0, so NaN is returned as 0.0.
+    """
+    t = parse_f32(v)
+    if t is None:
+        return 0.0
+    t = clamp(t, 0.0, 0.99)
+    return 0.0 if math.isnan(t) else _f32_shortest(_to_f32(t))
+
+
+def env_shadow_topk(v: Optional[str]) -> int:
+    """`parse::<usize>().ok().unwrap_or(0).min(8)`."""
+    n = parse_usize(v)
+    return min(0 if n is None else n, 8)
+
+
+def env_refeed_shift(v: Optional[str]) -> int:
+    """`parse::<isize>().ok().unwrap_or(0).clamp(-4, 4)`."""
+    n = parse_isize(v)
+    return clamp(0 if n is None else n, -4, 4)
+
+
+def env_num_drafts(v: Optional[str]) -> int:
+    """OURS (not in the seeds): usize parse, unset/unparsable -> 2, clamp [1, 8]."""
+    n = parse_usize(v)
+    return clamp(2 if n is None else n, 1, 8)
+
+
+def env_handoff(v: Optional[str]) -> str:
+    """OURS: HANDOFF_NORM / RECYCLE_NORM, exactly one of checkpoint | pre | post, else checkpoint."""
+    return v if v in HANDOFF_CHOICES else "checkpoint"
+
+
+def _fmt_bool(b: bool) -> str:
+    return "1" if b else "0"
+
+
+def _fmt_float(x: float) -> str:
+    return repr(float(x))
+
+
+@dataclass(frozen=True)
+class Lever:
+    name: str                       # ArmConfig field
+    type: type
+    range: Any                      # (lo, hi) or a tuple of choices, or None
+    env: Optional[str]              # the engine's env var (None: not an engine switch)
+    parse: Optional[Callable[[Optional[str]], Any]]
+    fmt: Optional[Callable[[Any], str]]
+    ours: bool                      # the env name / parse is ours, not the seeds'
+    doc: str
+
+
+LEVERS: tuple[Lever, ...] = (
+    Lever("num_drafts", int, _RANGES["num_drafts"], "ATLAS_MTP_NUM_DRAFTS", env_num_drafts, str, True,
+          "K: drafts proposed per verify step"),
+    Lever("drafter_prefill", bool, None, "ATLAS_MTP_DRAFTER_PREFILL", env_switch, _fmt_bool, False,
+          "prefill the drafter's own KV over each turn's new context"),
+    Lever("catchup", bool, None, "ATLAS_MTP_CATCHUP", env_switch, _fmt_bool, False,
+          "ring serial-step hiddens, batch-feed the drafter's gap rows before a propose"),
+    Lever("refeed", bool, None, "ATLAS_MTP_REFEED_ACCEPTED", env_switch, _fmt_bool, False,
+          "rebuild accepted draft rows from the target's true hiddens (requires catchup)"),
+    Lever("refeed_shift", int, _RANGES["refeed_shift"], "ATLAS_MTP_REFEED_SHIFT", env_refeed_shift, str, False,
+          "mapping validation: shift every re-fed ring label by this much"),
+    Lever("ring_prefill", bool, None, "ATLAS_MTP_RING_PREFILL", env_switch, _fmt_bool, True,
+          "ring the turn prefill's last hidden, so the catch-up rebuilds the first propose's row 0 after a "
+          "full rejection (requires catchup)"),
+    Lever("draft_conf", float, _RANGES["draft_conf"], "ATLAS_MTP_DRAFT_CONF", env_draft_conf, _fmt_float, False,
+          "tau: drop the drafts when the chain's min top-1 prob is below it (0 = off)"),
+    Lever("shadow_topk", int, _RANGES["shadow_topk"], "ATLAS_MTP_SHADOW_TOPK", env_shadow_topk, str, False,
+          "log the drafter's top-k ids/probs per depth (0 = off; observational)"),
+    Lever("oracle_p2", bool, None, "ATLAS_MTP_ORACLE_P2", env_switch, _fmt_bool, False,
+          "probe draft 2 recomputed from the target's true hidden (observational)"),
+    Lever("fingerprints", bool, None, "ATLAS_MTP_REFEED_DEBUG", env_switch, _fmt_bool, False,
+          "FNV-1a fingerprints of ring/feed/propose hiddens (events/); default on iff the arm has a ring"),
+    Lever("handoff_norm", str, HANDOFF_CHOICES, "ATLAS_MTP_HANDOFF_NORM", env_handoff, str, True,
+          "the target hidden the MTP layer is handed: as the checkpoint declares, or pre / post the trunk's final norm"),
+    Lever("recycle_norm", str, HANDOFF_CHOICES, "ATLAS_MTP_RECYCLE_NORM", env_handoff, str, True,
+          "the drafter's own hidden for drafts 2+: as declared, or pre / post the MTP layer's final norm"),
+    Lever("proposer", str, ("mtp", "draft_model"), None, None, None, False,
+          "the proposer: the MTP head or a separate draft model"),
+    Lever("row_space", str, ("compact", "dense"), None, None, None, False,
+          "drafter row space: compact (Qwen MtpHead) or dense (GLM-5.3 head)"),
+    Lever("ring_size", int, _RANGES["ring_size"], None, None, None, True,
+          "per-sequence catch-up ring capacity (labels)"),
+)
+BY_NAME = {lv.name: lv for lv in LEVERS}
+# (tests/config/test_lever_cli.py checks that every ArmConfig field has its row here)
+
+
+def resolved_levers(arm: ArmConfig) -> dict:
+    """The arm's levers as they take effect (fingerprints None -> on iff the arm has a ring)."""
+    out = {lv.name: getattr(arm, lv.name) for lv in LEVERS}
+    out["fingerprints"] = arm.fingerprints_on
+    return out
+
+
+def arm_from_env(environ: Mapping[str, str], name: str = "env") -> ArmConfig:
+    """The arm the engine would run under `environ`, parsed exactly as the seeds do (clamps included).
+
+    Unset variables take the engine's default (off / 0; K = 2). Not validated:
+    REFEED without CATCHUP parses as given (the engine would run it without
+    its re-fed rows ever being fed) -- `validate_arm` rejects it if you run it.
+    """
+    arm = ArmConfig(name=name)
+    for lv in LEVERS:
+        if lv.env is not None:
+            setattr(arm, lv.name, lv.parse(environ.get(lv.env)))
+    return arm
+
+
+_LOOKS_ON = {"true", "on", "yes", "y", "enable", "enabled", "t"}
+
+
+def env_report(environ: Mapping[str, str]) -> list[str]:
+    """What `arm_from_env` read: each ATLAS_MTP_* variable, its value and what it became;
+    a warning where a value that reads as "on" to a person parsed as off (the seeds turn a
+    switch on for exactly "1": `ATLAS_MTP_CATCHUP=true` is OFF in the engine too)."""
+    arm = arm_from_env(environ)
+    lines = []
+    for lv in LEVERS:
+        if lv.env is None:
+            continue
+        raw = environ.get(lv.env)
+        got = getattr(arm, lv.name)
+        if raw is None:
+            lines.append(f"atlas_ab: {lv.env} unset -> {lv.name}={got!r} (the engine's default)")
+            continue
+        lines.append(f"atlas_ab: {lv.env}={raw!r} -> {lv.name}={got!r}")
+        if lv.type is bool and not got and raw.strip().lower() in _LOOKS_ON:
+            lines.append(f"atlas_ab: warning: {lv.env}={raw!r} reads as OFF: the engine turns it on only "
+                         f"for exactly '1'")
+        elif lv.type is not bool and raw.strip() and lv.parse(raw) != lv.parse(raw.strip()):
+            lines.append(f"atlas_ab: warning: {lv.env}={raw!r} has surrounding spaces, which the engine's "
+                         f"parse rejects (-> {got!r})")
+    return lines
+
+
+def arm_to_env(arm: ArmConfig) -> dict[str, str]:
+    """The `ATLAS_MTP_*` assignment that makes `arm_from_env` give back the arm's levers."""
+    res = resolved_levers(arm)
+    return {lv.env: lv.fmt(res[lv.name]) for lv in LEVERS if lv.env is not None}
+
+
+def env_lines(arm: ArmConfig) -> list[str]:
+    lines = [f"# atlas_ab arm {arm.name}"]
+    lines += [f"{k}={v}" for k, v in arm_to_env(arm).items()]
+    lines += [f"# {lv.name}={getattr(arm, lv.name)} (no engine env var)" for lv in LEVERS if lv.env is None]
+    return lines
+
+
+def table_markdown() -> str:
+    rows = ["| lever | type | range | env var | meaning |", "|---|---|---|---|---|"]
+    for lv in LEVERS:
+        rng = "" if lv.range is None else (
+            f"[{lv.range[0]}, {lv.range[1]}]" if lv.type in (int, float) else " / ".join(lv.range))
+        env = "-" if lv.env is None else f"`{lv.env}`" + (" (ours)" if lv.ours else "")
+        rows.append(f"| `{lv.name}` | {lv.type.__name__} | {rng} | {env} | {lv.doc} |")
+    return "\n".join(rows)
+
+
+def compose_arm(overrides: list[str]) -> ArmConfig:
+    """The validated arm that `python -m atlas_ab OVERRIDES` would run."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from atlas_ab.config.structured import validate_arm
+    from atlas_ab.config.store import CONF_DIR, check_keys
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="levers"):
+        cfg = compose(config_name="config", overrides=overrides)
+    check_keys(cfg)
+    return validate_arm(OmegaConf.to_object(cfg.arm))
+
+
+def build_parser():
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m atlas_ab.config.levers",
+                                description="The lever table, and arms as the engine's ATLAS_MTP_* variables.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    e = sub.add_parser("env", help="print an arm as shell-sourceable ATLAS_MTP_* lines",
+                       description="Print the arm `python -m atlas_ab OVERRIDES` would run as ATLAS_MTP_* "
+                                   "lines (every variable, zeros included, so stale settings are overwritten).")
+    e.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                   help="Hydra overrides as for python -m atlas_ab, e.g. +arm=refeed_on arm.refeed_shift=1")
+    sub.add_parser("table", help="print the lever table as Markdown",
+                   description="Print every lever: type, range, the engine's env var and its meaning.")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    from atlas_ab.errors import closed_stdout, one_line
+
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "table":
+            print(table_markdown())
+            return 0
+        try:
+            arm = compose_arm(args.overrides)
+        except Exception as ex:  # noqa: BLE001 -- every composition error becomes one line
+            msg = one_line(ex)
+            if msg is None:
+                raise
+            print(f"atlas_ab.config.levers: error: {msg}", file=sys.stderr)
+            return 2
+        print("\n".join(env_lines(arm)))
+        sys.stdout.flush()
+        return 0
+    except BrokenPipeError:
+        return closed_stdout()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,224 @@
+"""Structured configs: arm (the levers), model, workload, runner, study, and their checks.
+
+These dataclasses are the schema Hydra validates against (`config_store.py` registers them):
+a wrong type is rejected by OmegaConf, an unknown key (also one added with `+`) by
+`config_store.check_keys`, an out-of-range value or an impossible combination by the
+`validate_*` functions below, all before any model loads. Each lever's meaning lives in
+`levers.py`.
+
+A config tells the truth: fields that would have no effect are unset (None), not defaulted.
+The model's architecture fields exist for random initialisation only; a checkpoint's own
+config.json decides its architecture, and the manifest records what was actually loaded.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import List, Optional
+
+from atlas_ab import AtlasError
+from atlas_ab.telemetry.schema import ROW_SPACES
+
+#: live: the target verifies every step; replay: a stored target trajectory stands in for it.
+RUN_MODES = ("live", "replay")
+
+
+@dataclass
+class ArmConfig:
+    name: str = "baseline"
+    proposer: str = "mtp"            # mtp | draft_model
+    num_drafts: int = 2              # K
+    row_space: str = "compact"       # compact (Qwen MtpHead) | dense (GLM-5.3 head)
+    drafter_prefill: bool = False    # DRAFTER_PREFILL: prefill the drafter on every turn
+    catchup: bool = False            # CATCHUP
+    refeed: bool = False             # REFEED (requires catchup)
+    refeed_shift: int = 0            # SHIFT, in [-4, 4]
+    ring_prefill: bool = False       # RING_PREFILL: ring the turn prefill's last hidden (requires catchup)
+    draft_conf: float = 0.0          # DRAFT_CONF tau, in [0, 0.99]
+    shadow_topk: int = 0             # SHADOW_TOPK, in [0, 8]
+    oracle_p2: bool = False          # ORACLE_P2 (observational)
+    fingerprints: Optional[bool] = None  # FINGERPRINTS; None = on iff the arm has a ring
+    ring_size: int = 64              # per-sequence catch-up ring capacity (labels)
+    handoff_norm: str = "checkpoint"  # HANDOFF_NORM: checkpoint (as declared) | pre | post the trunk's final norm
+    recycle_norm: str = "checkpoint"  # RECYCLE_NORM: checkpoint | pre | post the MTP layer's own final norm
+
+    @property
+    def has_ring(self) -> bool:
+        return self.catchup or self.refeed
+
+    @property
+    def fingerprints_on(self) -> bool:
+        return self.has_ring if self.fingerprints is None else bool(self.fingerprints)
+
+
+#: The architecture fields of ModelConfig: for init=random only.
+ARCH_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+               "intermediate_size", "vocab_size")
+
+
+@dataclass
+class ModelConfig:
+    name: str = "default"
+    path: Optional[str] = "atlas_ab/models/default"   # HF checkpoint dir (init=checkpoint)
+    draft_path: Optional[str] = None        # the draft-model proposer's checkpoint dir
+    init: str = "checkpoint"                # checkpoint | random (shapes for speed work)
+    # Architecture, for init=random only (unset otherwise: a checkpoint's config.json decides).
+    hidden_size: Optional[int] = None
+    num_hidden_layers: Optional[int] = None
+    num_attention_heads: Optional[int] = None
+    num_key_value_heads: Optional[int] = None
+    intermediate_size: Optional[int] = None
+    vocab_size: Optional[int] = None
+
+
+@dataclass
+class WorkloadConfig:
+    corpus: str = "stdlib"      # stdlib (Python source) | pydoc (language reference prose)
+    split: str = "heldout"      # heldout | train
+    n_docs: int = 16
+    turns: int = 8
+    chunk_tokens: int = 64      # tokens appended to the context at each turn
+    gen_tokens: int = 32        # tokens generated per turn (exactly)
+    seed: int = 0
+
+
+@dataclass
+class RunnerConfig:
+    device: str = "auto"        # auto | cpu | cuda | cuda:N
+    dtype: str = "auto"         # auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16
+    batch_width: int = 16       # sequences verified together; also the shard unit
+    gate_sequences: int = 2     # sequences per wave replayed target-only; 0 = gate off (recorded "not run")
+    seed: int = 0
+    threads: int = 0            # torch CPU threads; 0 = the cores this job may use (see device.py)
+    progress: bool = True       # progress bar on a TTY (never affects results; ignored by resume's check)
+    resume: Optional[str] = None  # PATH of an interrupted run to continue, or "auto" (this job's own dir)
+    impl: str = "atlas_ab.run.runner:Runner"  # the engine class driven (module:Class); tests plug a double here
+    cuda_graphs: bool = True    # replay the verify and draft steps from CUDA graphs (GPU only)
+    # live: the target verifies every step. replay: every arm replays one stored target-only greedy
+    # trajectory per workload (built once, under `trajectories`); no trunk forward, no step timings.
+    mode: str = "live"
+    trajectories: str = "runs/trajectories"   # replay's trajectory cache (relative to the launch dir)
+    replay_check_waves: int = 1               # replay: the first N waves also run live, to measure disagreement
+
+
+@dataclass
+class StudyConfig:
+    name: str = ""
+    # Pre-registrations (analysis/prereg/NAME.yaml, or just NAME), locked when the study starts.
+    preregs: List[str] = field(default_factory=list)
+    arms: List[str] = field(default_factory=list)   # the arm names the study compares
+
+
+#: handoff_norm / recycle_norm: what the checkpoint declares, or forced before / after the norm
+HANDOFF_CHOICES = ("checkpoint", "pre", "post")
+
+_RANGES = {
+    "num_drafts": (1, 8),
+    "refeed_shift": (-4, 4),
+    "draft_conf": (0.0, 0.99),
+    "shadow_topk": (0, 8),
+    "ring_size": (8, 1 << 16),
+}
+
+
+def _number(where: str, key: str, v, lo=None, hi=None, integer: bool = True) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and math.isnan(v)) \
+            or (integer and not isinstance(v, int)):
+        raise AtlasError(f"{where}: {key}={v!r} is not {'an integer' if integer else 'a number'}")
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise AtlasError(f"{where}: {key}={v} is out of range {rng}")
+
+
+def validate_arm(arm: ArmConfig) -> ArmConfig:
+    """Strict check of an arm (the Hydra path). One-line AtlasError on the first problem."""
+    where = f"arm {arm.name!r}"
+    for key, (lo, hi) in _RANGES.items():
+        _number(where, key, getattr(arm, key), lo, hi, integer=key != "draft_conf")
+    if arm.proposer not in ("mtp", "draft_model"):
+        raise AtlasError(f"{where}: proposer={arm.proposer!r} must be 'mtp' or 'draft_model'")
+    if arm.row_space not in ROW_SPACES:
+        raise AtlasError(f"{where}: row_space={arm.row_space!r} must be one of {', '.join(ROW_SPACES)}")
+    if arm.refeed and not arm.catchup:
+        raise AtlasError(f"{where}: refeed=true requires catchup=true "
+                         "(the re-feed's rows are rebuilt by the catch-up feed)")
+    if arm.ring_prefill and not arm.catchup:
+        raise AtlasError(f"{where}: ring_prefill=true requires catchup=true (the catch-up feed is what "
+                         "rebuilds the prefill's row from the ring)")
+    if arm.refeed_shift != 0 and not arm.refeed:
+        raise AtlasError(f"{where}: refeed_shift={arm.refeed_shift} has no effect without refeed=true")
+    if arm.proposer == "draft_model":
+        mtp_only = [k for k in ("catchup", "refeed", "ring_prefill", "oracle_p2", "drafter_prefill")
+                    if getattr(arm, k)]
+        mtp_only += [k for k in ("handoff_norm", "recycle_norm") if getattr(arm, k) != "checkpoint"]
+        if mtp_only:
+            raise AtlasError(f"{where}: {', '.join(mtp_only)} apply to the MTP proposer only")
+    for key in ("handoff_norm", "recycle_norm"):
+        if getattr(arm, key) not in HANDOFF_CHOICES:
+            raise AtlasError(f"{where}: {key}={getattr(arm, key)!r} must be one of {', '.join(HANDOFF_CHOICES)}")
+    if arm.oracle_p2 and arm.num_drafts < 2:
+        raise AtlasError(f"{where}: oracle_p2 needs num_drafts >= 2 (it re-computes draft 2)")
+    return arm
+
+
+def validate_model(model: ModelConfig) -> ModelConfig:
+    where = f"model {model.name!r}"
+    if model.init not in ("checkpoint", "random"):
+        raise AtlasError(f"{where}: init={model.init!r} must be 'checkpoint' or 'random'")
+    set_arch = [k for k in ARCH_FIELDS if getattr(model, k) is not None]
+    if model.init == "checkpoint":
+        if not model.path:
+            raise AtlasError(f"{where}: model.path is required (e.g. model=path model.path=DIR)")
+        if set_arch:
+            raise AtlasError(f"{where}: model.{set_arch[0]} applies to init=random only; a checkpoint's "
+                             "architecture comes from its config.json")
+        return model
+    if model.path:
+        raise AtlasError(f"{where}: model.path is for init=checkpoint (use model=path model.path=DIR)")
+    missing = [k for k in ARCH_FIELDS if getattr(model, k) is None]
+    if missing:
+        raise AtlasError(f"{where}: init=random needs model.{missing[0]}")
+    for k in ARCH_FIELDS:
+        _number(where, k, getattr(model, k), 1)
+    if model.hidden_size % model.num_attention_heads:
+        raise AtlasError(f"{where}: hidden_size={model.hidden_size} is not a multiple of "
+                         f"num_attention_heads={model.num_attention_heads}")
+    if model.num_attention_heads % model.num_key_value_heads:
+        raise AtlasError(f"{where}: num_attention_heads={model.num_attention_heads} is not a multiple of "
+                         f"num_key_value_heads={model.num_key_value_heads}")
+    return model
+
+
+def validate_workload(w: WorkloadConfig) -> WorkloadConfig:
+    from atlas_ab.workload.corpus import SOURCES, SPLITS
+
+    if w.corpus not in SOURCES:
+        raise AtlasError(f"workload.corpus={w.corpus!r} must be one of {list(SOURCES)}")
+    if w.split not in SPLITS:
+        raise AtlasError(f"workload.split={w.split!r} must be one of {list(SPLITS)}")
+    for key in ("n_docs", "turns", "chunk_tokens", "gen_tokens"):
+        # gen_tokens=0 would be a run of prefills with no verify step: nothing to measure
+        _number("workload", key, getattr(w, key), 1)
+    _number("workload", "seed", w.seed)
+    return w
+
+
+def validate_runner(r: RunnerConfig) -> RunnerConfig:
+    _number("runner", "batch_width", r.batch_width, 1)
+    _number("runner", "gate_sequences", r.gate_sequences, 0)
+    _number("runner", "threads", r.threads, 0)
+    _number("runner", "replay_check_waves", r.replay_check_waves, 0)
+    if r.mode not in RUN_MODES:
+        raise AtlasError(f"runner.mode={r.mode!r} must be one of {', '.join(RUN_MODES)}")
+    if r.mode == "replay" and not r.trajectories:
+        raise AtlasError("runner.mode=replay needs runner.trajectories (the trajectory cache directory)")
+    if r.dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise AtlasError(f"runner.dtype={r.dtype!r} must be auto, float32, bfloat16 or float16")
+    dev = r.device
+    if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
+        raise AtlasError(f"runner.device={dev!r} must be auto, cpu, cuda or cuda:N")
+    return r
+
+
+def field_names(cls) -> list[str]:
+    return [f.name for f in fields(cls)]

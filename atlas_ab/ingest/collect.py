@@ -1,0 +1,474 @@
+"""`python -m atlas_ab.ingest.collect`: atlas_ab as the A/B client of a running engine.
+
+Sends a workload to any OpenAI-compatible server with greedy settings (temperature 0,
+n = 1), records each response's spec-decode telemetry with its doc_id and turn (engines
+do not know them), and writes a run directory in the contract at the finest grain the
+engine gives (atlas_ab/ingest). Restart the engine with the lever flipped, collect again
+under the other arm name, then `python -m atlas_ab.analysis report RUN_A RUN_B --prereg ...`.
+
+  workload   ours (atlas_ab/workload/documents.py: documents x turns of corpus text, decoded with the
+             embedded tokenizer) or the user's prompts (--prompts FILE.jsonl: {"turns": [...]}
+             or {"prompt": "..."} per line, optional "doc_id", "max_tokens")
+  turns      turn t's request is the conversation so far (earlier chunks and the server's
+             own replies) plus chunk t
+  robustness bounded concurrency (documents in parallel, turns in order), retries with
+             backoff on connection errors / 429 / 5xx, a progress bar, resume (--resume):
+             every answer is appended (and fsync'd) to raw/responses.jsonl as it arrives
+  manifest   endpoint, reported model, engine and version where the server says, prompts
+             hash, arm, the telemetry's grain; status running -> complete, written last
+
+Standard library HTTP only (urllib + concurrent.futures).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import json
+import os
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from atlas_ab import AtlasError
+
+PROG = "atlas_ab.ingest.collect"
+ENGINES = ("vllm", "sglang", "trtllm", "llamacpp")
+RAW = "raw/responses.jsonl"
+RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+OWNED_BY = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp", "llama.cpp": "llamacpp"}
+HINT = {"vllm": "start vLLM with --per-request-spec-decode-metrics detailed (summary loses the per-step arrays)",
+        "sglang": "the collector sends return_meta_info: true",
+        "trtllm": "start trtllm-serve with return_perf_metrics: true in --extra_llm_api_options",
+        "llamacpp": "start llama-server with a draft model (--model-draft) or MTP"}
+
+
+@dataclass
+class Conversation:
+    doc_id: int
+    turns: list[str]
+    max_tokens: list[int]
+
+
+@dataclass
+class Plan:
+    conversations: list[Conversation]
+    source: dict                   # what the prompts are (workload config + hash, or the file + hash)
+    workload_hash: str | None = None
+
+    @property
+    def n_requests(self) -> int:
+        return sum(len(c.turns) for c in self.conversations)
+
+
+# ---- the workload ---------------------------------------------------------------------------
+
+def workload_plan(name: str, overrides: list[str]) -> Plan:
+    """Our workload (conf/workload/NAME.yaml + KEY=VALUE overrides), its chunks decoded to text."""
+    import dataclasses
+
+    import yaml
+    from tokenizers import Tokenizer
+
+    from atlas_ab.config.structured import WorkloadConfig
+    from atlas_ab.config.paths import PACKAGE_DIR
+    from atlas_ab.workload.documents import build_workload
+
+    path = PACKAGE_DIR / "conf" / "workload" / f"{name}.yaml"
+    if not path.is_file():
+        have = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise AtlasError(f"--workload {name!r}: no {path.name} (have: {', '.join(have)})")
+    cfg = yaml.safe_load(path.read_text()) or {}
+    names = {f.name: f.type for f in dataclasses.fields(WorkloadConfig)}
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key not in names or not _:
+            raise AtlasError(f"--set {o!r}: expected KEY=VALUE with KEY one of {', '.join(names)}")
+        cfg[key] = int(value) if value.lstrip("-").isdigit() else value
+    tok_path = PACKAGE_DIR / "models" / "default" / "tokenizer.json"
+    wl = build_workload(WorkloadConfig(**cfg), tok_path)
+    tok = Tokenizer.from_file(str(tok_path))
+    convs = [Conversation(d.doc_id, [tok.decode(c, skip_special_tokens=False) for c in d.chunks],
+                          [wl.gen_tokens] * len(d.chunks)) for d in wl.docs]
+    return Plan(convs, {"workload": name, "config": cfg, "hash": wl.hash, "tokenizer": str(tok_path)}, wl.hash)
+
+
+def prompts_plan(path: Path, max_tokens: int) -> Plan:
+    if not path.is_file():
+        raise AtlasError(f"{path}: no such prompts file")
+    convs, seen = [], set()
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except ValueError as e:
+            raise AtlasError(f"{path}: line {n}: not JSON ({e.msg})") from None
+        if not isinstance(d, dict) or ("turns" in d) == ("prompt" in d):
+            raise AtlasError(f"{path}: line {n}: expected an object with either 'turns' (a list of strings) "
+                             "or 'prompt' (a string)")
+        turns = d["turns"] if "turns" in d else [d["prompt"]]
+        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
+            raise AtlasError(f"{path}: line {n}: field 'turns' must be a non-empty list of strings")
+        doc = d.get("doc_id", len(convs))
+        if not isinstance(doc, int) or doc < 0 or doc in seen:
+            raise AtlasError(f"{path}: line {n}: field 'doc_id' must be a new integer >= 0, got {doc!r}")
+        seen.add(doc)
+        mt = d.get("max_tokens", max_tokens)
+        if not isinstance(mt, int) or mt < 1:
+            raise AtlasError(f"{path}: line {n}: field 'max_tokens' must be an integer >= 1")
+        convs.append(Conversation(doc, turns, [mt] * len(turns)))
+    if not convs:
+        raise AtlasError(f"{path}: no prompts")
+    h = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    return Plan(convs, {"prompts": str(path), "hash": h}, h)
+
+
+def prompts_hash(plan: Plan) -> str:
+    """The prompts every arm must share: documents, turns' text, max_tokens."""
+    h = hashlib.sha256()
+    for c in plan.conversations:
+        h.update(json.dumps([c.doc_id, c.turns, c.max_tokens]).encode())
+    return "sha256:" + h.hexdigest()
+
+
+# ---- HTTP ----------------------------------------------------------------------------------
+
+class HTTPFailure(Exception):
+    def __init__(self, msg: str, retry: bool):
+        super().__init__(msg)
+        self.retry = retry
+
+
+def http(method: str, url: str, body: dict | None = None, timeout: float = 600.0, stream: bool = False):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json", "Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            if stream:
+                return [line.decode("utf-8", "replace").rstrip("\r\n") for line in resp]
+            raw = resp.read()
+    except urllib.error.HTTPError as e:
+        detail = e.read()[:300].decode("utf-8", "replace").replace("\n", " ")
+        raise HTTPFailure(f"HTTP {e.code} from {url}: {detail}", e.code in RETRY_STATUS) from None
+    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise HTTPFailure(f"{url}: {reason}", True) from None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise HTTPFailure(f"{url}: answer is not JSON: {raw[:120]!r}", False) from None
+
+
+def _sse_chunks(lines: list[str]) -> list:
+    out = []
+    for line in lines:
+        if line.startswith("data:"):
+            data = line[5:].strip()
+            if data and data != "[DONE]":
+                out.append(json.loads(data))
+    return out
+
+
+# ---- the client ----------------------------------------------------------------------------
+
+@dataclass
+class Client:
+    url: str
+    engine: str
+    model: str
+    api: str = "chat"
+    stream: bool = False
+    retries: int = 3
+    timeout: float = 600.0
+    ignore_eos: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def root(self) -> str:
+        u = self.url.rstrip("/")
+        return u[:-3] if u.endswith("/v1") else u
+
+    def body(self, messages: list[dict], max_tokens: int) -> dict:
+        b = {"model": self.model, "max_tokens": max_tokens, "temperature": 0, "n": 1, "stream": self.stream}
+        if self.api == "chat":
+            b["messages"] = messages
+        else:  # the document continues: earlier chunks and replies, then the next chunk
+            b["prompt"] = "".join(m["content"] for m in messages)
+        if self.stream:
+            b["stream_options"] = {"include_usage": True}
+        if self.engine == "sglang":
+            b["return_meta_info"] = True
+        if self.ignore_eos:
+            b["ignore_eos"] = True
+        return b
+
+    def call(self, messages: list[dict], max_tokens: int, where: str) -> tuple[dict, int, float]:
+        path = "/chat/completions" if self.api == "chat" else "/completions"
+        body = self.body(messages, max_tokens)
+        t0, last = time.perf_counter(), None
+        for attempt in range(1, self.retries + 2):
+            try:
+                if self.stream:
+                    got = {"stream": _sse_chunks(http("POST", self.url.rstrip("/") + path, body, self.timeout,
+                                                      stream=True))}
+                else:
+                    got = {"response": http("POST", self.url.rstrip("/") + path, body, self.timeout)}
+                if self.engine == "trtllm":
+                    got["extra"] = {"perf_metrics": self.perf_entry(where)}
+                return got, attempt, time.perf_counter() - t0
+            except HTTPFailure as e:
+                last = e
+                if not e.retry:
+                    break
+                if attempt <= self.retries:
+                    time.sleep(min(0.25 * 2 ** (attempt - 1), 8.0))
+        raise AtlasError(f"{where}: {last} (after {attempt} attempt(s))")
+
+    def perf_entry(self, where: str) -> dict:
+        """TensorRT-LLM keeps per-request metrics apart from the response: drain /perf_metrics
+        after each request (one request in flight, so the one entry is this request's)."""
+        entries = http("GET", self.root + "/perf_metrics", timeout=self.timeout)
+        if not isinstance(entries, list) or len(entries) != 1:
+            n = len(entries) if isinstance(entries, list) else "no list"
+            raise AtlasError(f"{where}: GET /perf_metrics returned {n} entries, one expected ("
+                             + ("start trtllm-serve with return_perf_metrics: true" if not entries else
+                                "other traffic on the server") + ")")
+        return entries[0]
+
+
+def reply_text(got: dict) -> str:
+    if "stream" in got:
+        parts = []
+        for c in got["stream"]:
+            for ch in c.get("choices") or []:
+                d = ch.get("delta") or {}
+                parts.append(d.get("content") or ch.get("text") or "")
+        return "".join(parts)
+    ch = ((got["response"] or {}).get("choices") or [{}])[0]
+    return ((ch.get("message") or {}).get("content") or ch.get("text") or "") if isinstance(ch, dict) else ""
+
+
+def probe(url: str, engine: str, timeout: float) -> dict:
+    """What the server says about itself: the served model, the engine and its version."""
+    root = url.rstrip("/")[:-3] if url.rstrip("/").endswith("/v1") else url.rstrip("/")
+    info = {"endpoint": url, "reported_model": None, "owned_by": None, "version": None}
+    try:
+        models = http("GET", url.rstrip("/") + "/models", timeout=timeout)
+        data = (models or {}).get("data") or []
+        if data:
+            info["reported_model"], info["owned_by"] = data[0].get("id"), data[0].get("owned_by")
+    except HTTPFailure as e:
+        raise AtlasError(f"cannot reach the server: {e}") from None
+    if engine == "auto":
+        engine = OWNED_BY.get(str(info["owned_by"]).lower())
+        if engine is None:
+            raise AtlasError(f"{url}/models says owned_by={info['owned_by']!r}: cannot tell the engine; "
+                             f"pass --engine ({', '.join(ENGINES)})")
+    info["engine"] = engine
+    for path, key in (("/version", "version"), ("/get_server_info", "version"), ("/props", "build_info")):
+        try:
+            got = http("GET", root + path, timeout=min(timeout, 10))
+        except HTTPFailure:
+            continue
+        if isinstance(got, dict) and got.get(key):
+            info["version"] = str(got[key])
+            break
+    return info
+
+
+# ---- raw records and resume ----------------------------------------------------------------
+
+def read_raw(path: Path) -> dict[tuple[int, int], dict]:
+    """The answers already stored; a torn last line (a crash mid-write) is cut off."""
+    done: dict[tuple[int, int], dict] = {}
+    if not path.exists():
+        return done
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    good = 0
+    for i, line in enumerate(lines):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            if i == len(lines) - 1:
+                break
+            raise AtlasError(f"{path}: line {i + 1}: not JSON (not a torn last line): remove the run to start over")
+        done[(rec["doc_id"], rec["turn"])] = rec
+        good += len(line.encode("utf-8"))
+    if good != path.stat().st_size:
+        with open(path, "r+b") as f:
+            f.truncate(good)
+    return done
+
+
+def append_raw(path: Path, rec: dict, lock: threading.Lock) -> None:
+    line = (json.dumps(rec) + "\n").encode("utf-8")
+    with lock:
+        with open(path, "ab") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+# ---- the run -------------------------------------------------------------------------------
+
+def collect(args) -> int:
+    from atlas_ab.ingest import ingest
+    from atlas_ab.ingest.records import Record
+    from atlas_ab.ingest.units import Where
+    from atlas_ab.ingest.write import check_out
+    from atlas_ab.run.provenance import now
+    from atlas_ab.run.store import MANIFEST, write_json_atomic
+
+    out = Path(args.out)
+    if args.prompts:
+        plan = prompts_plan(Path(args.prompts), args.max_tokens)
+    else:
+        plan = workload_plan(args.workload, args.set or [])
+    info = probe(args.url, args.engine, args.timeout)
+    engine = info["engine"]
+    model = args.model or info["reported_model"]
+    if not model:
+        raise AtlasError(f"{args.url}/models names no model; pass --model")
+    concurrency = args.concurrency
+    if engine == "trtllm" and concurrency != 1:
+        print(f"{PROG}: note: trtllm: one request at a time, so each /perf_metrics entry is that request's",
+              file=sys.stderr)
+        concurrency = 1
+    client = Client(args.url, engine, model, api=args.api, stream=args.stream, retries=args.retries,
+                    timeout=args.timeout, ignore_eos=args.ignore_eos)
+    params = {"api": args.api, "model": model, "engine": engine, "stream": args.stream, "temperature": 0, "n": 1,
+              "ignore_eos": args.ignore_eos}
+    phash = prompts_hash(plan)
+
+    mf = out / MANIFEST
+    old = json.loads(mf.read_text()) if mf.exists() else None
+    if old is not None:
+        if old.get("status") == "complete":
+            raise AtlasError(f"{out} already holds a complete run; choose another --out")
+        if not args.resume:
+            raise AtlasError(f"{out} holds an unfinished collection (status {old.get('status')!r}); "
+                             "continue it with --resume or choose another --out")
+        was = old.get("collect") or {}
+        if was.get("prompts_hash") != phash or was.get("params") != params or old.get("arm") != args.arm:
+            raise AtlasError(f"cannot resume {out}: the prompts, request parameters or arm differ from the "
+                             f"stored collection")
+    check_out(out, own_running=old is not None)
+    (out / "raw").mkdir(exist_ok=True)
+    raw = out / RAW
+    done = read_raw(raw) if old is not None else {}
+    base = {"arm": args.arm, "model": {"name": model, "hash": None},
+            "workload": {"hash": plan.workload_hash, **{k: v for k, v in plan.source.items() if k != "hash"}},
+            "engine": {"name": engine, "version": info["version"], "reported_model": info["reported_model"],
+                       "owned_by": info["owned_by"]},
+            "collect": {"endpoint": args.url, "prompts_hash": phash, "requests": plan.n_requests,
+                        "params": params, "concurrency": concurrency, "retries": args.retries},
+            "started": (old or {}).get("started") or now(), "resumed": bool(done)}
+    manifest = {"schema": 1, "status": "running", **base, "levers": {}, "telemetry": None, "shards": [],
+                "rows": {"steps": 0, "events": 0}, "finished": None}
+    write_json_atomic(mf, manifest)
+
+    bar = None
+    if not args.no_progress and sys.stderr.isatty():
+        from tqdm import tqdm
+        bar = tqdm(total=plan.n_requests, initial=len(done), unit="req", desc=args.arm, file=sys.stderr)
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def check(got: dict, doc: int, turn: int, where: str) -> None:
+        # parse it now: a server without per-request telemetry fails on the first answer, not the last
+        rec = Record(Where(str(raw), where), doc, turn, got.get("response"), got.get("stream"), got.get("extra"))
+        importlib.import_module(f"atlas_ab.ingest.{engine}").unit_from(rec)
+
+    def run_conversation(c: Conversation) -> None:
+        messages: list[dict] = []
+        for t, (chunk, mt) in enumerate(zip(c.turns, c.max_tokens)):
+            if stop.is_set():
+                return
+            user = {"role": "user", "content": chunk}
+            if (c.doc_id, t) in done:
+                messages += [user, {"role": "assistant", "content": done[(c.doc_id, t)]["reply"]}]
+                continue
+            where = f"doc {c.doc_id} turn {t}"
+            got, attempts, secs = client.call(messages + [user], mt, where)
+            try:
+                check(got, c.doc_id, t, where)
+            except AtlasError as e:
+                raise AtlasError(f"{e} [{HINT[engine]}]") from None
+            text = reply_text(got)
+            append_raw(raw, {"doc_id": c.doc_id, "turn": t, **got, "reply": text, "attempts": attempts,
+                             "seconds": round(secs, 3)}, lock)
+            messages += [user, {"role": "assistant", "content": text}]
+            if bar is not None:
+                with lock:
+                    bar.update(1)
+
+    todo = [c for c in plan.conversations if any((c.doc_id, t) not in done for t in range(len(c.turns)))]
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            futures = [pool.submit(run_conversation, c) for c in todo]
+            finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            errors = [f.exception() for f in futures if f.done() and f.exception() is not None]
+            if errors:
+                stop.set()
+                wait(futures)
+                raise errors[0]
+    except KeyboardInterrupt:
+        stop.set()
+        raise AtlasError(f"interrupted: {out} stays 'running'; continue with --resume") from None
+    finally:
+        if bar is not None:
+            bar.close()
+    res = ingest(engine, [raw], out, arm=args.arm, base=base, own_running=True)
+    if args.json:
+        print(json.dumps(res.to_dict(), indent=2))
+    else:
+        print(res.summary())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", required=True, help="the server's OpenAI base URL, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--arm", required=True, help="the arm's name (the lever setting the server runs)")
+    p.add_argument("--out", help="run directory (default runs/collect/<arm>)")
+    p.add_argument("--engine", default="auto", choices=("auto",) + ENGINES,
+                   help="the server's engine (auto: from /v1/models owned_by)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--workload", default="default", help="our workload: conf/workload/NAME.yaml (default, tiny)")
+    src.add_argument("--prompts", help="the user's prompts, JSON lines ({'turns': [...]} or {'prompt': ...})")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="workload override (n_docs=4, ...)")
+    p.add_argument("--max-tokens", type=int, default=256, help="per turn, for --prompts without max_tokens")
+    p.add_argument("--model", help="model name to send (default: the server's first /v1/models entry)")
+    p.add_argument("--api", default="chat", choices=("chat", "completions"), help="endpoint to use")
+    p.add_argument("--stream", action="store_true", help="stream answers (telemetry rides the final usage chunk)")
+    p.add_argument("--ignore-eos", action="store_true", help="send ignore_eos: true (exactly max_tokens per turn)")
+    p.add_argument("--concurrency", type=int, default=8, help="documents in flight (turns run in order)")
+    p.add_argument("--retries", type=int, default=3, help="retries per request on connection errors, 429, 5xx")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted collection in --out")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.out = args.out or str(Path("runs/collect") / args.arm)
+    try:
+        if args.concurrency < 1 or args.retries < 0:
+            raise AtlasError("--concurrency must be >= 1 and --retries >= 0")
+        return collect(args)
+    except AtlasError as e:
+        print(f"{PROG}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""Config -> runtime -> proposer -> waves of the speculative loop.
+
+The runner never imports the analysis. A run is a sequence of waves of
+`batch_width` documents; a wave is also the unit of a telemetry shard and of
+resume, since the loop is deterministic given the config.
+
+`runner.mode=replay`: the workload's target-only greedy trajectory is built once
+(or found in `runner.trajectories`) when the runner starts, and each wave runs
+only the drafter's state machine over it (targets.ReplayTarget); the first
+`replay_check_waves` waves also run live, and the shard records how the two
+differ (replay_check.py). Live mode is unchanged.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from atlas_ab import AtlasError
+from atlas_ab.config.structured import (ArmConfig, ModelConfig, RunnerConfig, WorkloadConfig, validate_arm, validate_model,
+                             validate_runner, validate_workload)
+from atlas_ab.run.engine import RunInfo, WaveResult
+from atlas_ab.speculative.gate import check
+from atlas_ab.speculative.loop import Wave
+from atlas_ab.config.paths import PACKAGE_DIR, resolve_path
+from atlas_ab.run.store import aggregate_gate
+
+log = logging.getLogger(__name__)
+DEFAULT_TOKENIZER = PACKAGE_DIR / "models" / "default" / "tokenizer.json"
+
+
+def resolve_device(spec: str) -> torch.device:
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(spec)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise AtlasError(f"runner.device={spec}: no CUDA device is available here")
+    return dev
+
+
+def resolve_dtype(spec: str, device: torch.device) -> torch.dtype:
+    if spec == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    try:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[spec]
+    except KeyError:
+        raise AtlasError(f"runner.dtype={spec!r} must be auto, float32, bfloat16 or float16") from None
+
+
+def n_params(module) -> int:
+    return sum(p.numel() for p in module.parameters()) if module is not None else 0
+
+
+class Runner:
+    """The real engine behind `engine.Engine`: loads the target (+ drafter), builds the
+    workload and runs waves of the speculative loop, each checked by the lossless gate."""
+
+    def __init__(self, arm: ArmConfig, model: ModelConfig, workload: WorkloadConfig, runner: RunnerConfig):
+        from atlas_ab.runtime import checkpoint
+        from atlas_ab.workload.documents import build_workload
+
+        self.arm = validate_arm(arm)
+        validate_model(model)
+        validate_workload(workload)
+        self.cfg = validate_runner(runner)
+        self.device = resolve_device(runner.device)
+        if self.device.type == "cuda":
+            if self.device.index is None:
+                self.device = torch.device("cuda", torch.cuda.current_device())
+            # the job's GPU becomes the current device: Triton kernels and CUDA graphs use the
+            # current device, so a job on cuda:1 would otherwise launch them on cuda:0 (measured:
+            # "Pointer argument cannot be accessed from Triton" in a two-GPU sweep)
+            torch.cuda.set_device(self.device)
+        self.dtype = resolve_dtype(runner.dtype, self.device)
+        torch.manual_seed(runner.seed)
+        self.graphs = self.device.type == "cuda" and runner.cuda_graphs
+
+        path = Path(resolve_path(model.path)) if model.path else None
+        if model.init == "random":
+            from atlas_ab.runtime.presets import random_checkpoint
+            ck = random_checkpoint(model, DEFAULT_TOKENIZER, self.device, self.dtype, runner.seed)
+        else:
+            ck = checkpoint.load(path, self.device, self.dtype)
+        if ck.tokenizer_path is None:
+            raise AtlasError(f"{path}: no tokenizer.json in the checkpoint directory")
+        self.trunk = ck.trunk.eval()
+        self.handoff = None
+        self.proposer = self._proposer(ck, model)
+        self.workload = build_workload(workload, ck.tokenizer_path)
+        docs = self.workload.docs
+        # Every position a run reaches must be one the model was built for (RoPE past
+        # max_position_embeddings is extrapolation the checkpoint never saw).
+        reach = max(sum(len(c) for c in d.chunks) for d in docs) + workload.turns * workload.gen_tokens \
+            + self.arm.num_drafts + 1
+        if reach > ck.args.max_position_embeddings:
+            raise AtlasError(f"workload reaches position {reach}, past the model's max_position_embeddings="
+                             f"{ck.args.max_position_embeddings} (fewer turns or tokens per turn)")
+        bw = runner.batch_width
+        self.waves = [[d.doc_id for d in docs[i:i + bw]] for i in range(0, len(docs), bw)]
+        self._docs = {d.doc_id: d for d in docs}
+        self.mode = runner.mode
+        replay = self._trajectories(ck, runner) if self.mode == "replay" else None
+        trunk_n, mtp_n = n_params(self.trunk), n_params(ck.mtp)
+        self.info = RunInfo(
+            model={"name": model.name, "path": str(path) if path else None, "hash": ck.hash, "init": model.init,
+                   "tokenizer_hash": self.workload.info.get("tokenizer_hash"),
+                   "architecture": ck.args.as_dict(),
+                   "params": {"trunk": trunk_n, "mtp": mtp_n, "total": trunk_n + mtp_n},
+                   "mtp_layout": ck.layout.name if ck.layout is not None else None,
+                   "handoff": self.handoff, "draft": self._draft_info},
+            workload={"hash": self.workload.hash, **self.workload.info},
+            device=torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
+            dtype=str(self.dtype).replace("torch.", ""),
+            row_space=self.arm.row_space, proposer=self.arm.proposer,
+            levers={**{k: getattr(self.arm, k) for k in self.arm.__dataclass_fields__},
+                    "fingerprints": self.arm.fingerprints_on},
+            mode=self.mode, replay=replay)
+
+    def _trajectories(self, ck, runner: RunnerConfig) -> dict:
+        """Replay: find (or build, once across concurrent jobs) the workload's stored trajectory."""
+        from atlas_ab.speculative.trajectory import EXTEND, greedy
+        from atlas_ab.speculative.trajectory_store import TrajectoryStore
+
+        fields = {"model_hash": ck.hash, "tokenizer_hash": self.workload.info.get("tokenizer_hash"),
+                  "workload_hash": self.workload.hash, "dtype": str(self.dtype).replace("torch.", ""),
+                  "device": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
+                  "torch": torch.__version__, "graphs": self.graphs, "gen_tokens": self.workload.gen_tokens,
+                  "extend": EXTEND, "waves": self.waves}
+        self.trajectories = TrajectoryStore(Path(runner.trajectories), fields)
+        return self.trajectories.ensure(len(self.waves), lambda i: greedy(
+            self.trunk, self.docs_of(i), self.workload.gen_tokens, extend=EXTEND, keep_hiddens=True,
+            graphs=self.graphs))
+
+    def _proposer(self, ck, model: ModelConfig):
+        self._draft_info = None
+        if self.arm.proposer == "mtp":
+            from atlas_ab.proposers.mtp_head import MTPProposer
+            from atlas_ab.runtime.layouts import handoff_in_effect
+            if ck.mtp is None:
+                raise AtlasError(f"{ck.path}: the checkpoint has no MTP module (num_nextn_predict_layers = 0)")
+            # HANDOFF_NORM / RECYCLE_NORM: the checkpoint's declaration unless the arm overrides it
+            self.handoff = handoff_in_effect(ck.layout, self.arm.handoff_norm, self.arm.recycle_norm)
+            log.info("MTP layout %s: declared handoff_norm=%s recycle_norm=%s (%s); running %s", ck.layout.name,
+                     ck.layout.handoff_norm, ck.layout.recycle_norm, ck.layout.source, self.handoff["in_effect"])
+            return MTPProposer(self.trunk, ck.mtp.eval(), self.arm.row_space, self.arm.refeed, self.graphs,
+                               **self.handoff["in_effect"])
+        from atlas_ab.proposers.draft_model import DraftModelProposer
+        from atlas_ab.runtime import checkpoint
+        if not model.draft_path:
+            raise AtlasError("arm proposer=draft_model needs model.draft_path")
+        draft = resolve_path(model.draft_path)
+        dck = checkpoint.load(draft, self.device, self.dtype)
+        self._draft_info = {"path": draft, "hash": dck.hash, "architecture": dck.args.as_dict(),
+                            "params": n_params(dck.trunk)}
+        return DraftModelProposer(dck.trunk.eval(), self.graphs)
+
+    def docs_of(self, wave: int):
+        return [self._docs[i] for i in self.waves[wave]]
+
+    def _wave(self, target, docs, on_step=None):
+        fp = None
+        if self.arm.fingerprints_on:
+            from atlas_ab.telemetry.fingerprint import fingerprint_rows
+            fp = fingerprint_rows
+        return Wave(target, self.proposer, self.arm, docs, self.workload.gen_tokens,
+                    fingerprint_rows=fp, on_step=on_step, graphs=self.graphs).run()
+
+    def _live_gate(self, docs, trace) -> dict:
+        n_gate = min(self.cfg.gate_sequences, len(docs))
+        gate = check(self.trunk, docs, trace.generated, self.workload.gen_tokens, list(range(n_gate)),
+                     graphs=self.graphs)
+        return {**gate.to_dict(), "by": "live"}
+
+    def run_wave(self, i: int, on_step=None) -> WaveResult:
+        docs = self.docs_of(i)
+        if self.mode == "replay":
+            return self._replay_wave(i, docs, on_step)
+        trace = self._wave(self.trunk, docs, on_step)
+        return WaveResult(steps=trace.steps.table(),
+                          events=trace.events.table() if trace.events is not None else None,
+                          gate=self._live_gate(docs, trace), n_tokens=trace.n_tokens)
+
+    def _replay_wave(self, i: int, docs, on_step=None) -> WaveResult:
+        from atlas_ab.speculative.replay_check import compare_live, replay_gate
+        from atlas_ab.speculative.targets import ReplayTarget
+
+        traj = self.trajectories.load(i)
+        if traj.doc_ids.tolist() != self.waves[i]:
+            raise AtlasError(f"trajectory {self.trajectories.dir}: wave {i} holds docs {traj.doc_ids.tolist()}, "
+                             f"the run's wave {self.waves[i]}")
+        trace = self._wave(ReplayTarget(traj, self.device), docs, on_step)
+        steps = trace.steps.table()
+        gate, checked = replay_gate(traj, trace.generated), None
+        if i < self.cfg.replay_check_waves:
+            live = self._wave(self.trunk, docs)
+            checked = compare_live(traj, steps, live.steps.table(), live.generated)
+            gate = aggregate_gate([gate, self._live_gate(docs, live)])
+        return WaveResult(steps=steps, events=trace.events.table() if trace.events is not None else None,
+                          gate=gate, n_tokens=trace.n_tokens, replay_check=checked)
+

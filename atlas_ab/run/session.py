@@ -1,0 +1,278 @@
+"""One run of one arm, start to finish: config -> checks -> device -> engine -> store -> summary.
+
+The session owns everything around the engine's waves: it validates the whole config
+before anything loads, locks the study's pre-registrations, claims a device and a thread
+count, opens (or resumes) the run store under its lock, feeds the waves the store does not
+hold yet, turns the lossless gate's outcome into the run's status, and writes the summary.
+Every failure ends as one line (AtlasError) with the run marked `failed`; nothing
+half-written is left looking like data.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from atlas_ab import AtlasError
+from atlas_ab.config.structured import (ArmConfig, ModelConfig, RunnerConfig, StudyConfig, WorkloadConfig, validate_arm,
+                             validate_model, validate_runner, validate_workload)
+from atlas_ab.config.store import check_keys
+from atlas_ab.run.device import DeviceClaim, set_threads, thread_count
+from atlas_ab.run.engine import Engine, RunInfo
+from atlas_ab.errors import one_line
+from atlas_ab.config.levers import arm_from_env, env_report, resolved_levers
+from atlas_ab.config.paths import resolve_path
+from atlas_ab.run.progress import Progress
+from atlas_ab.run.provenance import git_info, host, versions
+from atlas_ab.run.store import RunStore, write_failed_manifest
+
+log = logging.getLogger("atlas_ab")
+
+
+@dataclass
+class Job:
+    """Where and how Hydra launched this job."""
+    run_dir: Path
+    num: int = 0
+    multirun: bool = False
+    sweep_dir: Optional[Path] = None    # the sweep's directory (multirun), where a study locks its preregs
+    side_by_side: int = 1               # jobs the launcher runs at once on this host (threads are shared)
+    hydra_subdir: Optional[Path] = None  # where Hydra saved this invocation's config
+
+
+@dataclass
+class Configs:
+    arm: ArmConfig
+    model: ModelConfig
+    workload: WorkloadConfig
+    runner: RunnerConfig
+    study: StudyConfig
+
+
+def configs(cfg: DictConfig, out=None) -> Configs:
+    """The composed config as checked dataclasses: unknown keys, types, ranges, combinations."""
+    check_keys(cfg)
+    c = Configs(*(OmegaConf.to_object(cfg[g]) for g in ("arm", "model", "workload", "runner", "study")))
+    if c.arm.name == "env":
+        # +arm=env: the levers come from the seeds' ATLAS_MTP_* variables, parsed as the
+        # engine parses them (clamps included), then checked like any arm.
+        c.arm = arm_from_env(os.environ, name="env")
+        for line in env_report(os.environ):
+            print(line, file=sys.stderr if out is None else out)
+    validate_arm(c.arm)
+    validate_model(c.model)
+    validate_workload(c.workload)
+    validate_runner(c.runner)
+    if c.study.arms and c.arm.name not in c.study.arms:
+        raise AtlasError(f"arm {c.arm.name!r} is not in study {c.study.name!r} (arms: {', '.join(c.study.arms)})")
+    return c
+
+
+def load_engine_class(impl: str):
+    mod, _, name = impl.partition(":")
+    if not mod or not name:
+        raise AtlasError(f"runner.impl={impl!r} must be 'module:Class'")
+    try:
+        return getattr(importlib.import_module(mod), name)
+    except (ImportError, AttributeError) as ex:
+        raise AtlasError(f"runner.impl={impl!r} cannot be loaded: {ex}") from None
+
+
+def acceptance_summary(steps) -> dict:
+    """n steps, p1, p2_uncond, p2_cond, tokens/step: the analysis' own definitions."""
+    from atlas_ab.analysis.metrics import cell_counts, rates
+
+    df = steps.select(["doc_id", "turn", "step", "k", "accept_len"]).to_pandas()
+    if len(df) == 0:
+        return {"n_steps": 0, "n_serial": 0}
+    r = rates(cell_counts(df))
+    out = {"n_steps": int(r["n_steps"]), "n_serial": int(r["n_serial"])}
+    for key in ("p1", "p2_uncond", "p2_cond", "tokens_per_step"):
+        v = r.get(key)
+        if v is not None and v == v:     # NaN: the depth was never observed
+            out[key] = float(v)
+    return out
+
+
+def gate_words(gate: dict) -> str:
+    status = gate.get("status") or {True: "passed", False: "FAILED", None: "not run"}[gate.get("passed")]
+    by = f" by {gate['by']}" if gate.get("by") not in (None, "live") else ""
+    return (f"lossless gate {status}{by} ({gate.get('checked_sequences', 0)} seqs, "
+            f"{gate.get('divergences', 0)} divergences"
+            + (f", {gate['arbitrated']} arbitrated in fp32" if gate.get("arbitrated") else "") + ")")
+
+
+def summary_line(manifest: dict) -> str:
+    s = manifest.get("summary") or {}
+    parts = [f"arm {manifest.get('arm')}", f"steps {s.get('n_steps', 0)} (serial {s.get('n_serial', 0)})"]
+    for key, label in (("p1", "p1"), ("p2_uncond", "p2_uncond"), ("p2_cond", "p2_cond"),
+                       ("tokens_per_step", "tokens/step")):
+        if key in s:
+            parts.append(f"{label} {s[key]:.4f}")
+    parts.append(gate_words(manifest.get("gate") or {}))
+    return "  ".join(parts)
+
+
+def lock_preregs(study: StudyConfig, job: Job) -> list[dict]:
+    """The study's pre-registrations, locked once per study before its first step."""
+    from atlas_ab.analysis.prereg import lock, load_prereg
+
+    out = []
+    for given in study.preregs:
+        path = resolve_path(given)
+        if not Path(path).is_file():
+            raise AtlasError(f"study {study.name!r}: pre-registration {given} not found ({path})")
+        pr = load_prereg(path)
+        missing = [a for a in pr.arms if study.arms and a not in study.arms]
+        if missing:
+            raise AtlasError(f"study {study.name!r}: pre-registration {given} names arm {missing[0]!r}, "
+                             f"which the study does not run (arms: {', '.join(study.arms)})")
+        entry = lock(path, job.sweep_dir or job.run_dir)
+        if entry["source_sha256"] != entry["sha256"]:
+            log.warning("pre-registration %s changed after the study began; the locked copy %s decides",
+                        given, entry["locked_copy"])
+        out.append(entry)
+    return out
+
+
+class RunSession:
+    def __init__(self, cfg: DictConfig, job: Job, out=None):
+        self.cfg, self.job = cfg, job
+        self.out = sys.stdout if out is None else out
+        self.store: Optional[RunStore] = None
+        self.claim: Optional[DeviceClaim] = None
+
+    def run(self) -> dict:
+        """Run (or resume) the arm; returns the final manifest. Raises AtlasError on bad input."""
+        base: dict[str, Any] = {"arm": None, "config": OmegaConf.to_container(self.cfg, resolve=True)}
+        run_dir = self.job.run_dir
+        try:
+            c = configs(self.cfg, self.out)
+            base["arm"] = c.arm.name
+            base["levers"] = resolved_levers(c.arm)
+            resume = c.runner.resume
+            if resume and resume != "auto" and self.job.multirun:
+                raise AtlasError("runner.resume=PATH continues one run; to resume a sweep pass "
+                                 "hydra.sweep.dir=<the sweep's dir> runner.resume=auto")
+            if resume and resume != "auto" and Path(resume).resolve() != run_dir.resolve():
+                raise AtlasError(f"runner.resume={resume} but the run directory is {run_dir} "
+                                 "(do not set hydra.run.dir together with runner.resume)")
+            self.store = store = RunStore(run_dir)
+            store.lock()
+            resuming = bool(resume) and store.manifest_path.exists()
+            preregs = lock_preregs(c.study, self.job)
+            # Paths resolve against the launch dir / package root, never Hydra's output dir.
+            c.model.path = resolve_path(c.model.path)
+            c.model.draft_path = resolve_path(c.model.draft_path)
+            engine_class = load_engine_class(c.runner.impl)     # imports torch where the engine uses it
+            threads = set_threads(thread_count(c.runner.threads, self.job.side_by_side))
+            self.claim = DeviceClaim(c.runner.device, self.job.num)
+            log.info("arm %s: loading %s (device %s, %d threads)", c.arm.name, c.runner.impl, self.claim.device,
+                     threads)
+            engine: Engine = engine_class(c.arm, c.model, c.workload, replace(c.runner, device=self.claim.device))
+            info: RunInfo = engine.info
+            waves = [list(w) for w in engine.waves]
+            base.update({
+                **{k: v for k, v in info.to_dict().items()},
+                "study": {"name": c.study.name, "arms": list(c.study.arms)} if c.study.name else None,
+                "preregs": preregs,
+                "git": git_info(), "versions": versions(), "host": {**host(), "threads": threads},
+                # the device this job claimed (cuda:N of the job's view; CUDA_VISIBLE_DEVICES as set)
+                "device_claim": {"device": self.claim.device, "job": self.job.num,
+                                 "visible": os.environ.get("CUDA_VISIBLE_DEVICES")},
+                "seed": c.runner.seed, "seeds": {"runner": c.runner.seed, "workload": c.workload.seed},
+                "waves": {"total": len(waves), "batch_width": c.runner.batch_width},
+                "run_dir": str(run_dir.resolve()),
+            })
+            if resuming:
+                check = {"model.hash": info.model.get("hash"), "workload.hash": info.workload.get("hash"),
+                         "replay.hash": (info.replay or {}).get("hash")}
+                store.resume(base["config"], check, preregs)
+                log.info("resuming %s: %d of %d waves already stored", run_dir, len(store.done_waves()), len(waves))
+            else:
+                store.start(base)
+            if store.manifest.get("status") != "complete":
+                self._waves(store, engine, waves, c)
+            manifest = store.manifest
+        except BaseException as ex:
+            self._fail(ex, base)
+            raise
+        finally:
+            if self.claim is not None:
+                self.claim.release()
+            if self.store is not None:
+                self.store.unlock()
+        log.info("run complete: %s", summary_line(manifest))
+        print(f"run: {run_dir}  ({manifest['status']}, {len(manifest['shards'])} shards, "
+              f"{manifest['rows']['steps']} step rows{', resumed' if manifest.get('resumed') else ''})",
+              file=self.out)
+        print(summary_line(manifest), file=self.out)
+        self.out.flush()
+        return manifest
+
+    def _waves(self, store: RunStore, engine: Engine, waves: list, c: Configs) -> None:
+        done = store.done_waves()
+        per_doc = c.workload.turns * c.workload.gen_tokens
+        prog = Progress(total_tokens=sum(len(w) for w in waves) * per_doc,
+                        done_tokens=sum(int(s.get("tokens", 0)) for s in store.manifest["shards"]),
+                        stored=store.read_steps() if done else None,
+                        enabled=c.runner.progress, desc=c.arm.name)
+        try:
+            for i in (i for i in range(len(waves)) if i not in done):
+                t0 = time.perf_counter()
+                res = engine.run_wave(i, on_step=prog.on_step)
+                dt = time.perf_counter() - t0
+                store.add_shard(i, waves[i], res.steps, res.events, res.gate, res.n_tokens, dt,
+                                replay_check=res.replay_check)
+                prog.wave_done(i, len(waves[i]), res.n_tokens, res.steps, dt)
+        finally:
+            prog.close()
+        gate = store.manifest.get("gate") or {}
+        if gate.get("passed") is False:
+            # Not lossless at a clear margin: the run fails loudly (status "failed", which the
+            # analysis refuses), naming the first divergence.
+            d = gate.get("first_divergence") or {}
+            raise AtlasError(
+                f"lossless gate failed: doc {d.get('doc_id')} turn {d.get('turn')} token {d.get('token')}: "
+                f"speculative {d.get('speculative')} vs target-only {d.get('target_only')} "
+                f"at top-1/top-2 margin {d.get('margin')}" + (f" ({d['why']})" if d.get("why") else ""))
+        if gate.get("status") == "not run":
+            log.warning("the lossless gate checked no sequence (runner.gate_sequences=0): the run is "
+                        "marked 'gate not run' and a pre-registered report refuses it unless told otherwise")
+        store.finish("complete", summary=acceptance_summary(store.read_steps()))
+
+    def _fail(self, ex: BaseException, base: dict) -> None:
+        msg = one_line(ex) if isinstance(ex, Exception) else f"interrupted ({type(ex).__name__})"
+        msg = msg or f"{type(ex).__name__}: {ex}"
+        log.error("run failed: %s", msg, extra={"console": False})
+        owned = self.store is not None and self.store.manifest
+        if owned:
+            try:
+                self.store.remove_debris()
+                self.store.finish("failed", error=msg)
+            except Exception:  # noqa: BLE001 -- the disk may be what failed; the tmp debris is gone
+                pass
+        else:
+            write_failed_manifest(self.job.run_dir, base, msg)
+            self._drop_refused_hydra_subdir()
+
+    def _drop_refused_hydra_subdir(self) -> None:
+        """A refused re-run leaves nothing in the run it refused to touch (Hydra saved this
+        invocation's config under .hydra/resume-<time> before the session started)."""
+        sub = self.job.hydra_subdir
+        if sub is not None and sub.name.startswith("resume-") and sub.is_dir():
+            shutil.rmtree(sub, ignore_errors=True)
+
+
+def run(cfg: DictConfig, run_dir: str | Path, job_num: int = 0, multirun: bool = False, out=None,
+        **job) -> dict:
+    """Run one arm into `run_dir` (the library form of `python -m atlas_ab`)."""
+    return RunSession(cfg, Job(Path(run_dir), job_num, multirun, **job), out).run()

@@ -1,0 +1,224 @@
+"""The lossless gate: speculative greedy output must equal target-only greedy.
+
+A sample of each wave's sequences is replayed with the target alone over the same documents
+and turns, all sampled sequences together: each turn's new context in one forward, then one
+token per forward (replayed from a CUDA graph on the GPU, no host sync until the turn ends),
+and compared token for token with what the speculative loop committed. After a divergence the
+two trajectories differ, so that sequence is not compared further.
+
+On the CPU in fp32 the two agree exactly (the tests hold it to 0 divergences). In bf16 a
+multi-token verify and a one-token decode round differently, so a divergence at a near-tie is
+not a bug and one at a clear margin is. Every divergence is therefore ARBITRATED: the disputed
+position's logits are recomputed in fp32 from the same context (the committed prefix up to it,
+on which both paths agree), and the divergence passes only if both disputed tokens are within
+what the run's dtype can resolve of the fp32 top-1 (`resolution`), else the run fails. Each
+arbitration is recorded (GateResult.arbitrations -> the manifest's gate).
+
+The fp32 arbiter is a float32 copy of the trunk, built on the trunk's device only when a
+divergence needs it and dropped when the check ends. At 5.7B that is 23 GB next to the 11.4 GB
+of bf16 weights, fine on an H200; a layer-by-layer upcast would bound the memory to one layer,
+but it would walk the model's layers outside the model's own forward, a second forward to keep
+right; the copy runs the trunk's own `forward_train`, the path the transformers-equality tests
+already check.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from atlas_ab.run.engine import status_of
+
+# Unit roundoff of each dtype: a value of magnitude m is stored to within m * u
+# (bf16 keeps 8 significand bits: u = 2^-8).
+UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}
+
+# How far a whole forward in a dtype moves a logit from its fp32 value, in units of u * m, where
+# m = the largest |fp32 logit| at that position. The error does NOT follow each logit's own
+# magnitude: it comes from the rounding of the hidden state, which every logit of the position
+# shares, so it is ~flat across the vocabulary at the scale of the position's logits (measured:
+# bench/bench_logit_error.py, bench/results/logit_error_cpu_2026-11-29.txt: in the trained default
+# the median error is 0.011 for |logit| < 1 and 0.020 for |logit| in [8, 16)).
+# Max of |bf16 - fp32| / (u * m) over 4.2 M logits each (4 x 256 held-out tokens, CPU): 4.83 for
+# the trained default (7.3M, 6 layers), 2.44 / 2.74 / 4.16 for random d256 trunks of 2 / 8 / 24
+# layers; the 99.9th percentile is at most 2.4. At the llama8b shape (5.7B, 32 layers, random
+# weights) on the H200 it is larger: max 25.4, q99.9 14.0, q99 10.7 (tests/speculative/test_gpu_gate.py,
+# 2026-11-29; 4 x 128 tokens), so the bound allows 32. An injected bug's fp32 margin is still an
+# order above it (the same GPU test: the wrong commit failed the gate at that shape).
+FORWARD_ERROR = 32.0
+
+
+def resolution(dtype: torch.dtype, magnitude: float) -> float:
+    """The fp32 gap below the top-1 within which two paths in `dtype` may legitimately pick
+    different tokens: each path's logits sit within FORWARD_ERROR * u * m of fp32, so a token
+    chosen by one path is at most twice that below the fp32 top-1."""
+    return 2.0 * FORWARD_ERROR * UNIT_ROUNDOFF.get(dtype, UNIT_ROUNDOFF[torch.float32]) * max(magnitude, 1.0)
+
+
+@dataclass
+class GateResult:
+    checked_sequences: int = 0
+    checked_tokens: int = 0
+    divergences: int = 0
+    near_ties: int = 0                  # divergences that passed arbitration
+    arbitrated: int = 0
+    passed: bool | None = None          # None: nothing was checked
+    margins: list = field(default_factory=list)        # the replay's top-1/top-2 margin at each divergence
+    arbitrations: list = field(default_factory=list)   # one dict per divergence (see `check`)
+    first_divergence: dict | None = None               # the first that failed, else the first
+
+    @property
+    def status(self) -> str:
+        """passed | failed | not run (a gate that checked nothing never reads as passed)."""
+        return status_of(self.passed, self.checked_sequences)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "status": self.status}
+
+
+@dataclass
+class Replay:
+    tokens: np.ndarray      # [S, turns, G] target-only greedy tokens
+    margins: np.ndarray     # [S, turns, G] top-1 minus top-2 logit (in the run's dtype)
+    history: np.ndarray     # [S, L] every sequence's tokens (context chunks and generated)
+    gen_start: np.ndarray   # [S, turns] index in `history` of each turn's first generated token
+
+
+def replay_greedy(trunk, docs, gen_tokens: int, graphs: bool = False) -> Replay:
+    """Target-only greedy over docs x turns, batched: `trajectory.greedy`, the one decode (replay
+    mode builds its trajectories with it too), viewed as the gate compares it."""
+    from atlas_ab.speculative.trajectory import greedy
+
+    traj = greedy(trunk, docs, gen_tokens, graphs=graphs)
+    G = gen_tokens
+    at = traj.gen_start[:, :, None] + np.arange(G)[None, None, :]        # [S, turns, G] positions
+    rows = np.arange(traj.batch)[:, None, None]
+    return Replay(tokens=traj.tokens[rows, at].astype(np.int64),
+                  margins=traj.margins[rows, at - 1, 0].astype(np.float64),
+                  history=traj.tokens.astype(np.int64), gen_start=traj.gen_start)
+
+
+@contextlib.contextmanager
+def _strict_fp32():
+    """fp32 matmuls in fp32 (not TF32) while arbitrating, whatever the process set."""
+    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def trunk_in(trunk, dtype: torch.dtype):
+    """The trunk itself when it is in `dtype`, else a copy in `dtype` on its device (built from
+    its own weights: no random init, no CPU copy)."""
+    if next(trunk.parameters()).dtype == dtype:
+        return trunk
+    with torch.device("meta"):
+        copy = type(trunk)(trunk.args)
+    copy.load_state_dict({k: v.to(dtype) for k, v in trunk.state_dict().items()}, assign=True)
+    copy.tie_weights()
+    return copy.eval()
+
+
+@torch.no_grad()
+def fp32_logits(t32, contexts: list[np.ndarray], chunk: int = 4) -> torch.Tensor:
+    """fp32 logits [N, V] of the next token after each context (uncached, causal; contexts are
+    right-padded, which a causal forward never sees from the rows before the padding)."""
+    dev = next(t32.parameters()).device
+    rows = []
+    with _strict_fp32():
+        for i in range(0, len(contexts), chunk):
+            part = contexts[i:i + chunk]
+            T = max(len(c) for c in part)
+            tok = torch.zeros(len(part), T, dtype=torch.long)
+            for j, c in enumerate(part):
+                tok[j, :len(c)] = torch.as_tensor(c)
+            h = t32.forward_train(tok.to(dev))
+            last = torch.as_tensor([len(c) - 1 for c in part], device=dev)
+            rows.append(t32.logits(h[torch.arange(len(part), device=dev), last][:, None])[:, 0].float())
+    return torch.cat(rows)
+
+
+def check(trunk, docs, generated, gen_tokens: int, seqs, graphs: bool = False) -> GateResult:
+    """Compare the speculative loop's generated[seq][turn] with a target-only replay of `seqs`,
+    arbitrating every divergence in fp32."""
+    if len(seqs) == 0:
+        return GateResult()
+    dtype = next(trunk.parameters()).dtype
+    ref = replay_greedy(trunk, [docs[s] for s in seqs], gen_tokens, graphs)
+    res = GateResult(checked_sequences=len(seqs), passed=True)
+    disputes = []       # (i, seq, turn, token index, speculative token, target-only token)
+    for i, s in enumerate(seqs):
+        for t, spec_toks in enumerate(generated[s]):
+            ref_toks = ref.tokens[i, t]
+            res.checked_tokens += len(spec_toks)
+            diff = np.nonzero(np.asarray(spec_toks) != ref_toks)[0]
+            if len(diff):
+                g = int(diff[0])
+                res.checked_tokens -= len(spec_toks) - g - 1    # the trajectories differ from here on
+                disputes.append((i, s, t, g, int(spec_toks[g]), int(ref_toks[g])))
+                break
+    if not disputes:
+        return res
+    t32 = trunk_in(trunk, torch.float32)
+    z = fp32_logits(t32, [ref.history[i, :ref.gen_start[i, t] + g] for i, _, t, g, _, _ in disputes])
+    del t32
+    for (i, s, t, g, a, b), zi in zip(disputes, z):
+        top1 = float(zi.max())
+        m = float(zi.abs().max())
+        fp32_margin = top1 - min(float(zi[a]), float(zi[b]))
+        bound = resolution(dtype, m)
+        ok = fp32_margin <= bound
+        rec = dict(doc_id=int(docs[s].doc_id), turn=t, token=g, speculative=a, target_only=b,
+                   margin=float(ref.margins[i, t, g]), fp32_margin=fp32_margin, fp32_top1=int(zi.argmax()),
+                   magnitude=m, bound=bound, dtype=str(dtype).replace("torch.", ""),
+                   verdict="near-tie" if ok else "clear margin")
+        if not ok:
+            rec["why"] = (f"fp32 margin {fp32_margin:.4g} > {bound:.4g}, what {rec['dtype']} can resolve at "
+                          f"logit magnitude {m:.3g}")
+        res.divergences += 1
+        res.arbitrated += 1
+        res.near_ties += ok
+        res.margins.append(rec["margin"])
+        res.arbitrations.append(rec)
+        if not ok and res.passed:
+            res.passed = False
+            res.first_divergence = rec
+    if res.first_divergence is None:
+        res.first_divergence = res.arbitrations[0]
+    return res
+
+
+@torch.no_grad()
+def forward_error(trunk, tokens: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> dict:
+    """Calibrates FORWARD_ERROR: |logit in `dtype` - logit in fp32| of the same weights over every
+    position and vocabulary entry of `tokens` [B, T] (uncached forwards), in units of u * m with
+    m = the position's largest |fp32 logit|; plus the raw error binned by each logit's own
+    magnitude (to show it does not follow it). bench/bench_logit_error.py prints it."""
+    low = trunk_in(trunk, dtype)                 # the run's model ...
+    t32 = trunk_in(low, torch.float32)           # ... and its arbiter: the same weights, upcast
+    with _strict_fp32():
+        tokens = tokens.to(next(t32.parameters()).device)
+        z32 = t32.logits(t32.forward_train(tokens))
+        zlo = low.logits(low.forward_train(tokens)).float()
+    err = (zlo - z32).abs()
+    m = z32.abs().amax(-1, keepdim=True)
+    ratio = (err / (UNIT_ROUNDOFF[dtype] * m.clamp(min=1.0))).flatten().double()
+    sample = ratio[torch.randperm(len(ratio), generator=torch.Generator().manual_seed(0))[:1_000_000]
+                   .to(ratio.device)] if len(ratio) > 1_000_000 else ratio
+    qs = (0.5, 0.99, 0.999)
+    out = {"n_logits": int(ratio.numel()), "dtype": str(dtype).replace("torch.", ""),
+           "median_position_magnitude": float(m.median()),
+           "ratio": {f"q{q * 100:g}": float(v) for q, v in zip(qs, torch.quantile(sample, torch.tensor(
+               qs, dtype=torch.float64, device=sample.device)))} | {"max": float(ratio.max())}, "bins": []}
+    mag = z32.abs()
+    for lo, hi in ((0, 1), (1, 2), (2, 4), (4, 8), (8, 16), (16, float("inf"))):
+        sel = (mag >= lo) & (mag < hi)
+        if sel.any():
+            e = err[sel].double()
+            out["bins"].append({"abs_logit": [lo, hi], "n": int(sel.sum()), "err_median": float(e.median()),
+                                "err_max": float(e.max())})
+    return out

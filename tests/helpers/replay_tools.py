@@ -1,0 +1,101 @@
+"""Test helpers for replay mode: run an arm live or replayed, and harvest a live run's
+own target outputs into a Trajectory (so a replay of it can be compared bit for bit)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import torch
+
+from atlas_ab.speculative.loop import Wave
+from atlas_ab.proposers.draft_model import DraftModelProposer
+from atlas_ab.proposers.mtp_head import MTPProposer
+from atlas_ab.speculative.targets import LiveTarget, ReplayTarget
+from atlas_ab.telemetry.fingerprint import fingerprint_rows
+from atlas_ab.speculative.trajectory import Trajectory
+
+
+def proposer(models, arm, draft=None):
+    trunk, mtp = models
+    if arm.proposer == "draft_model":
+        return DraftModelProposer(draft)
+    return MTPProposer(trunk, mtp, arm.row_space, arm.refeed)
+
+
+def tables(trace):
+    steps = trace.steps.table().to_pandas()
+    events = (trace.events.table().to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+              if trace.events is not None else None)
+    return steps, events
+
+
+def run(models, arm, docs, G, target=None, draft=None, inspect=None):
+    """One wave of `arm`; target None = live. Returns (steps, events, trace, wave)."""
+    wave = Wave(target if target is not None else models[0], proposer(models, arm, draft), arm, docs, G,
+                fingerprint_rows=fingerprint_rows)
+    if inspect is not None:
+        wave.on_step = lambda *a: inspect(wave)
+    trace = wave.run()
+    return (*tables(trace), trace, wave)
+
+
+class RecordingTarget(LiveTarget):
+    """The live target, keeping every prefill and verify output in time order."""
+
+    def __init__(self, trunk):
+        super().__init__(trunk)
+        self.log = []
+
+    def prefill(self, turn, history, start, count):
+        hid, first = super().prefill(turn, history, start, count)
+        self.log.append(("prefill", turn, start.copy(), count.copy(), hid.clone(), first.clone()))
+        return hid, first
+
+    def verify(self, vtok, pos, slots, length):
+        vh, target = super().verify(vtok, pos, slots, length)
+        self.log.append(("verify", vtok.clone(), pos.clone(), slots.clone(), vh.clone(), target.clone()))
+        return vh, target
+
+
+def harvest(rec: RecordingTarget, wave: Wave, G: int, extend: int) -> Trajectory:
+    """The trajectory a live wave's own target computed: for every position, the LAST hidden the
+    target computed for it on the committed path (the one the loop consumed), the argmaxes on
+    the path, and past each turn's end what the verify saw there. Positions the live run never
+    computed hold NaN hiddens and argmax -2, so a replay that needs one differs visibly."""
+    B = wave.B
+    L = int(wave.n_tok.max())
+    tokens = np.where(np.arange(L)[None, :] < wave.n_tok[:, None], wave.history[:, :L], -1).astype(np.int32)
+    H = rec.hidden_size
+    hiddens = torch.full((B, L, H), float("nan"), dtype=rec.dtype)
+    argmax = np.full((B, L), -2, dtype=np.int32)
+    turns = len(wave.docs[0].chunks)
+    ext = np.full((B, turns, extend), -2, dtype=np.int32)
+    gen_start = np.zeros((B, turns), dtype=np.int64)
+    for entry in rec.log:
+        if entry[0] == "prefill":
+            _, t, start, count, hid, first = entry
+            gen_start[:, t] = start + count
+            for b in range(B):
+                hiddens[b, start[b]:start[b] + count[b]] = hid[b, :count[b]]
+                argmax[b, start[b] + count[b] - 1] = int(first[b])
+            turn = t
+            continue
+        _, vtok, pos, slots, vh, target = entry
+        vtok, pos, target = vtok.numpy(), pos.numpy(), target.numpy()
+        for b in np.nonzero(slots[:, 0].numpy() >= 0)[0]:
+            end = gen_start[b, turn] + G - 1
+            for j in range(pos.shape[1]):
+                if j and vtok[b, j] != target[b, j - 1]:
+                    break               # past the first rejected draft: conditioned on a wrong token
+                p = pos[b, j]
+                if p <= end:
+                    hiddens[b, p] = vh[b, j]
+                    argmax[b, p] = target[b, j]
+                if p >= end:
+                    ext[b, turn, p - end] = target[b, j]
+    return Trajectory(doc_ids=wave.doc_ids.copy(), tokens=tokens, argmax=argmax, hiddens=hiddens, ext=ext,
+                      gen_start=gen_start, margins=np.zeros((B, L, 2), np.float32), gen_tokens=G)
+
+
+def replay_target(traj):
+    return ReplayTarget(traj, "cpu")

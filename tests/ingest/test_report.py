@@ -1,0 +1,49 @@
+"""`report` on runs without a step table: the verdict where the grain has the registered sd,
+one line naming why where it has not."""
+import json
+import math
+
+from atlas_ab.analysis.__main__ import main
+from atlas_ab.ingest import ingest
+from tests.helpers.engine_fixtures import trtllm_entry, vllm_prom
+
+ERR = "atlas_ab.analysis: error: "
+
+
+def prereg(tmp, metric="p2_uncond", decides="binomial"):
+    p = tmp / f"{metric}-{decides}.yaml"
+    p.write_text(f"name: t\nhypothesis: x\nprimary_metric: {metric}\ndirection: increase\nmin_effect: 0.01\n"
+                 f"threshold_sd: 2\ndecides: {decides}\narms: {{control: ctl, treatment: trt}}\nmin_n_per_arm: 100\n")
+    return p
+
+
+def one_error(capsys, argv, must):
+    code = main([str(a) for a in argv])
+    err = [l for l in capsys.readouterr().err.splitlines() if "warning" not in l]
+    assert code == 2 and len(err) == 1 and err[0].startswith(ERR), err
+    for m in must:
+        assert m in err[0], err[0]
+
+
+def test_counters_verdict_binomial_only(tmp_path, capsys):
+    (tmp_path / "off.prom").write_text(vllm_prom(2000, 4000, 2500, [1500, 1000]))
+    (tmp_path / "on.prom").write_text(vllm_prom(2000, 4000, 2700, [1550, 1150]))
+    off = ingest("prometheus", [tmp_path / "off.prom"], tmp_path / "ctl").out
+    on = ingest("prometheus", [tmp_path / "on.prom"], tmp_path / "trt").out
+    assert main(["report", str(on), str(off), "--prereg", str(prereg(tmp_path)), "--out", str(tmp_path / "r"),
+                 "--bootstrap", "100"]) == 0
+    assert capsys.readouterr().out.startswith("MET")
+    v = json.loads((tmp_path / "r" / "report.json").read_text())["verdicts"][0]
+    sd = math.hypot(math.sqrt(0.5 * 0.5 / 2000), math.sqrt(0.575 * 0.425 / 2000))
+    assert v["delta"] == 0.575 - 0.5 and abs(v["sd"] - sd) < 1e-12
+    one_error(capsys, ["report", on, off, "--prereg", prereg(tmp_path, decides="cluster"), "--out", tmp_path / "r2"],
+              ["decides by the cluster sd", "global counters have no requests or documents"])
+
+
+def test_token_totals_refuse_p2(tmp_path, capsys):
+    for arm, acc in (("ctl", 1), ("trt", 2)):
+        (tmp_path / f"{arm}.json").write_text(json.dumps([trtllm_entry(i, [3, 3], [acc, 0]) for i in range(4)]))
+        ingest("trtllm", [tmp_path / f"{arm}.json"], tmp_path / arm)
+    one_error(capsys, ["report", tmp_path / "ctl", tmp_path / "trt", "--prereg", prereg(tmp_path),
+                       "--out", tmp_path / "r"], [str(tmp_path / "ctl"), "p2_uncond is not available",
+                                                  "token totals only"])
