@@ -32,10 +32,17 @@ from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.base import RowFeed
 from atlas_ab.proposers.ring import Ring, gap_keys
 from atlas_ab.runtime.graphs import capture_seconds
+from atlas_ab.speculative.sampling import greedy_accept
 from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.telemetry.events import EventLog
 from atlas_ab.telemetry.records import StepBlocks
 from atlas_ab.workload.documents import Document
+
+
+def commit_counts(accepted: np.ndarray, active: np.ndarray, left: np.ndarray) -> np.ndarray:
+    """[B] tokens each sequence commits: its accepted drafts and the token after them (the target's,
+    recovered or bonus), cut at what its turn still needs (`left`); 0 for inactive sequences."""
+    return np.where(active, np.minimum(accepted + 1, left), 0)
 
 
 @dataclass
@@ -182,7 +189,7 @@ class Wave:
             vh, target = self._serial(vtok, pos_t, slots_t, int(n[active].max()) + 1)
         else:
             vh, target = self.target.verify(vtok, pos_t, slots_t, int(n[active].max()) + K + 1)
-        acc = (prop.drafts == target[:, :K]).long().cumprod(dim=1).sum(dim=1)
+        acc = greedy_accept(prop.drafts, target)
         if gated is None:
             gated = torch.zeros_like(acc, dtype=torch.bool)
         acc = torch.where(gated, torch.zeros_like(acc), acc)
@@ -212,7 +219,7 @@ class Wave:
                                    .reshape(-1, K, arm.shadow_topk))
 
         # commit: accepted drafts + bonus (== the target's tokens), cut at the turn's G tokens
-        c = np.where(active, np.minimum(acc_h + 1, self.G - self.gen), 0)
+        c = commit_counts(acc_h, active, self.G - self.gen)
         rows, cols = np.nonzero(np.arange(K + 1)[None, :] < c[:, None])
         self.history[rows, n[rows] + 1 + cols] = target_h[rows, cols]
         a_eff = np.maximum(c - 1, 0)           # accepted drafts the trajectory kept
