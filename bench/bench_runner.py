@@ -27,6 +27,7 @@ import torch
 
 from atlas_ab.config.structured import ArmConfig, ModelConfig, WorkloadConfig
 from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.proposers.draft_model import DraftModelProposer
 from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.analysis.metrics import cell_counts, rates
@@ -69,7 +70,7 @@ def run_wave(trunk, proposer, arm, docs, gen):
     sync(dev)
     t0 = time.perf_counter()
     fp = fingerprint_rows if arm.fingerprints_on else None
-    trace = Wave(trunk, proposer, arm, docs, gen, fingerprint_rows=fp, graphs=GRAPHS).run()
+    trace = Wave(LiveTarget(trunk, GRAPHS), proposer, arm, docs, gen, fingerprint_rows=fp).run()
     sync(dev)
     t1 = time.perf_counter()
     if trace.events is not None:

@@ -240,6 +240,8 @@ class RunSession:
             # Not lossless at a clear margin: the run fails loudly (status "failed", which the
             # analysis refuses), naming the first divergence.
             d = gate.get("first_divergence") or {}
+            if d.get("summary"):
+                raise AtlasError(f"lossless gate failed: {d['summary']}")
             raise AtlasError(
                 f"lossless gate failed: doc {d.get('doc_id')} turn {d.get('turn')} token {d.get('token')}: "
                 f"speculative {d.get('speculative')} vs target-only {d.get('target_only')} "

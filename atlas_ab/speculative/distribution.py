@@ -9,7 +9,8 @@ then top-p, then softmax over what is left):
 Every draw is an inverse CDF over the fixed vocabulary order: token = the first t with
 F(t) > u * F(V-1), F the running sum in float64, so a token of zero mass is never drawn and
 one uniform decides one token. The randomized PIT u = F(y-) + V p(y) of a token y is
-Uniform(0, 1) exactly when y ~ p (the distributional gate's statistic).
+Uniform(0, 1) exactly when y ~ p (the distributional gate's statistic), for F in the
+vocabulary's order or in any order fixed before y is drawn.
 
 Shapes: any leading batch dims `...`, vocabulary last (`V`).
 """
@@ -63,12 +64,21 @@ def draw(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.minimum(t, last)
 
 
-def pit(p: torch.Tensor, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def pit(p: torch.Tensor, y: torch.Tensor, v: torch.Tensor, key: torch.Tensor | None = None) -> torch.Tensor:
     """[...] float64: the randomized PIT F(y-) + v p(y) of tokens y [...] under p [..., V]
-    (normalised here), with uniforms v [...]."""
-    F = cdf(p)                                                             # [..., V]
-    total = F[..., -1]
+    (normalised here), with uniforms v [...]. F runs over the vocabulary in its own order, or
+    (key [..., V]) by descending key, ties in vocabulary order: any order fixed before y is
+    drawn keeps u Uniform(0, 1) under p, and one that sorts where a wrong sampler errs makes
+    the error show (sampling.output_pit)."""
     yi = y.clamp(min=0).unsqueeze(-1)
     py = p.double().gather(-1, yi).squeeze(-1)                             # [...]
-    below = F.gather(-1, yi).squeeze(-1) - py                              # F(y-)
-    return (below + v.double() * py) / total
+    if key is None:
+        F = cdf(p)                                                         # [..., V]
+        below = F.gather(-1, yi).squeeze(-1) - py                          # F(y-)
+    else:
+        order = key.sort(dim=-1, descending=True, stable=True).indices     # [..., V]
+        F = cdf(p.gather(-1, order))                                       # in that order
+        rank = torch.empty_like(order).scatter_(-1, order, torch.arange(p.shape[-1], device=p.device)
+                                                .expand_as(order).contiguous())
+        below = F.gather(-1, rank.gather(-1, yi)).squeeze(-1) - py
+    return (below + v.double() * py) / F[..., -1]
