@@ -133,3 +133,47 @@ def test_the_gate_fails_a_lossy_sampler(models, monkeypatch, bug):
     trace = wave(models, ArmConfig(num_drafts=2), docs, seed=1, gen=16)
     g = pit_gate.check(np.concatenate(trace.pit), len(docs))
     assert g["passed"] is False and g["ks"]["p_value"] < 1e-6
+
+
+# ------------------------------------------------------------------ replay = live, in distribution
+def _units(models, arm, plan, M=240, replay=False):
+    """M independent runs of one turn: copies of two documents under distinct doc_ids (each its own
+    uniforms), live or replayed over their stored target-only sampled trajectory. Per unit: the
+    first step's accept length and the turn's number of steps (i.i.d. across units)."""
+    from atlas_ab.workload.documents import Document
+    base = tiny_docs(n=2, turns=1, chunk=10)
+    docs = [Document(doc_id=i, name=f"copy{i}", chunks=base[i % 2].chunks) for i in range(M)]
+    target = LiveTarget(models[0])
+    if replay:
+        traj = sampled(models[0], docs, G, plan.target, plan.seed, extend=EXTEND, keep_hiddens=True)
+        target = ReplayTarget(traj, "cpu", logits=models[0].logits)
+    steps = Wave(target, proposer(models, arm), arm, docs, G, plan=plan).run().steps.table().to_pandas()
+    return steps[steps.step == 0].set_index("doc_id").accept_len.sort_index(), steps.groupby("doc_id").size()
+
+
+def _homogeneity(a, b):
+    from scipy import stats
+    vals = sorted(set(a) | set(b))
+    return stats.chi2_contingency(np.array([[(a == v).sum() for v in vals], [(b == v).sum() for v in vals]])).pvalue
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["sampled", "greedy"])
+def test_replay_equals_live_in_distribution(models, policy):
+    """Two-sample chi-square tests (alpha 1e-3 each) of the first step's accept length and the
+    turn's step count, live vs replay, over 240 independent units each; and a replay whose drafts
+    ignore the trajectory (x ~ q, not coupled) is told apart by the same test."""
+    arm = ArmConfig(num_drafts=2, catchup=True, refeed=True, fingerprints=False, draft_policy=policy)
+    plan = plan_of(arm, SamplingConfig(temperature=1.0, seed=5))
+    live, rep = _units(models, arm, plan), _units(models, arm, plan, replay=True)
+    assert live[0].max() >= 1 and rep[0].max() >= 1
+    assert _homogeneity(live[0], rep[0]) > 1e-3 and _homogeneity(live[1], rep[1]) > 1e-3
+    if policy == "sampled":
+        from atlas_ab.speculative.draws import CoupledDraws, LiveDraws
+        mp = pytest.MonkeyPatch()
+        mp.setattr(CoupledDraws, "draw", LiveDraws.draw)
+        try:
+            broken = _units(models, arm, plan, replay=True)
+        finally:
+            mp.undo()
+        assert _homogeneity(live[0], broken[0]) < 1e-3
