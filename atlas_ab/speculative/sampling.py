@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from atlas_ab.speculative import uniforms
-from atlas_ab.speculative.distribution import Sampling, draw, pit, probs
+from atlas_ab.speculative.distribution import Sampling, draw, pit
 
 #: The placeholder of depths past a step's output (vLLM's PLACEHOLDER_TOKEN_ID).
 PLACEHOLDER = -1
@@ -123,11 +123,12 @@ class StepUniforms:
 
     @staticmethod
     def of(seed: int, doc: torch.Tensor, turn: int, n: torch.Tensor, K: int) -> "StepUniforms":
-        """doc [B], n [B] (the step's position) long tensors on the run's device."""
-        depth = torch.arange(1, K + 2, device=doc.device)[None, :]               # [1, K+1]
-        u = lambda s, d: uniforms.uniform(seed, doc[:, None], turn, n[:, None], d, s)  # noqa: E731
-        return StepUniforms(accept=u(uniforms.ACCEPT, depth[:, :K]), token=u(uniforms.TOKEN, depth),
-                            pit=u(uniforms.PIT, depth))
+        """doc [B], n [B] (the step's position) long tensors on the run's device; the three streams
+        in one hash call (a GPU step is launch-bound)."""
+        depth = torch.arange(1, K + 2, device=doc.device)[None, None, :]         # [1, 1, K+1]
+        stream = torch.tensor([uniforms.ACCEPT, uniforms.TOKEN, uniforms.PIT], device=doc.device)[None, :, None]
+        u = uniforms.uniform(seed, doc[:, None, None], turn, n[:, None, None], depth, stream)  # [B, 3, K+1]
+        return StepUniforms(accept=u[:, 0, :K], token=u[:, 1], pit=u[:, 2])
 
 
 def pit_order(p: torch.Tensor, q: torch.Tensor | None, drafts: torch.Tensor,
@@ -196,8 +197,3 @@ def greedy_accept(drafts: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     the target's own token at the first mismatch, or the bonus)."""
     K = drafts.shape[1]
     return (drafts == target[:, :K]).long().cumprod(dim=1).sum(dim=1)
-
-
-def target_probs(logits: torch.Tensor, plan: SamplingPlan) -> torch.Tensor:
-    """[..., V] the target's distribution of logits [..., V] under the plan."""
-    return probs(logits, plan.target)

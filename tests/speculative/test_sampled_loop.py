@@ -5,7 +5,6 @@ sampler bugs fail the gate. Statistical checks use fixed seeds; a lossless sampl
 gate's KS test with probability ALPHA = 1e-3."""
 import numpy as np
 import pytest
-import torch
 
 from atlas_ab.config.structured import ArmConfig, SamplingConfig
 from atlas_ab.proposers.draft_model import DraftModelProposer
