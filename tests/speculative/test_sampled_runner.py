@@ -52,18 +52,28 @@ def test_a_lossy_sampler_fails_the_run(tmp_path, tiny_ckpt, monkeypatch):  # noq
 
 
 BAD = {
-    "top_p at greedy": (["workload.sampling.top_p=0.9"], "top_p=0.9 has no effect at temperature=0"),
-    "negative temperature": (["workload.sampling.temperature=-1"], "out of range"),
-    "top_p past 1": (["workload.sampling.temperature=1", "workload.sampling.top_p=1.5"], "top_p=1.5"),
-    "draft policy at greedy": (["+arm=baseline", "arm.draft_policy=greedy"], "draft_policy has no effect"),
-    "unknown policy": (["+arm=baseline", "workload.sampling.temperature=1", "arm.draft_policy=nucleus"],
-                       "draft_policy='nucleus'"),
+    "top_p at greedy": ({"top_p": 0.9}, "top_p=0.9 has no effect at temperature=0"),
+    "negative temperature": ({"temperature": -1.0}, "out of range"),
+    "hot": ({"temperature": 11.0}, "out of range"),
+    "top_p past 1": ({"temperature": 1.0, "top_p": 1.5}, "top_p=1.5"),
+    "negative top_k": ({"temperature": 1.0, "top_k": -1}, "top_k=-1"),
 }
 
 
 @pytest.mark.parametrize("case", BAD, ids=list(BAD))
-def test_bad_sampling_is_one_line(tmp_path, case):
-    args, must = BAD[case]
+def test_bad_sampling_is_refused(case):
+    from atlas_ab import AtlasError
+    from atlas_ab.config.structured import SamplingConfig, validate_sampling
+    fields, must = BAD[case]
+    with pytest.raises(AtlasError, match=must.replace("(", r"\(").replace(")", r"\)")):
+        validate_sampling(SamplingConfig(**fields))
+
+
+@pytest.mark.parametrize("args,must", [
+    (["+arm=baseline", "arm.draft_policy=greedy"], "draft_policy has no effect"),
+    (["+arm=baseline", "workload.sampling.temperature=1", "arm.draft_policy=nucleus"], "draft_policy='nucleus'"),
+], ids=["draft policy at greedy", "unknown policy"])
+def test_bad_sampling_is_one_line(tmp_path, args, must):
     d = tmp_path / "run"
     rc, out, err = cli(*args, f"hydra.run.dir={d}", "runner.device=cpu")
     assert rc == 2 and must in err and len(err.strip().splitlines()) == 1, err
