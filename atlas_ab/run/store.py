@@ -284,7 +284,7 @@ class RunStore:
             sha["steps"] = atomic.write_table(self.dir / st_rel, steps)
         except OSError as ex:
             self.remove_debris()
-            raise AtlasError(f"cannot write shard {name} in {self.dir}: {ex.strerror or ex}") from None
+            raise AtlasError(f"cannot write {ex.filename or self.dir / 'steps' / name}: {ex.strerror or ex}") from None
         entry = {"wave": wave, "steps": st_rel, "events": ev_rel, "rows": steps.num_rows,
                  "event_rows": 0 if events is None else events.num_rows, "sha256": sha,
                  "docs": [int(d) for d in docs], "tokens": int(n_tokens), "seconds": round(float(seconds), 3),
