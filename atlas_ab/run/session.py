@@ -5,7 +5,8 @@ before anything loads, locks the study's pre-registrations, claims a device and 
 count, opens (or resumes) the run store under its lock, feeds the waves the store does not
 hold yet, turns the lossless gate's outcome into the run's status, and writes the summary.
 Every failure ends as one line (AtlasError) with the run marked `failed`; nothing
-half-written is left looking like data.
+half-written is left looking like data. An invocation refused before it owns a run (the
+directory is another process's, or holds a run it may not touch) writes nothing at all.
 """
 from __future__ import annotations
 
@@ -169,10 +170,10 @@ class RunSession:
             if resume and resume != "auto" and Path(resume).resolve() != run_dir.resolve():
                 raise AtlasError(f"runner.resume={resume} but the run directory is {run_dir} "
                                  "(do not set hydra.run.dir together with runner.resume)")
-            resuming = not self.fresh
-            if resuming and not resume:
+            if not self.fresh and not resume:
                 raise AtlasError(f"{run_dir} already holds a run; continue it with runner.resume={run_dir} "
                                  "or choose another hydra.run.dir")
+            resuming = not self.fresh
             if resuming:
                 store.check_resumable(base["config"])     # before any model loads
             preregs = lock_preregs(c.study, self.job)

@@ -199,6 +199,9 @@ ANALYSIS_INPUT = [
               "losslessly; no verdict on it (pass --allow-ungated to judge anyway)",
          ("atlas_ab.analysis", "report", "{ungated}", "{b}", "--prereg", "{prereg}", "--out", "{tmp}/rep",
           "--bootstrap", "0")),
+    Case("analysis.locked-differently", "a report on arms whose manifests locked different texts of one "
+         "pre-registration", AN + "pre-registration refeed_p2_uncond.yaml: the runs carry different locked hashes …",
+         ("atlas_ab.analysis", "report", "{locked_a}", "{locked_b}", "--out", "{tmp}/rep2", "--bootstrap", "0")),
     Case("analysis.not-complete", "a run whose manifest says `running`",
          AN + "{running}/manifest.json: run status is 'running', not 'complete' (pass --allow-incomplete to "
               "analyse it anyway)",

@@ -6,12 +6,12 @@ mount and a small tmpfs, each in a private mount namespace (`unshare -m`, which 
 CAP_SYS_ADMIN; the tests skip without it).
 """
 import ast
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -88,8 +88,18 @@ def paths(tmp_path_factory):
     (ungated / "manifest.json").write_text(json.dumps(m))
     running = synth.write_run(tmp / "running", synth.simulate_steps(600, n_docs=12, seed=4), "refeed_on",
                               status="running")
+    prereg = ROOT / "analysis/prereg/refeed_p2_uncond.yaml"
+    locked = {}
+    for name, edit in (("locked_a", ""), ("locked_b", "\n# edited after the first arm ran\n")):
+        text = prereg.read_text() + edit
+        run = shutil.copytree(a if name == "locked_a" else b, tmp / name)
+        m = manifest(run)
+        m.update(run_dir=str(run), preregs=[{"path": str(prereg), "text": text,
+                                             "sha256": hashlib.sha256(text.encode()).hexdigest()}])
+        (run / "manifest.json").write_text(json.dumps(m))
+        locked[name] = run
     return {"tmp": tmp, "a": a, "b": b, "a_copy": tmp / "a_copy", "ungated": ungated, "running": running,
-            "prereg": ROOT / "analysis/prereg/refeed_p2_uncond.yaml"}
+            "prereg": prereg, **locked}
 
 
 @pytest.mark.parametrize("case", TABLE, ids=[c.id for c in TABLE])
