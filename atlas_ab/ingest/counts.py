@@ -131,6 +131,8 @@ def _from_counts(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
             cond = [ge[i - 1] if k_ge[i - 1] == n else 0 if k_ge[i - 1] == 0 else None for i in range(1, K + 1)]
         y2 = None if hist is None else float(sum(c * (1 + j) ** 2 for j, c in enumerate(hist)))
         rows.append({"doc_id": r.doc_id, "turn": r.turn, "n": n,
+                     "n_recorded": None if pd.isna(r.n_recorded) else int(r.n_recorded),
+                     "zero_max": None if pd.isna(r.zero_max) else int(r.zero_max),
                      "D": None if pd.isna(r.draft_tokens) else int(r.draft_tokens),
                      "A": None if pd.isna(r.accepted_tokens) else int(r.accepted_tokens),
                      "k_max": None if pd.isna(r.k_max) else int(r.k_max),
@@ -248,17 +250,28 @@ def _sums(run: CountsRun, metric: str, y, n, y2, pairing: str) -> DocSums:
 
 
 def _bounds(run: CountsRun, i: int) -> tuple[float, float] | None:
+    """p_i's range over every per-step k the unit's totals allow: n steps of k in 1..K drafting
+    D tokens; where n may include steps with no draft (n_recorded), k in 0..K over those."""
     a = _col(run, "a_ge", i)
     n, D = _col(run, "n"), _col(run, "D")
+    rec = np.asarray([r if r is not None and not (isinstance(r, float) and math.isnan(r)) else np.nan
+                      for r in run.units["n_recorded"]], np.float64) if "n_recorded" in run.units else None
+    zero = rec is not None and np.isfinite(rec).any()
+    if zero:  # n unknown for those units: their recorded steps, some of which may have drafted nothing
+        n = np.where(np.isfinite(rec), rec, n if n is not None else np.nan) if n is not None else rec
+        if np.isnan(n).any():
+            return None
     if a is None or n is None:
         return None
     hi = n.copy()
+    if zero and D is not None:  # a step with no draft frees a token for another: k >= i costs i each
+        hi = np.where(np.isfinite(rec), np.minimum(hi, np.floor(D / i)), hi)
     if i >= 2 and D is not None:
-        hi = np.minimum(hi, np.floor((D - n) / (i - 1)))
+        hi = np.where(np.isfinite(rec) if zero else False, hi, np.minimum(hi, np.floor((D - n) / (i - 1))))
     lo = a.copy()
     K = np.asarray([k if k is not None and not (isinstance(k, float) and math.isnan(k)) else np.nan
                     for k in run.units["k_max"]], np.float64)
-    if D is not None and i >= 2:
+    if D is not None and (i >= 2 or zero):
         with np.errstate(invalid="ignore", divide="ignore"):
             need = np.ceil((D - n * (i - 1)) / (K - i + 1))
         lo = np.maximum(lo, np.where(np.isfinite(need) & (K >= i), need, 0))

@@ -25,6 +25,7 @@ class Record:
     body: dict | None            # a complete (non-streamed) response
     stream: list | None          # the chunks of a streamed response, in order
     extra: dict | None = None    # what the client attached (e.g. TRT-LLM's /perf_metrics entry)
+    request: dict | None = None  # the request the client sent, when it kept it
 
 
 def read_text(path: Path) -> str:
@@ -101,7 +102,10 @@ def read_records(paths) -> list[Record]:
                 rid = (body or {}).get("id") if isinstance(body, dict) else None
                 label2 = " ".join(x for x in (label, f"(doc {doc} turn {turn or 0})" if doc is not None else "",
                                              f"({rid})" if rid else "") if x)
-                out.append(Record(Where(str(p), label2), doc, turn, body, stream, item.get("extra")))
+                req = item.get("request")
+                if req is not None and not isinstance(req, dict):
+                    raise w.error("expected a JSON object", "request")
+                out.append(Record(Where(str(p), label2), doc, turn, body, stream, item.get("extra"), req))
             else:
                 rid = item.get("id") or item.get("request_id")
                 label2 = (label + (f" ({rid})" if rid else "")) if label else str(rid or "")

@@ -38,6 +38,8 @@ COUNT_SCHEMA = pa.schema([
     ("accepted", pa.list_(_I64)),     # accepted[i-1] = #(accept_len >= i)
     ("prompt_tokens", _I64),
     ("completion_tokens", _I64),
+    ("n_recorded", _I64),
+    ("zero_max", _I64),
 ])
 COUNT_COLUMNS = tuple(COUNT_SCHEMA.names)
 COUNT_DOCS = {
@@ -55,6 +57,9 @@ COUNT_DOCS = {
     "accepted": "accepted[i-1] = #(accept_len >= i)",
     "prompt_tokens": "usage.prompt_tokens (the position reconstruction starts there)",
     "completion_tokens": "usage.completion_tokens (checks that no undrafted step went unrecorded)",
+    "n_recorded": "steps the source counted when that count may include steps without a draft (k = 0); "
+                  "then n_steps is null",
+    "zero_max": "with n_recorded: at most this many of them carried no draft",
 }
 
 
@@ -66,8 +71,9 @@ def count_markdown() -> str:
     return "\n".join(rows)
 
 SERIAL_WHY = {
-    "vllm": "vLLM records only steps that carried drafts (vllm/v1/core/sched/scheduler.py: "
-            "`if request.spec_decode_metrics is not None and num_draft_tokens`)",
+    "vllm": "vLLM records only steps scheduled with drafts (vllm/v1/core/sched/scheduler.py: "
+            "`if request.spec_decode_metrics is not None and num_draft_tokens`); its k = 0 rows are such "
+            "steps whose drafts grammar invalidated, plain decode steps are not recorded",
     "sglang": "SGLang counts verify steps only (spec_verify_ct)",
 }
 
@@ -161,6 +167,10 @@ def build(units: list[Unit], source: str, fmt: str, notes: tuple[str, ...] = ())
     per_step = _all(live, lambda u: u.has_steps)
     joint = not glob and _all(live, lambda u: u.joint_known)
     exact, na = [], {}
+    zero_open = [u for u in live if u.zero_steps is None]
+    zero_why = (f"{zero_open[0].where.file}: the source counts verify steps whose drafts grammar invalidated "
+                "(k = 0) together with the others and does not say how many there were (drafted tokens < "
+                "steps x k)") if zero_open else None
     positions, pos_why, cut = (None, None, 0)
     if per_step and clusters == "doc_id":
         positions, pos_why, cut = _positions(live)
@@ -172,6 +182,8 @@ def build(units: list[Unit], source: str, fmt: str, notes: tuple[str, ...] = ())
     has_k = K >= 1 and _all(live, lambda u: all(u.k_ge(i) is not None for i in range(1, K + 1)))
     if has_a and has_k:
         exact.append("p_i")
+    elif has_a and zero_open:
+        na["p_i"] = "bounds only, p1 included: " + zero_why
     elif has_a:
         na["p_i"] = ("bounds only: the source gives #(accept_len >= i) but not how many steps drafted "
                      "depth i, and k varied (drafted tokens < steps x k in some request)")
@@ -186,7 +198,7 @@ def build(units: list[Unit], source: str, fmt: str, notes: tuple[str, ...] = ())
     if _all(live, lambda u: u.n_steps is not None and u.accepted_tokens is not None) or per_step:
         exact.append("tokens_per_step")
     else:
-        na["tokens_per_step"] = "the source does not report the number of verify steps"
+        na["tokens_per_step"] = zero_why or "the source does not report the number of verify steps"
     if _all(live, lambda u: u.draft_tokens is not None and u.accepted_tokens is not None) or per_step:
         exact.append("draft_acceptance_rate")
     else:
@@ -194,7 +206,7 @@ def build(units: list[Unit], source: str, fmt: str, notes: tuple[str, ...] = ())
     if _all(live, lambda u: u.histogram() is not None):
         exact.append("histogram")
     else:
-        na["histogram"] = "no acceptance-length histogram in the source"
+        na["histogram"] = zero_why or "no acceptance-length histogram in the source"
     if clusters:
         exact.append("cluster_sd")
         if clusters == "request":
@@ -265,7 +277,8 @@ def _counts(units: list[Unit]) -> pd.DataFrame:
                      "drafted": [u.k_ge(i) for i in range(1, (u.K or 0) + 1)] or None,
                      "accepted": [u.a_ge(i) for i in range(1, (u.K or 0) + 1)]
                      if all(u.a_ge(i) is not None for i in range(1, (u.K or 0) + 1)) and u.K else None,
-                     "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens})
+                     "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+                     "n_recorded": u.n_recorded, "zero_max": u.zero_max if u.n_recorded is not None else None})
     return pd.DataFrame(rows, columns=list(COUNT_COLUMNS))
 
 
