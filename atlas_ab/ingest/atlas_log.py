@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from atlas_ab import AtlasError
 from atlas_ab.ingest.grain import Telemetry
-from atlas_ab.ingest.records import read_text
+from atlas_ab.ingest.jsonio import read_text
 from atlas_ab.telemetry.schema import EVENT_SCHEMA
 
 CTX = re.compile(r"GLM_MTP_DBG ctx row slot=(\d+) key=(\d+) tok=(\d+) fp_hidden=([0-9a-fA-F]{1,16})\b")

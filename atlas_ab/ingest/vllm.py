@@ -23,7 +23,8 @@ import re
 from pathlib import Path
 
 from atlas_ab import AtlasError
-from atlas_ab.ingest.records import Record, read_records, read_text
+from atlas_ab.ingest.jsonio import read_text
+from atlas_ab.ingest.records import Record, read_records
 from atlas_ab.ingest.units import UNKNOWN, Unit, Where, check_unit, fixed_k
 
 # the spec-decode object's fields (vllm/v1/metrics/stats.py RequestSpecDecodeMetrics.to_dict)

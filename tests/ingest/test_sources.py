@@ -249,3 +249,23 @@ def test_no_positions_without_carried_documents(tmp_path):
     t = res.telemetry
     assert t.clusters == "request" and "cannot be matched" in t.why_not("position_pairing")
     assert "position" not in load_run(res.out).steps.columns
+
+
+def test_registry_and_one_reader():
+    """Every source is one module with one signature; the collector and the ingest read JSON,
+    JSON lines and SSE with the same functions."""
+    import importlib
+    import inspect
+
+    from atlas_ab.ingest import SOURCES, jsonio, records
+    from atlas_ab.ingest import collect
+
+    for name, path in SOURCES.items():
+        mod = importlib.import_module(path)
+        entry = getattr(mod, "units", None) or getattr(mod, "events")
+        assert list(inspect.signature(entry).parameters)[0] == "paths", name
+        assert set(getattr(mod, "OPTIONS", ())) <= set(inspect.signature(entry).parameters), name
+    assert collect.sse_payloads is jsonio.sse_payloads and records.json_items is jsonio.json_items
+    with pytest.raises(AtlasError, match="applies to sglang only, not to vllm"):
+        from atlas_ab.ingest import source_units
+        source_units("vllm", [], k=3)
