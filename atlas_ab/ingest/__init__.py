@@ -3,10 +3,10 @@ emit, written into the telemetry contract at the finest grain each allows, with 
 and what it makes exact recorded in the manifest (`telemetry`, see grain.py).
 
   ingest(source, files, out) -> IngestResult      python -m atlas_ab.analysis ingest SOURCE FILE... --out RUN
-  export(run, fmt, out)                           python -m atlas_ab.analysis export vllm-detailed|histogram RUN
-  counts.load_counts / counts.report              the analysis of runs without a step table
 
-Torch-free, like the analysis.
+Only reads engine files and writes the telemetry contract (steps/, counts/, events/ and the
+manifest's `telemetry`): the analysis reads those like any run (analysis/units.py); ours out as
+vLLM's is analysis/export.py. Torch-free, and it imports nothing of the analysis.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from atlas_ab import AtlasError
-from atlas_ab.ingest.grain import Telemetry
+from atlas_ab.telemetry.grain import Telemetry
 
 #: The sources, by the name `ingest SOURCE` takes: each module exposes `units(paths, **options)`
 #: -> (units, format, notes) and may name the options it takes in `OPTIONS` (the seeds' log is

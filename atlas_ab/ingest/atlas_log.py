@@ -24,7 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from atlas_ab import AtlasError
-from atlas_ab.ingest.grain import Telemetry
+from atlas_ab.telemetry.grain import Telemetry
 from atlas_ab.ingest.jsonio import read_text
 from atlas_ab.telemetry.schema import EVENT_SCHEMA
 

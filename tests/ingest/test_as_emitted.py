@@ -13,7 +13,7 @@ from atlas_ab import AtlasError
 from atlas_ab.analysis.__main__ import main
 from atlas_ab.analysis.load import load_run
 from atlas_ab.ingest import ingest
-from atlas_ab.ingest.counts import figure, load_counts
+from atlas_ab.analysis.units import figure, load_units
 from tests.helpers.engine_fixtures import sglang_meta, sglang_response, vllm_response, vllm_spec
 
 ERR = "atlas_ab.analysis: error: "
@@ -69,7 +69,7 @@ def test_restart_between_scrapes_is_refused(tmp_path, capsys):
     assert code == 2 and "restarted between the scrapes" in err[0] and "went down" in err[0]
     # the same process: the difference
     after.write_text(vllm_scrape(1100, 2200, 1390, [860, 530], created="1.7646e+09"))
-    c = load_counts(ingest("prometheus", [before, after], tmp_path / "same").out)
+    c = load_units(ingest("prometheus", [before, after], tmp_path / "same").out)
     assert figure(c, "p1").value == 800 / 1000 and figure(c, "p2_cond").value == 500 / 800
 
 
@@ -93,7 +93,7 @@ def zero_draft_spec(detailed):
 
 def test_zero_draft_step_summary_is_bounded_not_wrong(tmp_path):
     f = jsonl(tmp_path / "r.jsonl", vllm_response("x", 40, 80, zero_draft_spec(detailed=False)))
-    c = load_counts(ingest("vllm", [f], tmp_path / "run").out)
+    c = load_units(ingest("vllm", [f], tmp_path / "run").out)
     p1, p3 = figure(c, "p1"), figure(c, "p3")
     # the truth: p1 = 18 / 25 = 0.72, p3 = 4 / 25 = 0.16; taking #(k >= 1) = 26 steps gave 0.6923
     assert p1.status == "bounds" and p1.low <= 0.72 <= p1.high
@@ -109,7 +109,7 @@ def test_zero_draft_step_detailed_is_exact(tmp_path):
     f = jsonl(tmp_path / "r.jsonl", {"doc_id": 0, "turn": 0,
                                      "response": vllm_response("x", 40, 62, zero_draft_spec(detailed=True))})
     res = ingest("vllm", [f], tmp_path / "run")
-    c = load_counts(res.out)
+    c = load_units(res.out)
     assert figure(c, "p1").value == 18 / 25 and figure(c, "p3").value == 4 / 25
     assert figure(c, "tokens_per_step").value == 1 + 35 / 25
     # the k = 0 step is a row of its own, in no denominator, and it commits one token
@@ -122,10 +122,10 @@ def test_structured_output_off_means_no_zero_draft_step(tmp_path):
     # summary with drafted < steps x k has k varied, and #(k >= 1) is the step count
     spec = vllm_spec([2, 1, 1, 1], [1, 1, 0, 1], 2, detailed=False)  # 5 drafts over 4 steps: one may be empty
     rec = {"doc_id": 0, "turn": 0, "request": {"model": "m", "temperature": 0}, "response": vllm_response("x", 9, 8, spec)}
-    c = load_counts(ingest("vllm", [jsonl(tmp_path / "r.jsonl", rec)], tmp_path / "plain").out)
+    c = load_units(ingest("vllm", [jsonl(tmp_path / "r.jsonl", rec)], tmp_path / "plain").out)
     assert figure(c, "p1").status == "exact" and figure(c, "p1").value == 3 / 4
     rec["request"]["response_format"] = {"type": "json_object"}
-    c = load_counts(ingest("vllm", [jsonl(tmp_path / "s.jsonl", rec)], tmp_path / "json").out)
+    c = load_units(ingest("vllm", [jsonl(tmp_path / "s.jsonl", rec)], tmp_path / "json").out)
     assert figure(c, "p1").status == "bounds"
 
 
@@ -141,7 +141,7 @@ def test_vllm_histogram_by_draft_length_is_noted_not_fatal(tmp_path, capsys):
     assert code == 0 and not err and not warn  # known, not read: no warning, not refused by --strict
     m = json.loads((tmp_path / "run" / "manifest.json").read_text())["telemetry"]
     assert "acceptance_histogram_by_draft_length" in m["ignored"]
-    assert figure(load_counts(tmp_path / "run"), "p1").value == 2 / 3
+    assert figure(load_units(tmp_path / "run"), "p1").value == 2 / 3
 
 
 def test_vllm_offline_dataclass_in_summary_mode(tmp_path):
@@ -155,7 +155,7 @@ def test_vllm_offline_dataclass_in_summary_mode(tmp_path):
     res = ingest("vllm", [jsonl(tmp_path / "r.jsonl", out)], tmp_path / "run")
     assert res.telemetry.format == "vllm per-request summary" and res.steps == 4
     assert "histogram_by_draft_length" in res.telemetry.ignored
-    c = load_counts(res.out)
+    c = load_units(res.out)
     assert figure(c, "p1").value == 3 / 4 and figure(c, "p2").value == 2 / 4
 
 
@@ -175,7 +175,7 @@ def test_vllm_per_choice_variant_n_and_stream(tmp_path):
             "usage": {"prompt_tokens": 5, "completion_tokens": 12}}
     res = ingest("vllm", [jsonl(tmp_path / "n2.jsonl", body)], tmp_path / "n2")
     assert res.units == 2
-    c = load_counts(res.out)
+    c = load_units(res.out)
     assert figure(c, "p1").value == 3 / 5 and figure(c, "p2").value == 2 / 5
     chunks = [{"id": "c", "object": "text_completion", "choices": [{"index": 0, "text": "a", "finish_reason": None}]},
               {"id": "c", "object": "text_completion",
@@ -183,7 +183,7 @@ def test_vllm_per_choice_variant_n_and_stream(tmp_path):
                             "speculative_decoding_stats": stats([2, 2], [2, 1])}]}]
     sse = tmp_path / "s.sse"
     sse.write_text("".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n")
-    c = load_counts(ingest("vllm", [sse], tmp_path / "stream").out)
+    c = load_units(ingest("vllm", [sse], tmp_path / "stream").out)
     assert figure(c, "p1").value == 1.0 and figure(c, "p2").value == 1 / 2
 
 
@@ -202,7 +202,7 @@ def test_vllm_v0_and_unknown_prometheus_names(tmp_path, capsys):
     res = ingest("prometheus", [v0], tmp_path / "v0")
     assert set(res.telemetry.ignored) == {"vllm:spec_decode_draft_acceptance_rate", "vllm:spec_decode_efficiency",
                                           "vllm:spec_decode_num_emitted_tokens_total"}
-    c = load_counts(res.out)
+    c = load_units(res.out)
     assert figure(c, "draft_acceptance_rate").value == 0.6 and figure(c, "p1").status == "refused"
     # a name this reader does not know: one warning, in the manifest; --strict refuses it
     new = tmp_path / "new.prom"
@@ -210,7 +210,7 @@ def test_vllm_v0_and_unknown_prometheus_names(tmp_path, capsys):
                    + 'vllm:spec_decode_num_drafts_by_draft_length_total{engine="0",draft_length="2"} 100.0\n')
     code, err, warn = errors(capsys, ["ingest", "prometheus", new, "--out", tmp_path / "new"])
     assert code == 0 and len(warn) == 1 and "vllm:spec_decode_num_drafts_by_draft_length_total" in warn[0]
-    assert figure(load_counts(tmp_path / "new"), "p1").value == 0.6
+    assert figure(load_units(tmp_path / "new"), "p1").value == 0.6
     code, err, _ = errors(capsys, ["ingest", "prometheus", new, "--out", tmp_path / "strict", "--strict"])
     assert code == 2 and "field 'vllm:spec_decode_num_drafts_by_draft_length_total'" in err[0]
 
@@ -227,7 +227,7 @@ def test_vllm_older_log_lines(tmp_path):
         "0.450, Number of speculative tokens: 2, Number of accepted tokens: 165, Number of draft tokens: 300, Number "
         "of emitted tokens: 405.\n")
     res = ingest("vllm", [v0], tmp_path / "v0run")
-    assert figure(load_counts(res.out), "draft_acceptance_rate").value == 165 / 300
+    assert figure(load_units(res.out), "draft_acceptance_rate").value == 165 / 300
     assert any("last one is used" in n for n in res.telemetry.notes)
     # the first v1 (vllm/v1/spec_decode/metrics.py SpecDecodingMetrics.log): the same words, one
     # logging interval per line, system efficiency always nan: summed
@@ -239,7 +239,7 @@ def test_vllm_older_log_lines(tmp_path):
         "INFO 02-01 10:00:05 [metrics.py:80] Speculative metrics: Draft acceptance rate: 0.700, System efficiency: "
         "nan, Number of speculative tokens: 2, Number of accepted tokens: 70, Number of draft tokens: 100, Number of "
         "emitted tokens: 0.\n")
-    assert figure(load_counts(ingest("vllm", [v1], tmp_path / "v1run").out),
+    assert figure(load_units(ingest("vllm", [v1], tmp_path / "v1run").out),
                   "draft_acceptance_rate").value == 120 / 200
 
 
@@ -258,7 +258,7 @@ def test_sglang_current_fields_and_no_proposals(tmp_path, capsys):
     assert code == 0 and not err and not warn
     t = json.loads((tmp_path / "run" / "manifest.json").read_text())["telemetry"]
     assert set(t["ignored"]) == {"spec_cap_length", "spec_cap_lens_histogram", "spec_block_accept_length"}
-    c = load_counts(tmp_path / "run")
+    c = load_units(tmp_path / "run")
     assert figure(c, "p1").value == 1.0 and figure(c, "p2").value == 0.0
     # histograms but no spec_verify_ct: no step verified drafts, the request is missing (not rate 0)
     none = {"id": "x", "prompt_tokens": 10, "completion_tokens": 4, "spec_correct_drafts_histogram": [],
@@ -284,7 +284,7 @@ def test_trtllm_fresh_server_scrape_is_zero(tmp_path):
     after.write_text(fresh.read_text() + "".join(
         f'trtllm_spec_decode_{w}_tokens_total{{token_position="{i}",worker="0"}} {v}\n'
         for w, vals in (("drafted", (100, 80, 50)), ("accepted", (70, 40, 10))) for i, v in enumerate(vals)))
-    c = load_counts(ingest("prometheus", [fresh, after], tmp_path / "run").out)
+    c = load_units(ingest("prometheus", [fresh, after], tmp_path / "run").out)
     assert [figure(c, f"p{i}").value for i in (1, 2, 3)] == [0.7, 0.5, 0.2]
 
 
@@ -296,7 +296,7 @@ def test_trtllm_iteration_stats_as_json_strings(tmp_path):
                                              "iterLatencyMS": 1.0, "draftOverhead": 0.1}})
            for i, (d, a, r) in enumerate([(6, 4, 2), (3, 0, 1)])]
     (tmp_path / "stats.json").write_text(json.dumps(its))
-    c = load_counts(ingest("trtllm", [tmp_path / "stats.json"], tmp_path / "run").out)
+    c = load_units(ingest("trtllm", [tmp_path / "stats.json"], tmp_path / "run").out)
     assert figure(c, "tokens_per_step").value == (3 + 4) / 3
 
 
@@ -319,7 +319,7 @@ def test_llamacpp_metrics_counters(tmp_path):
     (tmp_path / "a.prom").write_text(text.format(d=400, a=250, n=200, p0=150, p1=100))
     res = ingest("prometheus", [tmp_path / "b.prom", tmp_path / "a.prom"], tmp_path / "run")
     assert res.telemetry.format == "llamacpp prometheus counters"
-    c = load_counts(res.out)
+    c = load_units(res.out)
     assert figure(c, "p1").value == 0.75 and figure(c, "p2").value == 0.5
     assert figure(c, "tokens_per_step").value == 1 + 250 / 200
 

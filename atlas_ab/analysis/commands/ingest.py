@@ -16,18 +16,17 @@ def run_ingest(args) -> int:
 
 
 def run_export(args) -> int:
-    from atlas_ab.ingest.export import export
+    from atlas_ab.analysis.export import export
 
     res = export(args.run, args.format, args.out, allow_incomplete=args.allow_incomplete)
     return cli.emit(args, res.to_dict(), res.summary())
 
 
 def run_pairs(args) -> int:
-    from atlas_ab.ingest.counts import load_counts, pairs
-
     from atlas_ab.analysis.load import check_provenance
+    from atlas_ab.analysis.units import load_units, pairs
 
-    a, b = (load_counts(p, args.allow_incomplete) for p in (args.run_a, args.run_b))
+    a, b = (load_units(p, args.allow_incomplete) for p in (args.run_a, args.run_b))
     for m in check_provenance([a, b], args.allow_mismatch):
         cli.warn(m + " (allowed by --allow-mismatch)")
     res = pairs(a, b, args.metric, B=args.bootstrap, seed=args.seed)
@@ -36,7 +35,7 @@ def run_pairs(args) -> int:
 
 def register(subparsers) -> None:
     from atlas_ab.ingest import SOURCES
-    from atlas_ab.ingest.export import FORMATS
+    from atlas_ab.analysis.export import FORMATS
 
     p = subparsers.add_parser("ingest", help="engine telemetry (vLLM, SGLang, TensorRT-LLM, llama.cpp, "
                                              "Prometheus, the seeds' log) into a run directory")
