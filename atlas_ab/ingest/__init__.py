@@ -65,6 +65,14 @@ class IngestResult:
                 "steps": self.steps, "K": self.K, "telemetry": self.telemetry.to_dict()}
 
 
+def ignored_markdown() -> str:
+    """The docs' table of the names each source knows and does not read (docs/ingest.md; checked by a test)."""
+    rows = ["| source | field or metric name | why it is not read |", "|---|---|---|"]
+    for name, path in SOURCES.items():
+        rows += [f"| `{name}` | `{f}` | {why} |" for f, why in getattr(source_module(name), "IGNORED", {}).items()]
+    return "\n".join(rows)
+
+
 def source_units(source: str, paths, **options):
     """(units, format, notes) of one source's files."""
     mod = source_module(source)
