@@ -32,7 +32,7 @@ class GrainReport:
 
 def grain_report(runs: list[UnitRun], out: Path, prereg=None, B: int = 2000, seed: int = 0,
                  mismatches: tuple[str, ...] = ()) -> GrainReport:
-    from atlas_ab.analysis.prereg import evaluate
+    from atlas_ab.analysis import criteria
 
     names = [r.arm for r in runs]
     if len(set(names)) != len(names):
@@ -65,7 +65,10 @@ def grain_report(runs: list[UnitRun], out: Path, prereg=None, B: int = 2000, see
         if prereg.decides in ("cluster", "bootstrap") and (control.units.clusters is None or others[0].units.clusters is None):
             raise AtlasError(f"{prereg.path}: decides by the {prereg.decides} sd; global counters have no "
                              "requests or documents to cluster (binomial sd only)")
-        verdict = evaluate(prereg, d)
+        if prereg.turns != "all":
+            raise AtlasError(f"{prereg.path}: judges {prereg.turns} turns; runs without a step table are judged "
+                             "over all turns only")
+        verdict = criteria.judge(prereg, ordered, B=B, seed=seed).verdict  # the one judge: UnitRun.cells() -> Units
 
     out.mkdir(parents=True, exist_ok=True)
     md = [f"# Acceptance report: {' vs '.join(r.arm for r in ordered)}", "",

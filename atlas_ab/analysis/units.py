@@ -73,6 +73,10 @@ class UnitRun:
         """`workload.hash` / `model.hash`, for the same provenance check as step runs."""
         return ((self.manifest or {}).get(section) or {}).get("hash")
 
+    def cells(self) -> Units:
+        """What stats.compare takes, as Run.cells() gives a step run's (metrics.doc_sums reads both)."""
+        return self.units
+
 
 def needs_units(path, allow_incomplete: bool = False) -> bool:
     """True for an ingested run whose manifest says it has no step table."""

@@ -31,6 +31,14 @@ def test_ingest_imports_no_analysis():
             "print(','.join(bad))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+    # and the analysis reads runs, engine runs included, without the ingest (only the CLI verb
+    # `ingest` calls into it)
+    code = ("import sys\n"
+            "import atlas_ab.analysis.units, atlas_ab.analysis.grain_report, atlas_ab.analysis.export\n"
+            "import atlas_ab.analysis.report, atlas_ab.analysis.criteria\n"
+            "print(','.join(sorted(m for m in sys.modules if m.startswith('atlas_ab.ingest'))))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
 
 
 def same(r1, r2) -> bool:
