@@ -205,7 +205,8 @@ LEVERS: tuple[Lever, ...] = (
     Lever("fingerprints", bool, None, "ATLAS_MTP_REFEED_DEBUG", env_switch, _fmt_bool, False,
           "FNV-1a fingerprints of ring/feed/propose hiddens (events/); default on iff the arm has a ring"),
     Lever("handoff_norm", str, HANDOFF_CHOICES, "ATLAS_MTP_HANDOFF_NORM", env_handoff, str, True,
-          "the target hidden the MTP layer is handed: as the checkpoint declares, or pre / post the trunk's final norm"),
+          "the target hidden the MTP layer is handed: as the checkpoint declares, "
+          "or pre / post the trunk's final norm"),
     Lever("recycle_norm", str, HANDOFF_CHOICES, "ATLAS_MTP_RECYCLE_NORM", env_handoff, str, True,
           "the drafter's own hidden for drafts 2+: as declared, or pre / post the MTP layer's final norm"),
     Lever("proposer", str, ("mtp", "draft_model"), None, None, None, False,
@@ -295,8 +296,8 @@ def compose_arm(overrides: list[str]) -> ArmConfig:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from atlas_ab.config.structured import validate_arm
     from atlas_ab.config.store import CONF_DIR, check_keys
+    from atlas_ab.config.structured import validate_arm
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="levers"):
         cfg = compose(config_name="config", overrides=overrides)
@@ -320,7 +321,7 @@ def build_parser():
     return p
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
     from atlas_ab.errors import closed_stdout, one_line
 
     args = build_parser().parse_args(argv)
@@ -344,4 +345,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

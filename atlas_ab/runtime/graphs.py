@@ -17,7 +17,6 @@ import time
 
 import torch
 
-
 #: Seconds this process spent capturing graphs (warm-up runs included, so Triton's first-call
 #: compilation too). The loop leaves them out of a step's `step_ms`: a one-time cost is not the
 #: step's (measured on the H200: the first document of a batch-width-1 live run carried it in its

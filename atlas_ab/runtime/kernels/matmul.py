@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from atlas_ab.runtime.kernels import Choice, interpreting, sm_count, on_its_device
+from atlas_ab.runtime.kernels import Choice, interpreting, on_its_device, sm_count
 
 SKINNY_MAX_ROWS = 64
 # GPU name -> {(N, K, row bucket): (BLOCK_N, BLOCK_K, num_stages)}: where the skinny kernel's best tile beat
