@@ -1,8 +1,8 @@
 """Structured configs: arm (the levers), model, workload, runner, study, and their checks.
 
-These dataclasses are the schema Hydra validates against (`config_store.py` registers them):
+These dataclasses are the schema Hydra validates against (`store.py` registers them):
 a wrong type is rejected by OmegaConf, an unknown key (also one added with `+`) by
-`config_store.check_keys`, an out-of-range value or an impossible combination by the
+`store.check_keys`, an out-of-range value or an impossible combination by the
 `validate_*` functions below, all before any model loads. Each lever's meaning lives in
 `levers.py`.
 
