@@ -92,8 +92,8 @@ def machine_rates(dev, smoke: bool) -> dict:
     """Copy bandwidth (bytes read + written / s, a 2 GiB device-to-device copy) and the bf16
     matmul rate (FLOP/s, an 8192^3 matmul), both graphed, measured now. The matmul goes first and
     the copy is the best of three rounds: the H200 idles at a 345 MHz SM clock, and the run of
-    2026-11-29, which timed the copy first, got 2.77 TB/s (against 4.3 in NOTES, and 4.05 TB/s
-    that a matmul of the same run streamed)."""
+    2026-11-29, which timed the copy first, got 2.77 TB/s (against ~4.25 measured earlier,
+    bench/RESULTS.md, and 4.05 TB/s that a matmul of the same run streamed)."""
     reps = 3 if smoke else 20
     m = 64 if smoke else 8192
     dt = torch.float32 if smoke else torch.bfloat16
