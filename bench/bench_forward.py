@@ -31,7 +31,6 @@ import time
 import torch
 import torch.nn.functional as F
 
-from goals import RATED_BYTES_PER_S, forward_goals, table as goals_table   # bench/goals.py (this folder is on sys.path)
 from atlas_ab.runtime import kernels
 from atlas_ab.runtime.args import ModelArgs
 from atlas_ab.runtime.graphs import StaticStep
@@ -42,6 +41,8 @@ from atlas_ab.runtime.kernels.mlp import silu_mul
 from atlas_ab.runtime.kernels.norm import add_rmsnorm, rmsnorm
 from atlas_ab.runtime.kernels.rope import rope_write_kv
 from atlas_ab.runtime.model import MTPModule, Transformer, fused, init_weights, rope_table
+
+from goals import RATED_BYTES_PER_S, forward_goals, table as goals_table  # bench/goals.py (this folder is on sys.path)
 
 VOCAB = 4096
 SHAPES = {  # hidden, layers, heads, kv heads, intermediate, vocab
@@ -106,7 +107,7 @@ def machine_rates(dev, smoke: bool) -> dict:
     copies = []
     for n in ((1 << 20, 1 << 21) if smoke else (1 << 30, 2 << 30)):
         bufs = [torch.empty(n, dtype=torch.uint8, device=dev) for _ in range(2)]
-        copies += [2 * n / (graphed_ms(lambda: bufs[1].copy_(bufs[0]), dev, reps) / 1e3) for _ in range(5)]
+        copies += [2 * n / (graphed_ms(lambda b=bufs: b[1].copy_(b[0]), dev, reps) / 1e3) for _ in range(5)]
         bufs.clear()
     copy_bw = max(copies)
     # one tiny kernel inside a graph: the launch floor per kernel
@@ -690,8 +691,9 @@ def main(argv=None):
     res["rates"] = machine_rates(dev, a.smoke)
     r = res["rates"]
     rated = f" (rated {r['rated_bytes_per_s'] / 1e12:.2f})" if r.get("rated_bytes_per_s") else ""
-    log(f"copy {r['copy_bytes_per_s'] / 1e12:.2f} TB/s best of {len(r['copy_bytes_per_s_all'])}{rated}  matmul {r['matmul_flop_per_s'] / 1e12:.0f} TFLOP/s  "
-          f"graphed tiny kernel {r['graph_kernel_us']:.2f} us")
+    log(f"copy {r['copy_bytes_per_s'] / 1e12:.2f} TB/s best of {len(r['copy_bytes_per_s_all'])}{rated}  "
+        f"matmul {r['matmul_flop_per_s'] / 1e12:.0f} TFLOP/s  "
+        f"graphed tiny kernel {r['graph_kernel_us']:.2f} us")
     res.update(grid=[], drafts=[], matmuls=[], skinny_table={}, errors={}, skipped=[])
     if not a.no_check:
         res["correctness"] = {}

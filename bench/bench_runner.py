@@ -36,7 +36,8 @@ from atlas_ab.runtime.presets import random_checkpoint
 from atlas_ab.speculative.loop import Wave
 from atlas_ab.telemetry.fingerprint import fingerprint_rows
 from atlas_ab.workload.documents import build_workload
-from goals import runner_goals, table as goals_table          # bench/goals.py (this folder is on sys.path)
+
+from goals import runner_goals, table as goals_table  # bench/goals.py (this folder is on sys.path)
 
 GRAPHS = torch.cuda.is_available()    # the runner's default on a GPU
 DEFAULT = "atlas_ab/models/default"
