@@ -62,7 +62,7 @@ def grain_report(runs: list[UnitRun], out: Path, prereg=None, B: int = 2000, see
         if prereg.decides == "binomial" and not math.isfinite(d.sd):
             raise AtlasError(f"{prereg.path}: decides by the i.i.d. sd, which {primary} does not have at this grain "
                              f"(the histogram is missing)")
-        if prereg.decides in ("cluster", "bootstrap") and (control.units.clusters is None or others[0].units.clusters is None):
+        if prereg.decides in ("cluster", "bootstrap") and None in (control.units.clusters, others[0].units.clusters):
             raise AtlasError(f"{prereg.path}: decides by the {prereg.decides} sd; global counters have no "
                              "requests or documents to cluster (binomial sd only)")
         if prereg.turns != "all":
@@ -83,7 +83,8 @@ def grain_report(runs: list[UnitRun], out: Path, prereg=None, B: int = 2000, see
         md += ["", "## Pre-registered verdict", "", f"**{verdict.status}**: {verdict.reason}.", "",
                f"- criterion: {prereg.criterion()}", f"- pre-registration: `{prereg.path}` (sha256 `{prereg.sha256}`)",
                f"- observed: {format_delta(verdict.delta, verdict.z)} with the {prereg.decides} sd {verdict.sd:.4f}"
-               if verdict.sd is not None else f"- observed: {verdict.delta:+.4f}; the {prereg.decides} sd was not computed"]
+               if verdict.sd is not None else
+               f"- observed: {verdict.delta:+.4f}; the {prereg.decides} sd was not computed"]
     md += ["", "## Figures", ""]
     rows = []
     for r in ordered:

@@ -300,8 +300,8 @@ def unit_parts(units: Units, metric: str) -> tuple[np.ndarray, np.ndarray, np.nd
     """(y, n, y^2) per unit of one metric, or why the run's counts do not give them."""
     kind, i = parse_metric(metric)
     if kind == "p":
-        y, n, y2 = unit_column(units, "a_ge", i), unit_column(units, "k_ge", i), None
-        y2 = y
+        y, n = unit_column(units, "a_ge", i), unit_column(units, "k_ge", i)
+        y2 = y  # 0/1 outcomes: y^2 = y
     elif kind == "cond":
         y, n = unit_column(units, "a_ge", i), unit_column(units, "cond_den", i)
         y2 = y
@@ -315,7 +315,8 @@ def unit_parts(units: Units, metric: str) -> tuple[np.ndarray, np.ndarray, np.nd
         y2 = np.full(len(units.table), np.nan)
     if y is None or n is None:
         why = units.why_not.get(FIGURE[kind]) or {
-            "p": "no per-depth counts of k and accept_len", "cond": "needs the joint count of k and accept_len per step",
+            "p": "no per-depth counts of k and accept_len",
+            "cond": "needs the joint count of k and accept_len per step",
             "tokens": "the number of verify steps is not reported",
             "dar": "drafted and accepted token totals are not reported"}[kind]
         return why

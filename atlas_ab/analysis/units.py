@@ -33,8 +33,16 @@ import pyarrow.parquet as pq
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.load import load_run, read_manifest
-from atlas_ab.analysis.metrics import (DAR, Units, canonical, parse_metric, unit_column, unit_sums,
-                                       units_from_counts, units_from_steps)
+from atlas_ab.analysis.metrics import (
+    DAR,
+    Units,
+    canonical,
+    parse_metric,
+    unit_column,
+    unit_sums,
+    units_from_counts,
+    units_from_steps,
+)
 from atlas_ab.analysis.stats import Difference, Rate, compare_sums, estimate, format_delta
 from atlas_ab.telemetry.grain import Telemetry, from_manifest
 from atlas_ab.telemetry.schema import COUNT_NAMES
@@ -284,7 +292,8 @@ class Pairs:
             lines.append(f"  {d.cluster_note}")
         if d.bootstrap is not None:
             b = d.bootstrap
-            lines.append(f"  bootstrap over requests: sd {b.sd:.4f}, {b.level:.0%} CI [{b.ci_low:+.4f}, {b.ci_high:+.4f}]")
+            lines.append(f"  bootstrap over requests: sd {b.sd:.4f}, {b.level:.0%} CI "
+                         f"[{b.ci_low:+.4f}, {b.ci_high:+.4f}]")
         if math.isfinite(d.sd):
             lines.append(f"  unpaired {d.sd_kind} sd {d.sd:.4f}: {d}")
         return "\n".join(lines)

@@ -68,7 +68,7 @@ class IngestResult:
 def ignored_markdown() -> str:
     """The docs' table of the names each source knows and does not read (docs/ingest.md; checked by a test)."""
     rows = ["| source | field or metric name | why it is not read |", "|---|---|---|"]
-    for name, path in SOURCES.items():
+    for name in SOURCES:
         rows += [f"| `{name}` | `{f}` | {why} |" for f, why in getattr(source_module(name), "IGNORED", {}).items()]
     return "\n".join(rows)
 

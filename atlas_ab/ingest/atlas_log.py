@@ -24,8 +24,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from atlas_ab import AtlasError
-from atlas_ab.telemetry.grain import Telemetry
 from atlas_ab.ingest.jsonio import read_text
+from atlas_ab.telemetry.grain import Telemetry
 from atlas_ab.telemetry.schema import EVENT_SCHEMA
 
 CTX = re.compile(r"GLM_MTP_DBG ctx row slot=(\d+) key=(\d+) tok=(\d+) fp_hidden=([0-9a-fA-F]{1,16})\b")

@@ -190,7 +190,8 @@ def check_unit(u: Unit) -> Unit:
             raise w.error("does not match the per-step arrays", u.extra.get("hist_field", "histogram"))
         top = max((j for j, c in enumerate(u.hist) if c), default=0)
         if u.k_max is not None and top > u.k_max:
-            raise w.error(f"has steps accepting {top} > num_spec_tokens {u.k_max}", u.extra.get("hist_field", "histogram"))
+            raise w.error(f"has steps accepting {top} > num_spec_tokens {u.k_max}",
+                          u.extra.get("hist_field", "histogram"))
     for name, seq in (("drafted", u.drafted), ("accepted", u.accepted)):
         if seq is not None and any(seq[i] < seq[i + 1] for i in range(len(seq) - 1)):
             raise w.error(f"per-depth {name} counts rise with depth {seq} (verification accepts a prefix)",

@@ -290,12 +290,13 @@ def log_units(path: Path) -> list[Unit]:
                          "versions in one log")
     note = None
     if old and any(v0 for *_, v0 in old):  # v0: running totals since start
-        for (w0, a0, d0, _), (w1, a1, d1, _) in zip(old, old[1:]):
+        for (_, a0, d0, _), (w1, a1, d1, _) in zip(old, old[1:]):
             if a1 < a0 or d1 < d0:
                 raise w1.error(f"the totals went down ({a0}/{d0} -> {a1}/{d1}): the server restarted; "
                                "give the log from the restart on", "Number of accepted tokens")
         _, acc, dr, _ = old[-1]
-        lines, note = len(old), "v0 'Speculative metrics' lines print totals since the server started: the last one is used"
+        lines = len(old)
+        note = "v0 'Speculative metrics' lines print totals since the server started: the last one is used"
     elif old:  # the first v1: one interval per line
         acc, dr, lines = sum(a for _, a, _, _ in old), sum(d for _, _, d, _ in old), len(old)
     if not lines:

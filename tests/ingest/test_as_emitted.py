@@ -12,8 +12,8 @@ import pytest
 from atlas_ab import AtlasError
 from atlas_ab.analysis.__main__ import main
 from atlas_ab.analysis.load import load_run
-from atlas_ab.ingest import ingest
 from atlas_ab.analysis.units import figure, load_units
+from atlas_ab.ingest import ingest
 from tests.helpers.engine_fixtures import sglang_meta, sglang_response, vllm_response, vllm_spec
 
 ERR = "atlas_ab.analysis: error: "
@@ -121,7 +121,8 @@ def test_structured_output_off_means_no_zero_draft_step(tmp_path):
     # a client that kept its request shows no structured output: no step lost all its drafts, so a
     # summary with drafted < steps x k has k varied, and #(k >= 1) is the step count
     spec = vllm_spec([2, 1, 1, 1], [1, 1, 0, 1], 2, detailed=False)  # 5 drafts over 4 steps: one may be empty
-    rec = {"doc_id": 0, "turn": 0, "request": {"model": "m", "temperature": 0}, "response": vllm_response("x", 9, 8, spec)}
+    rec = {"doc_id": 0, "turn": 0, "request": {"model": "m", "temperature": 0},
+           "response": vllm_response("x", 9, 8, spec)}
     c = load_units(ingest("vllm", [jsonl(tmp_path / "r.jsonl", rec)], tmp_path / "plain").out)
     assert figure(c, "p1").status == "exact" and figure(c, "p1").value == 3 / 4
     rec["request"]["response_format"] = {"type": "json_object"}

@@ -7,8 +7,16 @@ import pytest
 
 from atlas_ab.analysis.__main__ import main
 from atlas_ab.analysis.load import load_run
-from tests.helpers.engine_fixtures import (llamacpp_response, sglang_meta, sglang_response, trtllm_entry, vllm_prom,
-                             vllm_response, vllm_spec, vllm_stream)
+from tests.helpers.engine_fixtures import (
+    llamacpp_response,
+    sglang_meta,
+    sglang_response,
+    trtllm_entry,
+    vllm_prom,
+    vllm_response,
+    vllm_spec,
+    vllm_stream,
+)
 
 ERR = "atlas_ab.analysis: error: "
 SPEC = vllm_spec([2, 2, 2], [2, 0, 1], 2)
@@ -79,7 +87,8 @@ def test_other_engines_bad_fields(tmp_path, capsys):
     meta = sglang_meta([2, 2], [1, 2], 2, 10, 6)
     meta["spec_new_thing"] = 1  # unknown: refused with --strict only (tests/ingest/test_as_emitted.py)
     f = lines(tmp_path / "g2.jsonl", sglang_response("x", meta))
-    one_error(capsys, ["ingest", "sglang", f, "--out", tmp_path / "g", "--strict"], ["field 'spec_new_thing'", "unknown"])
+    one_error(capsys, ["ingest", "sglang", f, "--out", tmp_path / "g", "--strict"],
+              ["field 'spec_new_thing'", "unknown"])
     f = lines(tmp_path / "g3.jsonl", {"id": "x", "choices": [{"index": 0, "message": {"content": "x"}}]})
     one_error(capsys, ["ingest", "sglang", f, "--out", tmp_path / "g"], ["field 'meta_info'", "return_meta_info"])
     e = trtllm_entry(7, [2], [1])

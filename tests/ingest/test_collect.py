@@ -3,11 +3,10 @@ the A/B end to end (two arms -> report --prereg, mcnemar), each engine's format,
 resume, and the refusals (one line, exit 2)."""
 import json
 
-
 from atlas_ab.analysis.__main__ import main as analysis
 from atlas_ab.analysis.load import load_run
-from atlas_ab.ingest.collect import main as collect
 from atlas_ab.analysis.units import figure, load_units
+from atlas_ab.ingest.collect import main as collect
 from tests.helpers.engine_fixtures import FakeEngine, reply_for
 
 ERR = "atlas_ab.ingest.collect: error: "

@@ -6,14 +6,14 @@ import pytest
 from atlas_ab import AtlasError
 from atlas_ab.analysis.__main__ import main
 from atlas_ab.analysis.comparison import compare_runs
+from atlas_ab.analysis.export import export
 from atlas_ab.analysis.load import load_run
 from atlas_ab.analysis.metrics import cell_counts, doc_sums
-from atlas_ab.analysis.stats import estimate
 from atlas_ab.analysis.paired import between_runs
+from atlas_ab.analysis.stats import estimate
 from atlas_ab.analysis.synth import simulate_steps, write_run
-from atlas_ab.ingest import ingest
 from atlas_ab.analysis.units import figure, load_units
-from atlas_ab.analysis.export import export
+from atlas_ab.ingest import ingest
 from tests.helpers.engine_fixtures import greedy_positions
 
 HEAD = ("p1", "p2_uncond", "p2_cond", "tokens_per_step")

@@ -9,10 +9,20 @@ import pytest
 from atlas_ab import AtlasError
 from atlas_ab.analysis.__main__ import main
 from atlas_ab.analysis.load import load_run
-from atlas_ab.ingest import ingest
 from atlas_ab.analysis.units import exact_difference, figure, load_units
-from tests.helpers.engine_fixtures import (llamacpp_response, sglang_meta, sglang_response, trtllm_entry,
-                             trtllm_iterations, trtllm_prom, vllm_prom, vllm_response, vllm_spec, vllm_stream)
+from atlas_ab.ingest import ingest
+from tests.helpers.engine_fixtures import (
+    llamacpp_response,
+    sglang_meta,
+    sglang_response,
+    trtllm_entry,
+    trtllm_iterations,
+    trtllm_prom,
+    vllm_prom,
+    vllm_response,
+    vllm_spec,
+    vllm_stream,
+)
 
 
 def jsonl(path, records):
@@ -249,7 +259,8 @@ def test_docs_counts_table_is_the_schema():
 
     from atlas_ab.telemetry.schema import COUNT_COLUMNS, markdown_table
 
-    assert markdown_table(COUNT_COLUMNS, required=False) in (Path(__file__).parents[2] / "docs" / "ingest.md").read_text()
+    docs = (Path(__file__).parents[2] / "docs" / "ingest.md").read_text()
+    assert markdown_table(COUNT_COLUMNS, required=False) in docs
 
 
 def test_no_positions_without_carried_documents(tmp_path):
@@ -266,12 +277,11 @@ def test_registry_and_one_reader():
     import importlib
     import inspect
 
-    from atlas_ab.ingest import SOURCES, jsonio, records
-    from atlas_ab.ingest import collect
+    from atlas_ab.ingest import SOURCES, collect, jsonio, records
 
     for name, path in SOURCES.items():
         mod = importlib.import_module(path)
-        entry = getattr(mod, "units", None) or getattr(mod, "events")
+        entry = getattr(mod, "units", None) or mod.events
         assert list(inspect.signature(entry).parameters)[0] == "paths", name
         assert set(getattr(mod, "OPTIONS", ())) <= set(inspect.signature(entry).parameters), name
     assert collect.sse_payloads is jsonio.sse_payloads and records.json_items is jsonio.json_items

@@ -34,8 +34,8 @@ def run_pairs(args) -> int:
 
 
 def register(subparsers) -> None:
-    from atlas_ab.ingest import SOURCES
     from atlas_ab.analysis.export import FORMATS
+    from atlas_ab.ingest import SOURCES
 
     p = subparsers.add_parser("ingest", help="engine telemetry (vLLM, SGLang, TensorRT-LLM, llama.cpp, "
                                              "Prometheus, the seeds' log) into a run directory")

@@ -5,10 +5,10 @@ import datetime as _dt
 from pathlib import Path
 
 from atlas_ab.analysis import cli
-from atlas_ab.config.paths import resolve_path
 from atlas_ab.analysis.load import check_provenance
 from atlas_ab.analysis.prereg import load_prereg
 from atlas_ab.analysis.report import build_report
+from atlas_ab.config.paths import resolve_path
 
 
 def run(args) -> int:
