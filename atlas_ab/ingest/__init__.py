@@ -1,6 +1,6 @@
-"""Engine telemetry in: what vLLM, SGLang, TensorRT-LLM, llama.cpp (and the seeds' engine)
+"""Engine telemetry in: what vLLM, SGLang, TensorRT-LLM, llama.cpp (and the reference engine)
 emit, written into the telemetry contract at the finest grain each allows, with the grain
-and what it makes exact recorded in the manifest (`telemetry`, see grain.py).
+and what it makes exact recorded in the manifest (`telemetry`, see telemetry/grain.py).
 
   ingest(source, files, out) -> IngestResult      python -m atlas_ab.analysis ingest SOURCE FILE... --out RUN
 
@@ -19,7 +19,7 @@ from atlas_ab import AtlasError
 from atlas_ab.telemetry.grain import Telemetry
 
 #: The sources, by the name `ingest SOURCE` takes: each module exposes `units(paths, **options)`
-#: -> (units, format, notes) and may name the options it takes in `OPTIONS` (the seeds' log is
+#: -> (units, format, notes) and may name the options it takes in `OPTIONS` (the reference engine's log is
 #: fingerprint events: its module exposes `events(paths)` instead). Registered by module path,
 #: imported on use, as lm-evaluation-harness registers its model backends.
 SOURCES = {

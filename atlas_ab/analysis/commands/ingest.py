@@ -38,7 +38,7 @@ def register(subparsers) -> None:
     from atlas_ab.ingest import SOURCES
 
     p = subparsers.add_parser("ingest", help="engine telemetry (vLLM, SGLang, TensorRT-LLM, llama.cpp, "
-                                             "Prometheus, the seeds' log) into a run directory")
+                                             "Prometheus, the reference engine's log) into a run directory")
     p.add_argument("source", choices=list(SOURCES), help="what emitted the files")
     p.add_argument("files", nargs="+", metavar="FILE", help="responses (JSON, JSON lines, SSE), /metrics scrapes "
                                                             "(before, after), or logs")
