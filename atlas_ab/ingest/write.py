@@ -2,8 +2,8 @@
 
 The manifest says `running` first, then each table lands via a temporary file and a
 rename (atlas_ab.atomic), and only then does the manifest list the shards, with each
-table's row count and sha256, and say `complete`. A crash leaves a `running` run that the analysis refuses,
-never half-written data that reads as a result.
+table's row count and sha256, and say `complete`. A crash leaves a `running` run that the
+analysis refuses, never half-written data that reads as a result.
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pyarrow as pa
 
 from atlas_ab import AtlasError
 from atlas_ab.atomic import write_json, write_table
-from atlas_ab.ingest.grain import Telemetry
 from atlas_ab.run.provenance import now
 from atlas_ab.run.store import MANIFEST
+from atlas_ab.telemetry.grain import Telemetry
 from atlas_ab.telemetry.schema import MANIFEST_SCHEMA, SHARD_ROWS
 
 SHARD = "part-00000.parquet"

@@ -6,7 +6,6 @@ import math
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, sizing
 
-
 #: each flag's valid range, in the words the refusal prints
 RANGES = {
     "p": (lambda v: 0 <= v <= 1, "a rate in [0, 1]"),
