@@ -80,3 +80,24 @@ def test_a_run_written_before_shard_hashes_loads_with_one_warning(tmp_path, caps
     assert len(warned) == 2, warned                  # one line per run
     for run, line in zip(runs, warned):
         faults.check("read.unhashed", line, run=run)
+
+
+def test_an_engine_runs_counts_shard_is_checked_too(tmp_path):
+    """Per-request counts (an ingested engine run) are read through the same check."""
+    from atlas_ab import AtlasError
+    from atlas_ab.analysis.export import export
+    from atlas_ab.analysis.units import load_units
+    from atlas_ab.ingest import ingest
+    from tests.helpers.engine_fixtures import greedy_positions
+
+    steps = greedy_positions(synth.simulate_steps(600, n_docs=6, turns=2, seed=5))
+    export(synth.write_run(tmp_path / "steps", steps, "arm"), "histogram", tmp_path / "arm.jsonl")
+    engine = ingest("vllm", [tmp_path / "arm.jsonl"], tmp_path / "engine", arm="arm").out
+    shard = json.loads((engine / "manifest.json").read_text())["shards"][0]
+    assert shard["sha256"]["counts"] and load_units(engine)
+    part = engine / shard["counts"]
+    t = pq.read_table(part)
+    pq.write_table(t.slice(0, t.num_rows - 1), part)
+    with pytest.raises(AtlasError, match=f"{part}: {t.num_rows - 1} rows, but manifest.json lists {t.num_rows}"):
+        load_units(engine)
+
