@@ -98,6 +98,7 @@ def test_an_engine_runs_counts_shard_is_checked_too(tmp_path):
     part = engine / shard["counts"]
     t = pq.read_table(part)
     pq.write_table(t.slice(0, t.num_rows - 1), part)
-    with pytest.raises(AtlasError, match=f"{part}: {t.num_rows - 1} rows, but manifest.json lists {t.num_rows}"):
+    with pytest.raises(AtlasError, match=f"{part}: {t.num_rows - 1} rows, but manifest.json lists {t.num_rows}") as e:
         load_units(engine)
+    faults.check("read.counts-shard", f"atlas_ab.analysis: error: {e.value}", run=engine)
 

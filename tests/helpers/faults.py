@@ -228,6 +228,10 @@ DATA_READ = [
     Case("read.row-total", "a `complete` manifest whose shard entry and file were both removed",
          AN + "{b}/manifest.json: lists … step rows in all, but its shards hold …: refused",
          test=READ_TEST + "test_a_shard_entry_removed_from_a_complete_manifest_is_refused"),
+    Case("read.counts-shard", "an engine run's per-request counts shard rewritten with fewer rows",
+         AN + "{run}/counts/part-00000.parquet: … rows, but manifest.json lists … for it (the file was rewritten "
+              "after the run): refused",
+         test=READ_TEST + "test_an_engine_runs_counts_shard_is_checked_too"),
     Case("read.unhashed", "a run written before shard hashes (the committed claims runs)",
          "atlas_ab.analysis: warning: {run}: manifest.json records no shard sha256 (written before shard hashes): "
          "its shards' row counts are checked, their bytes are not",
