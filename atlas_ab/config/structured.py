@@ -1,8 +1,8 @@
 """Structured configs: arm (the levers), model, workload, runner, study, and their checks.
 
-These dataclasses are the schema Hydra validates against (`config_store.py` registers them):
+These dataclasses are the schema Hydra validates against (`store.py` registers them):
 a wrong type is rejected by OmegaConf, an unknown key (also one added with `+`) by
-`config_store.check_keys`, an out-of-range value or an impossible combination by the
+`store.check_keys`, an out-of-range value or an impossible combination by the
 `validate_*` functions below, all before any model loads. Each lever's meaning lives in
 `levers.py`.
 
@@ -101,6 +101,13 @@ class WorkloadConfig:
 
 
 @dataclass
+class EngineTarget:
+    """`runner.engine`: the class Hydra instantiates (`_partial_`: the session passes the four configs)."""
+    _target_: str = "atlas_ab.run.runner.Runner"
+    _partial_: bool = True
+
+
+@dataclass
 class RunnerConfig:
     device: str = "auto"        # auto | cpu | cuda | cuda:N
     dtype: str = "auto"         # auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16
@@ -110,7 +117,8 @@ class RunnerConfig:
     threads: int = 0            # torch CPU threads; 0 = the cores this job may use (see device.py)
     progress: bool = True       # progress bar on a TTY (never affects results; ignored by resume's check)
     resume: Optional[str] = None  # PATH of an interrupted run to continue, or "auto" (this job's own dir)
-    impl: str = "atlas_ab.run.runner:Runner"  # the engine class driven (module:Class); tests plug a double here
+    # the engine class driven, built by Hydra's instantiate; tests plug a double in `_target_`
+    engine: EngineTarget = field(default_factory=EngineTarget)
     cuda_graphs: bool = True    # replay the verify and draft steps from CUDA graphs (GPU only)
     # live: the target verifies every step. replay: every arm replays one stored target-only greedy
     # trajectory per workload (built once, under `trajectories`); no trunk forward, no step timings.
@@ -174,7 +182,10 @@ def validate_arm(arm: ArmConfig) -> ArmConfig:
                     if getattr(arm, k)]
         mtp_only += [k for k in ("handoff_norm", "recycle_norm") if getattr(arm, k) != "checkpoint"]
         if mtp_only:
-            raise AtlasError(f"{where}: {', '.join(mtp_only)} apply to the MTP proposer only")
+            levers = ", ".join(mtp_only[:-1]) + " and " + mtp_only[-1] if len(mtp_only) > 1 else mtp_only[0]
+            verb = "apply" if len(mtp_only) > 1 else "applies"
+            raise AtlasError(f"{where}: {levers} {verb} to the MTP proposer only (proposer=draft_model has "
+                             f"no MTP head); set {'them' if len(mtp_only) > 1 else 'it'} off or use proposer=mtp")
     for key in ("handoff_norm", "recycle_norm"):
         if getattr(arm, key) not in HANDOFF_CHOICES:
             raise AtlasError(f"{where}: {key}={getattr(arm, key)!r} must be one of {', '.join(HANDOFF_CHOICES)}")
@@ -227,9 +238,14 @@ def validate_workload(w: WorkloadConfig) -> WorkloadConfig:
         raise AtlasError(f"workload.corpus={w.corpus!r} must be one of {list(SOURCES)}")
     if w.split not in SPLITS:
         raise AtlasError(f"workload.split={w.split!r} must be one of {list(SPLITS)}")
-    for key in ("n_docs", "turns", "chunk_tokens", "gen_tokens"):
-        # gen_tokens=0 would be a run of prefills with no verify step: nothing to measure
+    for key in ("n_docs", "turns", "chunk_tokens"):
         _number("workload", key, getattr(w, key), 1)
+    # a turn's prefill commits its first token, so gen_tokens=1 would be a run of prefills with
+    # no verify step: nothing to measure
+    _number("workload", "gen_tokens", w.gen_tokens)
+    if w.gen_tokens < 2:
+        raise AtlasError(f"workload: gen_tokens={w.gen_tokens} is out of range >= 2 (a turn's prefill commits "
+                         "its first token; a verify step needs a second)")
     _number("workload", "seed", w.seed)
     validate_sampling(w.sampling)
     return w

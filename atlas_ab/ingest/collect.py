@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from atlas_ab import AtlasError
+from atlas_ab.ingest.jsonio import sse_payloads
 
 PROG = "atlas_ab.ingest.collect"
 ENGINES = ("vllm", "sglang", "trtllm", "llamacpp")
@@ -167,16 +168,6 @@ def http(method: str, url: str, body: dict | None = None, timeout: float = 600.0
         raise HTTPFailure(f"{url}: answer is not JSON: {raw[:120]!r}", False) from None
 
 
-def _sse_chunks(lines: list[str]) -> list:
-    out = []
-    for line in lines:
-        if line.startswith("data:"):
-            data = line[5:].strip()
-            if data and data != "[DONE]":
-                out.append(json.loads(data))
-    return out
-
-
 # ---- the client ----------------------------------------------------------------------------
 
 @dataclass
@@ -217,8 +208,8 @@ class Client:
         for attempt in range(1, self.retries + 2):
             try:
                 if self.stream:
-                    got = {"stream": _sse_chunks(http("POST", self.url.rstrip("/") + path, body, self.timeout,
-                                                      stream=True))}
+                    got = {"stream": sse_payloads(http("POST", self.url.rstrip("/") + path, body, self.timeout,
+                                                       stream=True), self.url.rstrip("/") + path)}
                 else:
                     got = {"response": http("POST", self.url.rstrip("/") + path, body, self.timeout)}
                 if self.engine == "trtllm":
@@ -325,7 +316,8 @@ def collect(args) -> int:
     from atlas_ab.ingest.units import Where
     from atlas_ab.ingest.write import check_out
     from atlas_ab.run.provenance import now
-    from atlas_ab.run.store import MANIFEST, write_json_atomic
+    from atlas_ab.atomic import write_json
+    from atlas_ab.run.store import MANIFEST
 
     out = Path(args.out)
     if args.prompts:
@@ -373,7 +365,7 @@ def collect(args) -> int:
             "started": (old or {}).get("started") or now(), "resumed": bool(done)}
     manifest = {"schema": 1, "status": "running", **base, "levers": {}, "telemetry": None, "shards": [],
                 "rows": {"steps": 0, "events": 0}, "finished": None}
-    write_json_atomic(mf, manifest)
+    write_json(mf, manifest)
 
     bar = None
     if not args.no_progress and sys.stderr.isatty():
