@@ -22,6 +22,9 @@ from atlas_ab.atomic import sha256_file
 from atlas_ab.telemetry.grain import from_manifest, no_steps_line
 from atlas_ab.telemetry.schema import REQUIRED_STEP as REQUIRED, SHARD_ROWS, STEP_INT_TYPES as INT_TYPES
 
+#: Read whenever present: the exact-probability metrics' columns (metrics.EXPECTED_COLUMNS).
+EXPECTED_COLUMNS = ("accept_prob", "alpha1")
+
 NONNEGATIVE = REQUIRED
 
 
@@ -277,6 +280,7 @@ def load_run(path: str | Path, columns: tuple[str, ...] = (), optional: tuple[st
     if tel is not None and "position" in columns and tel.why_not("position_pairing"):
         raise AtlasError(f"{root}: no step positions to pair on: {tel.why_not('position_pairing')}")
     want = list(REQUIRED) + [c for c in columns if c not in REQUIRED]
+    optional = tuple(optional) + EXPECTED_COLUMNS       # a sampled run's exact acceptance probabilities
     tables, files, warnings = read_shards(root, manifest, "steps", want, optional, integer=REQUIRED,
                                           check=_check_shard)
     lengths = [t.num_rows for t in tables]

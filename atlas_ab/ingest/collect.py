@@ -76,7 +76,7 @@ def workload_plan(name: str, overrides: list[str]) -> Plan:
     import yaml
     from tokenizers import Tokenizer
 
-    from atlas_ab.config.structured import WorkloadConfig
+    from atlas_ab.config.structured import SamplingConfig, WorkloadConfig
     from atlas_ab.config.paths import PACKAGE_DIR
     from atlas_ab.workload.documents import build_workload
 
@@ -92,6 +92,7 @@ def workload_plan(name: str, overrides: list[str]) -> Plan:
             raise AtlasError(f"--set {o!r}: expected KEY=VALUE with KEY one of {', '.join(names)}")
         cfg[key] = int(value) if value.lstrip("-").isdigit() else value
     tok_path = PACKAGE_DIR / "models" / "default" / "tokenizer.json"
+    cfg["sampling"] = SamplingConfig(**(cfg.get("sampling") or {}))
     wl = build_workload(WorkloadConfig(**cfg), tok_path)
     tok = Tokenizer.from_file(str(tok_path))
     convs = [Conversation(d.doc_id, [tok.decode(c, skip_special_tokens=False) for c in d.chunks],

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from atlas_ab import AtlasError
 from atlas_ab.config.structured import (ArmConfig, ModelConfig, RunnerConfig, StudyConfig, WorkloadConfig, validate_arm,
-                             validate_model, validate_runner, validate_workload)
+                             validate_arm_sampling, validate_model, validate_runner, validate_workload)
 from atlas_ab.config.store import check_keys
 from atlas_ab.run.device import DeviceClaim, set_threads, thread_count
 from atlas_ab.run.engine import Engine, RunInfo
@@ -70,6 +70,7 @@ def configs(cfg: DictConfig, out=None) -> Configs:
     validate_arm(c.arm)
     validate_model(c.model)
     validate_workload(c.workload)
+    validate_arm_sampling(c.arm, c.workload.sampling)
     validate_runner(c.runner)
     if c.study.arms and c.arm.name not in c.study.arms:
         raise AtlasError(f"arm {c.arm.name!r} is not in study {c.study.name!r} (arms: {', '.join(c.study.arms)})")
@@ -262,6 +263,8 @@ class RunSession:
             # Not lossless at a clear margin: the run fails loudly (status "failed", which the
             # analysis refuses), naming the first divergence.
             d = gate.get("first_divergence") or {}
+            if d.get("summary"):
+                raise AtlasError(f"lossless gate failed: {d['summary']}")
             raise AtlasError(
                 f"lossless gate failed: doc {d.get('doc_id')} turn {d.get('turn')} token {d.get('token')}: "
                 f"speculative {d.get('speculative')} vs target-only {d.get('target_only')} "

@@ -66,6 +66,9 @@ def aggregate_gate(gates: Iterable[Optional[dict]]) -> dict:
         by.update(str(g.get("by") or "live").split("+"))
         for key in ("checked_sequences", "checked_tokens", "divergences", "near_ties", "arbitrated"):
             out[key] += int(g.get(key, 0) or 0)
+        ks = g.get("ks")                 # a sampled run's distributional gate (speculative/pit_gate.py)
+        if ks is not None:
+            out.setdefault("ks", []).extend(ks if isinstance(ks, list) else [ks])
         out["margins"] += list(g.get("margins") or [])
         out["arbitrations"] += list(g.get("arbitrations") or [])
         # the first divergence of the first failed shard (the one the run fails on), else the first

@@ -284,6 +284,7 @@ def test_thread_count_does_not_change_the_numbers():
 
     from atlas_ab.config.structured import ArmConfig
     from atlas_ab.speculative.loop import Wave
+    from atlas_ab.speculative.targets import LiveTarget
     from tests.helpers.tiny import tiny_docs, tiny_models
 
     trunk, mtp = tiny_models(hidden=64)
@@ -295,7 +296,8 @@ def test_thread_count_does_not_change_the_numbers():
         for n in (1, 2):
             torch.set_num_threads(n)
             arm = ArmConfig(catchup=True, refeed=True)
-            trace = Wave(trunk, MTPProposer(trunk, mtp, "compact", True), arm, tiny_docs(n=4, turns=2), 8).run()
+            trace = Wave(LiveTarget(trunk), MTPProposer(trunk, mtp, "compact", True), arm, tiny_docs(n=4, turns=2),
+                         8).run()
             tables.append(trace.steps.table().drop(["step_ms"]))
     finally:
         torch.set_num_threads(before)
