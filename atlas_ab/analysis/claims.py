@@ -18,7 +18,7 @@ from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, criteria, plots
 from atlas_ab.analysis.load import Run
 from atlas_ab.analysis.metrics import arm_metrics, rates
-from atlas_ab.analysis.prereg import Prereg, from_lock, locked_preregs
+from atlas_ab.config.prereg import Prereg, lock_status, locked_texts
 
 #: What the seeds measured, per question (speculative.rs.txt, the notes on REFEED and its levers).
 SEEDS = {
@@ -90,13 +90,17 @@ def _table(header, rows) -> list[str]:
 
 
 def _judge_all(group: ModelRuns, B: int, seed: int) -> list[tuple[Prereg, criteria.Judgement | None, str]]:
+    """Every text the group's runs locked, judged where every arm it names locked it."""
     out = []
-    locked = locked_preregs([r.manifest for r in group.runs if r.manifest])
-    for name in sorted(locked):
-        pr = from_lock(locked[name])
+    manifests = {r.arm: r.manifest for r in group.runs}
+    for pr in locked_texts(manifests):
         missing = [a for a in pr.arms if group.arm(a) is None]
         if missing:
             out.append((pr, None, f"not judged: arm {missing[0]} was not run for this model"))
+            continue
+        reg = lock_status(pr, manifests)
+        if reg.status != "locked":
+            out.append((pr, None, f"not judged: UNLOCKED: {reg.why}"))
             continue
         try:
             out.append((pr, criteria.judge(pr, list(group.runs), B=B, seed=seed), ""))
@@ -210,10 +214,13 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0) -> di
                 md += [f"- {why}", ""]
                 continue
             v = j.verdict
-            kind = "McNemar" if pr.kind == "oracle" else pr.decides
+            over = f" over {v.clusters}" if v.clusters else ""
             md += [f"- **{v.status}**: {v.reason}",
                    f"- estimate: {v.delta:+.4f}" + ("" if v.sd is None else
-                                                    f", {kind} sd {v.sd:.4f} ({v.z:+.1f} sd in the registered sense)")]
+                                                    f", {v.sd_kind} sd {v.sd:.4f}{over} ({v.z:+.1f} sd in the "
+                                                    "registered sense)")]
+            if j.sensitivity is not None:
+                md.append(f"- {j.sensitivity.line(v)}")
             p = j.details.get("paired")
             if p:
                 md.append(f"- paired on {p['n_pairs']:,} matched steps ({p['matched_share']:.0%} of the smaller "
@@ -221,7 +228,9 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0) -> di
                           f"{_fmt(p['unpaired_cluster_sd'])}, paired sd {_fmt(p['sd'])}")
             md.append("")
             items += list(j.items)
-            gd["questions"][pr.name] = {"verdict": v.to_dict(), "details": j.details}
+            gd["questions"][pr.name] = {"verdict": v.to_dict(), "details": j.details,
+                                        "sensitivity": None if j.sensitivity is None else
+                                        {**j.sensitivity.to_dict(), "line": j.sensitivity.line(v)}}
         if items:
             plots.difference_figure(items, out / f"difference_{tag}.png")
             md += ["### The differences that decide", "", f"![paired differences with their thresholds]"

@@ -1,26 +1,23 @@
-"""Acceptance metrics, exactly as docs/telemetry.md defines them.
+"""Acceptance metrics per arm, turn class, turn and document, with the definitions of
+docs/telemetry.md (telemetry/acceptance.py: each metric's denominator and outcome).
 
-Every metric is "mean of y over the rows in its denominator":
-  p{i}        y = [accept_len >= i]   over rows with k >= i
-  p{i}_cond   y = [accept_len >= i]   over rows with accept_len >= i-1 and k >= i
-  tokens      y = 1 + accept_len      over rows with k >= 1
-so all of them (and their uncertainty) follow from one sufficient statistic: the
+All of them (and their uncertainty) follow from one sufficient statistic: the
 count of steps per (doc_id, turn, k, accept_len) cell. That table is built with
 one np.bincount over the rows and is tiny, so everything downstream is cheap.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from atlas_ab import AtlasError
+from atlas_ab.telemetry.acceptance import (canonical, denominator, is_proportion, metric_depth,  # noqa: F401
+                                           metric_names, outcome, parse_metric)
 from atlas_ab.telemetry.schema import TURN_CLASSES
 
 HEADLINE = ("p1", "p2_uncond", "p2_cond", "tokens_per_step")
-_METRIC = re.compile(r"^p(\d+)(_uncond|_cond)?$")
 
 
 @dataclass(frozen=True)
@@ -104,37 +101,6 @@ def cell_counts(steps: pd.DataFrame, arm: str = "", K: int | None = None, cluste
     return Cells(arm=arm, K=K, table=table, clusters=clusters, cluster_unit=cluster_unit)
 
 
-def histogram_rates(hist: np.ndarray) -> dict[str, float]:
-    """Every headline figure from a [k, accept_len] count matrix (running figures: no documents)."""
-    k, a = np.nonzero(hist)
-    if len(k) == 0:
-        return {"n_steps": 0}
-    t = pd.DataFrame({"doc_id": 0, "turn": 0, "k": k, "accept_len": a, "n": hist[k, a]}).astype(np.int64)
-    return rates(Cells(arm="", K=int(k.max()), table=t))
-
-
-def parse_metric(name: str) -> tuple[str, int]:
-    """'p2_uncond' -> ('p', 2); 'p2_cond' -> ('cond', 2); 'tokens_per_step' -> ('tokens', 1)."""
-    if name in ("tokens_per_step", "tokens"):
-        return "tokens", 1
-    m = _METRIC.match(name)
-    if not m or int(m.group(1)) < 1:
-        raise AtlasError(f"unknown metric {name!r} (p1, p2_uncond, p{{i}}, p{{i}}_cond, tokens_per_step)")
-    depth = int(m.group(1))
-    if m.group(2) == "_cond" and depth > 1:
-        return "cond", depth
-    return "p", depth  # p1_cond is p1 by definition
-
-
-def metric_depth(name: str) -> int:
-    return parse_metric(name)[1]
-
-
-def is_proportion(name: str) -> bool:
-    """Unconditional rates are binomial proportions; p_cond and tokens are ratios."""
-    return parse_metric(name)[0] == "p"
-
-
 @dataclass(frozen=True)
 class DocSums:
     """Per-cluster sums for one metric: y (numerator), n (denominator rows), y2 (sum y^2).
@@ -172,15 +138,9 @@ class DocSums:
 
 def doc_sums(cells: Cells, metric: str) -> DocSums:
     """Per-document (y, n, y^2) sums of one metric, from the cell counts."""
-    kind, i = parse_metric(metric)
     t = cells.table
     k, a, c = t["k"].to_numpy(), t["accept_len"].to_numpy(), t["n"].to_numpy()
-    if kind == "p":
-        den, yv = k >= i, (a >= i).astype(np.float64)
-    elif kind == "cond":
-        den, yv = (a >= i - 1) & (k >= i), (a >= i).astype(np.float64)
-    else:
-        den, yv = k >= 1, (1 + a).astype(np.float64)
+    den, yv = denominator(metric, k, a), outcome(metric, a)
     unit = t["doc_id"].to_numpy() if cells.clusters is None else cells.clusters[t["doc_id"].to_numpy()]
     docs, inv = np.unique(unit[den], return_inverse=True)
     cd = c[den].astype(np.float64)
@@ -190,22 +150,6 @@ def doc_sums(cells: Cells, metric: str) -> DocSums:
                    y=np.bincount(inv, weights=cd * yd, minlength=G),
                    n=np.bincount(inv, weights=cd, minlength=G).astype(np.int64),
                    y2=np.bincount(inv, weights=cd * yd * yd, minlength=G), unit=cells.cluster_unit)
-
-
-def metric_names(K: int) -> list[str]:
-    """Every metric an arm of K observes: p1..pK, p2_cond..pK_cond, tokens_per_step."""
-    return ([f"p{i}" for i in range(1, K + 1)] + [f"p{i}_cond" for i in range(2, K + 1)]
-            + ["tokens_per_step"])
-
-
-def canonical(metric: str) -> str:
-    """Stable column name: p2 -> p2_uncond (the seeds' name), p1_cond -> p1."""
-    kind, i = parse_metric(metric)
-    if kind == "tokens":
-        return "tokens_per_step"
-    if kind == "cond":
-        return f"p{i}_cond"
-    return "p2_uncond" if i == 2 else f"p{i}"
 
 
 def rates(cells: Cells, K: int | None = None) -> dict[str, float]:

@@ -10,7 +10,7 @@ from atlas_ab.analysis import synth
 from atlas_ab.analysis.criteria import judge
 from atlas_ab.analysis.load import load_run
 from atlas_ab.analysis.paired import paired_difference
-from atlas_ab.analysis.prereg import load_prereg
+from atlas_ab.config.prereg import load_prereg
 
 
 def _pair_runs(tmp_path, n_docs=12, per_doc=200, p=(0.6, 0.3), lift=0.05, shared=0.9, seed=0):
@@ -109,8 +109,10 @@ def test_maximum(tmp_path):
                  others=["s-1", "s1"])
     j = judge(pr, [best, *others], B=0)
     assert j.verdict.status == "MET" and len(j.items) == 2
-    tie = replace(high, arm="s1")
+    tie = replace(_pair_runs(tmp_path / "t", lift=0.08, seed=1)[1], arm="s1")    # the same rates, other draws
     assert judge(pr, [best, others[0], tie], B=0).verdict.status == "NOT MET"
+    same = replace(high, arm="s1")            # identical outcomes at every pair: no comparison was made
+    assert judge(pr, [best, others[0], same], B=0).verdict.status == "NOT INFORMATIVE"
     with pytest.raises(AtlasError, match="other arm 's1' matches 0"):
         judge(pr, [best, others[0]], B=0)
 
@@ -139,13 +141,13 @@ def test_oracle(tmp_path):
     ({"kind": "nope"}, "kind must be one of"),
     ({"kind": "oracle", "arm": "x"}, "missing field 'min_share'"),
     ({"kind": "maximum", "primary_metric": "p1", "decides": "paired", "best": "a", "others": []},
-     "others must be a non-empty list"),
+     "others: must be a non-empty list"),
     ({"primary_metric": "p1", "direction": "up", "min_effect": 0.1, "decides": "paired",
-      "arms": {"control": "a", "treatment": "b"}}, "direction must be increase or decrease"),
+      "arms": {"control": "a", "treatment": "b"}}, "direction: must be one of increase, decrease"),
     ({"primary_metric": "p1", "direction": "increase", "min_effect": 0.1, "decides": "robust",
-      "arms": {"control": "a", "treatment": "b"}}, "decides must be one of"),
+      "arms": {"control": "a", "treatment": "b"}}, "decides: must be one of binomial, cluster, bootstrap, paired"),
     ({"primary_metric": "p1", "direction": "increase", "min_effect": 0.1, "decides": "paired",
-      "arms": {"control": "a", "treatment": "b"}, "turns": "hot"}, "turns must be one of"),
+      "arms": {"control": "a", "treatment": "b"}, "turns": "hot"}, "turns: must be one of all, cold, warm"),
     ({"primary_metric": "p1", "direction": "increase", "min_effect": 0.1, "decides": "paired",
       "arms": {"control": "a", "treatment": "b"}, "treshold": 1}, "unknown field 'treshold'"),
 ])

@@ -172,7 +172,7 @@ def test_one_document_gives_no_clustered_sd_and_no_verdict_from_it(tmp_path):
     pre = tmp_path / "boot.yaml"
     pre.write_text(PREREG.read_text().replace("decides: binomial", "decides: bootstrap")
                    .replace("min_n_per_arm: 10000", "min_n_per_arm: 100"))
-    rep = build_report(runs, tmp_path / "rep", prereg=pre, B=500)
+    rep = build_report(runs, tmp_path / "rep", prereg=pre, B=500, evaluate_unlocked=True)
     v = rep.verdict
     assert v.status == "UNDERPOWERED" and "bootstrap sd cannot be computed" in v.reason and v.sd is None
     text = (tmp_path / "rep" / "report.md").read_text()
