@@ -51,10 +51,9 @@ RULES = {
               "the p1 - p2_cond gap",
 }
 #: What each registered minimum counts.
-COUNTED = {"min_n_per_arm": "steps per arm in the metric's denominator on the registered turns (oracle: "
-                            "the arm's probed steps)",
+COUNTED = {"min_n_per_arm": "steps per arm in the metric's denominator on the registered turns",
            "min_pairs": "matched pairs: steps of both arms at the same (doc_id, turn, position), both in the "
-                        "metric's denominator (oracle: the probed steps)",
+                        "metric's denominator",
            "min_clusters": "clusters of the cluster unit that hold a step of either arm"}
 #: When a comparison is NOT INFORMATIVE.
 IDENTICAL = ("the two arms' outcomes are identical at every step the estimand compares: on matched "
@@ -63,6 +62,36 @@ IDENTICAL = ("the two arms' outcomes are identical at every step the estimand co
              "same count in both arms. The data then cannot tell a lever that does nothing from arms that "
              "run one code path on this subset (identical by construction), so the criterion could not "
              "have decided otherwise")
+
+
+#: Each kind's estimand and cluster unit, in the report's words.
+ESTIMANDS = {
+    "difference": "`estimand`: matched positions (decided on the paired sd) or whole arm (the binomial, cluster "
+                  "or bootstrap sd); by default the one its `decides` implies",
+    "equivalence": "as difference",
+    "maximum": "as difference, for each best - other comparison",
+    "oracle": "within the arm: the real draft 2 vs the oracle's on the same probed step (steps that accepted "
+              "draft 1 with k >= 2)",
+}
+CLUSTER_UNITS = {
+    "difference": "`cluster`: source file (default: the workload's doc_cluster map; a workload with one document "
+                  "per file clusters by document) or document; the binomial sd is not clustered",
+    "equivalence": "as difference",
+    "maximum": "as difference",
+    "oracle": "none: McNemar's test on the probed steps",
+}
+
+
+def verdict_table() -> str:
+    """docs/analysis.md's table of the verdict kinds (checked by tests/analysis/test_criteria.py)."""
+    rows = ["| kind | estimand | counted unit | cluster unit | decision rule |", "|---|---|---|---|---|"]
+    counted = "; ".join(f"`{f}`: {w}" for f, w in COUNTED.items())
+    for kind in RULES:
+        unit = (counted if kind != "oracle" else
+                "`min_n_per_arm` or `min_pairs`: the arm's probed steps (each is a pair)")
+        rows.append(f"| `{kind}` | {ESTIMANDS[kind]} | {unit if kind in ('difference', 'oracle') else 'as difference'}"
+                    f" | {CLUSTER_UNITS[kind]} | {RULES[kind]} |")
+    return "\n".join(rows)
 
 
 @dataclass(frozen=True)

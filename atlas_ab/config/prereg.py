@@ -501,9 +501,9 @@ def registrations(manifests: dict[str, dict | None], given: str | Path | None = 
     if given is None:
         return [_status(pr, held) for pr in locked_texts(manifests) if set(pr.arms) <= set(manifests)]
     pr = load_prereg(given)
-    if not all(pr.sha256 in held.get(a, {}) for a in pr.arms):
-        same_name = [from_lock(e) for a in pr.arms for e in held.get(a, {}).values()
-                     if Path(e["path"]).name == pr.path.name]
+    if not any(pr.sha256 in held.get(a, {}) for a in pr.arms):
+        same_name = [from_lock(e) for a in pr.arms for sha, e in held.get(a, {}).items()
+                     if Path(e["path"]).name == pr.path.name and sha != pr.sha256]
         if same_name:
             return [Registration(pr, "changed", "", same_name[0])]
     return [_status(pr, held)]
