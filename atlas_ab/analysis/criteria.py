@@ -109,7 +109,7 @@ class Verdict:
     clusters: str = ""   # what a clustered sd was clustered over: "14 source files"
     counts: dict = field(default_factory=dict)   # what the registered minimums were checked against
 
-    def estimate(self) -> str:
+    def measured(self) -> str:
         """'+0.046 (11.6 sd) with the paired sd 0.0040 over 14 source files'."""
         if self.sd is None:
             return f"{self.delta:+.4f}; the {self.sd_kind} sd was not computed"
@@ -119,7 +119,7 @@ class Verdict:
     def observed(self) -> str:
         power = ("" if self.power_at_min_effect is None or self.sd is None
                  else f"; power to detect the minimum effect {self.power_at_min_effect:.2f}")
-        return f"observed {self.estimate()}{power}"
+        return f"observed {self.measured()}{power}"
 
     def summary(self) -> str:
         s = f"{self.status} ({self.prereg.name}): {self.reason}\n  criterion: {self.prereg.criterion()}"
@@ -156,8 +156,8 @@ class Sensitivity:
             return f"sensitivity ({words}): not available: {self.note}"
         v = self.verdict
         if v.status == registered.status:
-            return f"sensitivity ({words}): {v.estimate()}: {v.status} as well"
-        return (f"sensitivity ({words}): {v.estimate()}: {v.status}; it would decide differently "
+            return f"sensitivity ({words}): {v.measured()}: {v.status} as well"
+        return (f"sensitivity ({words}): {v.measured()}: {v.status}; it would decide differently "
                 f"(the registered estimand reads {registered.status})")
 
     def to_dict(self) -> dict:

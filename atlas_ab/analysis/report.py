@@ -238,7 +238,7 @@ def _verdict_lines(j: Judged) -> list[str]:
              + (f", locked sha256 `{j.locked_sha256}`" if j.locked_sha256 else "") + ")"]
     if v.status in ("PREREG CHANGED", "UNLOCKED"):
         return lines
-    lines.append(f"- observed: {v.estimate()}")
+    lines.append(f"- observed: {v.measured()}")
     if v.sd is not None and v.power_at_min_effect is not None:
         lines.append(f"- power to detect the minimum effect ({pr.spec.min_effect:g}) at {pr.spec.threshold_sd:g} sd "
                      f"given that sd: {v.power_at_min_effect:.2f}")

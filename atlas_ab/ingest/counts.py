@@ -472,7 +472,7 @@ def build_report(runs: list[CountsRun], out: Path, prereg=None, B: int = 2000, s
     if verdict is not None:
         md += ["", "## Pre-registered verdict", "", f"**{verdict.status}**: {verdict.reason}.", "",
                f"- criterion: {prereg.criterion()}", f"- pre-registration: `{prereg.path}` (sha256 `{prereg.sha256}`)",
-               f"- observed: {verdict.estimate()}"]
+               f"- observed: {verdict.measured()}"]
     md += ["", "## Figures", ""]
     rows = []
     for r in ordered:

@@ -218,7 +218,7 @@ def test_the_other_estimand_is_a_sensitivity_line(tmp_path):
     whole = judge(_prereg(tmp_path, "w", **reg, decides="cluster", estimand="whole_arm"), runs, B=0).verdict
     s = j.sensitivity.verdict
     assert (s.status, s.delta, s.sd) == (whole.status, whole.delta, whole.sd) and s.sd_kind == "cluster"
-    assert j.sensitivity.line(j.verdict) == f"sensitivity (whole arm): {whole.estimate()}: MET as well"
+    assert j.sensitivity.line(j.verdict) == f"sensitivity (whole arm): {whole.measured()}: MET as well"
     assert j.details["sensitivity"]["estimand"] == "whole_arm"
 
 
