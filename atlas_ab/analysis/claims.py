@@ -11,6 +11,7 @@ regenerating from the same runs reproduces every table.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +88,55 @@ def _fmt(v, digits=4) -> str:
 def _table(header, rows) -> list[str]:
     return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
             + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
+
+
+def workload_facts(group: ModelRuns) -> list[dict]:
+    """Per study of the group, the workload numbers its prose quotes (FINDINGS.md): documents,
+    source files (the cluster unit), turns, generated tokens per turn, verify steps per arm."""
+    out = []
+    studies: dict[str, list[Run]] = {}
+    for r in group.runs:
+        studies.setdefault(((r.manifest or {}).get("study") or {}).get("name") or "none", []).append(r)
+    for study, rs in sorted(studies.items()):
+        m = rs[0].manifest or {}
+        w, c = m.get("workload") or {}, (m.get("config") or {}).get("workload") or {}
+        docs = len(w["doc_cluster"]) if w.get("doc_cluster") is not None else c.get("n_docs")
+        files = w.get("n_clusters") if w.get("cluster_unit") == "source file" else docs
+        steps = [int((r.steps["k"] >= 1).sum()) for r in rs]
+        out.append({"study": study, "mode": m.get("mode"), "arms": len(rs), "documents": docs, "source_files": files,
+                    "turns": c.get("turns"), "gen_tokens": c.get("gen_tokens"),
+                    "verify_steps_per_arm": [min(steps), max(steps)]})
+    return out
+
+
+def _facts_table(facts: list[dict]) -> list[str]:
+    return _table(["study", "mode", "arms", "documents", "source files (clusters)", "turns x generated tokens",
+                   "verify steps per arm"],
+                  [[f["study"], f["mode"], f["arms"], f"{f['documents']:,}", f"{f['source_files']:,}",
+                    f"{f['turns']} x {f['gen_tokens']}",
+                    f"{f['verify_steps_per_arm'][0]:,} - {f['verify_steps_per_arm'][1]:,}"] for f in facts])
+
+
+#: Prose numbers check_findings holds to the report's workload facts: "N source files", "N clusters",
+#: "N documents" (the forms FINDINGS.md uses for them).
+_PROSE = {"source files": "source_files", "clusters": "source_files", "documents": "documents"}
+
+
+def check_findings(text: str, data: dict) -> list[str]:
+    """The workload numbers in a FINDINGS text that no model's workload in `data` (report.json) has."""
+    allowed: dict[str, set] = {k: set() for k in set(_PROSE.values())}
+    for g in data["models"].values():
+        for f in g.get("workload") or []:
+            for k in allowed:
+                allowed[k].add(f[k])
+    bad = []
+    for words, key in _PROSE.items():
+        for m in re.finditer(rf"\b(\d[\d,]*) {words}\b", text):
+            n = int(m.group(1).replace(",", ""))
+            if n not in allowed[key]:
+                bad.append(f"'{m.group(0)}': the report's workloads have {key.replace('_', ' ')} "
+                           f"{', '.join(str(x) for x in sorted(allowed[key])) or 'none'}")
+    return bad
 
 
 def _judge_all(group: ModelRuns, B: int, seed: int) -> list[tuple[Prereg, criteria.Judgement | None, str]]:
@@ -201,7 +251,10 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0) -> di
                               "model_hash": r.hash("model"), "workload_hash": r.hash("workload"),
                               "mode": (r.manifest or {}).get("mode"), "gate": r.gate_status} for r in g.runs],
                     "questions": {}}
-        md += [f"## {g.label}", "", "Runs (each one's manifest is `<run>/manifest.json`):", ""]
+        facts = workload_facts(g)
+        gd["workload"] = facts
+        md += [f"## {g.label}", "", "Workloads (every clustered sd clusters by source file):", ""]
+        md += _facts_table(facts) + ["", "Runs (each one's manifest is `<run>/manifest.json`):", ""]
         md += _table(["arm", "run", "mode", "gate", "workload.hash"],
                      [[r.arm, f"`{r.path}`", (r.manifest or {}).get("mode", "?"), r.gate_status,
                        f"`{(r.hash('workload') or '')[:19]}`"] for r in g.runs]) + [""]

@@ -436,12 +436,13 @@ def _sensitivity(pr: Prereg, decide, ms: list[Measured]) -> Sensitivity:
     return Sensitivity(est, decide(pr, other, ms))
 
 
-def _item(pr: Prereg, label: str, v: Verdict, **kw) -> DifferenceItem:
+def _item(pr: Prereg, label: str, delta: float, sd: float | None, status: str, **kw) -> DifferenceItem:
+    """One panel of the difference figure."""
     spec = pr.spec
     rel = " (relative)" if getattr(spec, "relative", False) else ""
     turns = "" if spec.turns == Turns.all else f" ({spec.turns.value})"
-    return DifferenceItem(label=f"{label}\n{spec.primary_metric}{rel}{turns} [{pr.name}]", delta=v.delta, sd=v.sd,
-                          sd_kind=spec.decides.value, verdict=v.status, threshold_sd=spec.threshold_sd, **kw)
+    return DifferenceItem(label=f"{label}\n{spec.primary_metric}{rel}{turns} [{pr.name}]", delta=delta, sd=sd,
+                          sd_kind=spec.decides.value, verdict=status, threshold_sd=spec.threshold_sd, **kw)
 
 
 # ---- the kinds -------------------------------------------------------------------------------
@@ -454,7 +455,7 @@ def judge_difference(pr: Prereg, runs: list[Run], B: int, seed: int) -> Judgemen
     v = _difference_verdict(pr, spec, m)
     sens = _sensitivity(pr, lambda p, s, ms: _difference_verdict(p, s, ms[0]), [m])
     details = {**m.details(), "estimand": spec.estimand.value, "sensitivity": sens.to_dict()}
-    return Judgement(v, details, (_item(pr, f"{spec.arms.treatment} - {spec.arms.control}", v,
+    return Judgement(v, details, (_item(pr, f"{spec.arms.treatment} - {spec.arms.control}", v.delta, v.sd, v.status,
                                         min_effect=spec.min_effect, direction=spec.direction.value),), sens)
 
 
@@ -466,8 +467,8 @@ def judge_equivalence(pr: Prereg, runs: list[Run], B: int, seed: int) -> Judgeme
     v = _equivalence_verdict(pr, spec, m)
     sens = _sensitivity(pr, lambda p, s, ms: _equivalence_verdict(p, s, ms[0]), [m])
     details = {**m.details(), "estimand": spec.estimand.value, "sensitivity": sens.to_dict()}
-    return Judgement(v, details, (_item(pr, f"{spec.arms.treatment} - {spec.arms.control} (equivalence)", v,
-                                        margin=spec.margin),), sens)
+    return Judgement(v, details, (_item(pr, f"{spec.arms.treatment} - {spec.arms.control} (equivalence)", v.delta,
+                                        v.sd, v.status, margin=spec.margin),), sens)
 
 
 def _maximum_verdict(pr: Prereg, spec, ms: list[Measured], fp: dict | None = None) -> Verdict:
@@ -513,10 +514,7 @@ def judge_maximum(pr: Prereg, runs: list[Run], B: int, seed: int) -> Judgement:
         z = delta / sd if sd else (0.0 if delta == 0 else math.copysign(math.inf, delta))
         rows.append({"other": name, "delta": delta, "sd": sd, "z": z, "n_best": m.n_treatment,
                      "n_other": m.n_control, "why_no_sd": why, **m.details()})
-        items.append(DifferenceItem(label=f"{spec.best} - {name}\n{spec.primary_metric}"
-                                          f"{'' if spec.turns == Turns.all else ' (' + spec.turns.value + ')'} [{pr.name}]",
-                                    delta=delta, sd=sd, sd_kind=spec.decides.value, verdict=v.status,
-                                    threshold_sd=spec.threshold_sd))
+        items.append(_item(pr, f"{spec.best} - {name}", delta, sd, v.status))
     return Judgement(v, {"comparisons": rows, "fingerprints": fp, "estimand": spec.estimand.value,
                          "sensitivity": sens.to_dict()}, tuple(items), sens)
 

@@ -275,6 +275,11 @@ def paired_difference(control: Run, treatment: Run, metric: str, B: int = 2000, 
             raise AtlasError(f"{r.path}: no position column, so steps cannot be paired between runs")
         df = r.steps[cols]
         keep = denominator(metric, df["k"].to_numpy(), df["accept_len"].to_numpy())
+        dup = df[keep].duplicated(KEY)
+        if dup.any():           # a position twice would pair many-to-many: no such estimand
+            d = df[keep][dup].iloc[0]
+            raise AtlasError(f"{r.path}: duplicate (doc_id, turn, position) = ({d.doc_id}, {d.turn}, {d.position}) "
+                             f"in the denominator of {metric}, so its steps cannot be paired")
         frames.append((df[keep], int(keep.sum())))
     m = frames[0][0].merge(frames[1][0], on=KEY, suffixes=("_a", "_b"))
     if m.empty:
