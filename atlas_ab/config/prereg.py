@@ -18,7 +18,7 @@ import math
 import os
 import tempfile
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, List, Optional, Union
@@ -97,8 +97,8 @@ class _Question:
     min_n_per_arm: Optional[int] = None
     min_pairs: Optional[int] = None
     min_clusters: Optional[int] = None
-    notes: Any = None
-    power: Any = None
+    notes: Any = None      # free text for the reader; never judged
+    power: Any = None      # the power calculation, as free text
 
     def __post_init__(self) -> None:
         _finite_positive("threshold_sd", self.threshold_sd)
@@ -114,10 +114,6 @@ class _Question:
         """The registered minimum counts, by field."""
         return {f: getattr(self, f) for f in ("min_n_per_arm", "min_pairs", "min_clusters")
                 if getattr(self, f) is not None}
-
-    @property
-    def arms(self) -> tuple[str, ...]:
-        raise NotImplementedError
 
     def _where(self) -> str:
         return "" if self.turns == Turns.all else f" on {self.turns.value} turns"
@@ -295,7 +291,6 @@ class Prereg:
     path: Path
     sha256: str
     spec: Spec
-    text: str = field(default="", repr=False, compare=False)
 
     @property
     def kind(self) -> str:
@@ -374,7 +369,7 @@ def load_prereg(path: str | Path, text: bytes | None = None) -> Prereg:
         doc = yaml.safe_load(raw)
     except (OSError, yaml.YAMLError) as e:
         raise AtlasError(f"{p}: unreadable pre-registration ({e.__class__.__name__})") from None
-    return Prereg(path=p, sha256=digest(raw), spec=parse(doc, str(p)), text=raw.decode("utf-8", "replace"))
+    return Prereg(path=p, sha256=digest(raw), spec=parse(doc, str(p)))
 
 
 def _bare(h: str | None) -> str | None:

@@ -111,7 +111,8 @@ def test_arms_locked_under_different_hashes_are_refused(tmp_path, prereg):
 def _edited(path: Path, new_path: Path) -> Path:
     """The edit of issue 18 section 5: a tiny minimum and a low threshold, saved as `new_path`."""
     new_path.write_text(path.read_text().replace("min_n_per_arm: 10000", "min_n_per_arm: 10")
-                        .replace("threshold_sd: 3.0", "threshold_sd: 1.0").replace("min_effect: 0.015", "min_effect: 0.001"))
+                        .replace("threshold_sd: 3.0", "threshold_sd: 1.0")
+                        .replace("min_effect: 0.015", "min_effect: 0.001"))
     return new_path
 
 
