@@ -274,7 +274,7 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0) -> di
                                                     "registered sense)")]
             if j.sensitivity is not None:
                 md.append(f"- {j.sensitivity.line(v)}")
-            p = j.details.get("paired")
+            p = j.details.get("paired") if j.details.get("estimand") == "matched_positions" else None
             if p:
                 md.append(f"- paired on {p['n_pairs']:,} matched steps ({p['matched_share']:.0%} of the smaller "
                           f"arm's); unpaired i.i.d. sd {_fmt(p['unpaired_iid_sd'])}, unpaired cluster sd "

@@ -244,7 +244,8 @@ def _verdict_lines(j: Judged) -> list[str]:
                      f"given that sd: {v.power_at_min_effect:.2f}")
     if j.judgement.sensitivity is not None:
         lines.append(f"- {j.judgement.sensitivity.line(v)}")
-    p = j.judgement.details.get("paired")
+    # the pairing behind a matched-positions estimand (whole-arm ones show it in the sensitivity line)
+    p = j.judgement.details.get("paired") if j.judgement.details.get("estimand") == "matched_positions" else None
     if p:
         saved = (f"; its sd is {p['saved_vs_iid']:.0%} below the unpaired i.i.d. sd and {p['saved_vs_cluster']:+.0%} "
                  "vs the unpaired cluster sd" if p.get("saved_vs_cluster") is not None else "")
