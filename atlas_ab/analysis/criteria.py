@@ -27,7 +27,7 @@ from atlas_ab import AtlasError
 from atlas_ab.analysis.economics import ThroughputDifference, throughput_difference
 from atlas_ab.analysis.fingerprints import fingerprint_table, read_events
 from atlas_ab.analysis.load import Run
-from atlas_ab.analysis.metrics import Cells, cell_counts, doc_sums, rates
+from atlas_ab.analysis.metrics import Cells, Units, cell_counts, doc_sums, rates
 from atlas_ab.analysis.paired import PairedDifference, oracle_probe, paired_difference
 from atlas_ab.analysis.plots import DifferenceItem
 from atlas_ab.analysis.sizing import power_at
@@ -217,6 +217,9 @@ def _turns(run: Run, turns: Turns) -> Run:
     """The run restricted to a turn class (cold: turn 0; warm: turns >= 1)."""
     if turns == Turns.all:
         return run
+    if not hasattr(run, "steps"):
+        raise AtlasError(f"{run.path}: a run without a step table is judged over all turns only, not "
+                         f"{turns.value} turns")
     t = run.steps["turn"]
     return dataclasses.replace(run, steps=run.steps[(t == 0) if turns == Turns.cold else (t >= 1)])
 
@@ -224,13 +227,19 @@ def _turns(run: Run, turns: Turns) -> Run:
 def _clusters(run: Run, unit: ClusterUnit) -> tuple:
     """(doc_id -> cluster map or None, unit words) for the declared cluster unit; a workload whose
     documents each come from their own file has no map, and its source files are its documents."""
+    if not hasattr(run, "steps"):                       # an engine run: its own clusters (_cells)
+        return None, run.cells().cluster_unit
     if unit == ClusterUnit.document:
         return None, "document"
     cmap, words = run.clusters
     return (cmap, words) if cmap is not None else (None, "document")
 
 
-def _cells(run: Run, clusters: tuple) -> Cells:
+def _cells(run: Run, clusters: tuple) -> Cells | Units:
+    """The run's counts clustered as declared: a step run's cells, or an engine run's per-unit
+    table (analysis/units.py; its clusters are its documents or requests, whatever is declared)."""
+    if not hasattr(run, "steps"):
+        return run.cells()
     return cell_counts(run.steps, run.arm, K=run.K, clusters=clusters[0], cluster_unit=clusters[1])
 
 
@@ -290,14 +299,16 @@ def measure(pr: Prereg, control: Run, treatment: Run, B: int, seed: int) -> Meas
     d = compare_cells(ca, cb, metric, B=B, seed=seed)
     sa, sb = doc_sums(ca, metric), doc_sums(cb, metric)
     paired, note = None, None
-    if "position" in a.steps.columns and "position" in b.steps.columns:
+    if not (hasattr(a, "steps") and hasattr(b, "steps")):
+        note = "runs without a step table have no positions to match"
+    elif "position" in a.steps.columns and "position" in b.steps.columns:
         try:
             paired = paired_difference(a, b, metric, B=B, seed=seed, unpaired=d, clusters=clusters)
         except AtlasError as e:
             note = str(e)
     else:
         note = "the runs have no position column, so no step of one arm can be matched to the other's"
-    same = ca.table.reset_index(drop=True).equals(cb.table.reset_index(drop=True))
+    same = isinstance(ca, Cells) and ca.table.reset_index(drop=True).equals(cb.table.reset_index(drop=True))
     rel = relative_cluster_sd(sa, sb) if spec.KIND == "difference" and spec.relative and d.cluster_sd is not None \
         else None
     return Measured(metric, d, paired, note, sa.N, sb.N, len(np.union1d(sa.doc_id, sb.doc_id)), clusters[1],

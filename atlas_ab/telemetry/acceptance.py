@@ -4,7 +4,9 @@ Every metric is "mean of y over the steps in its denominator":
   p{i}        y = [accept_len >= i]   over steps with k >= i
   p{i}_cond   y = [accept_len >= i]   over steps with accept_len >= i-1 and k >= i
   tokens      y = 1 + accept_len      over steps with k >= 1
-`denominator` and `outcome` are that table, the one definition the run side (its summary and
+  draft_acceptance_rate   accepted over drafted tokens: y = accept_len over steps with k >= 1,
+              each step weighing k in the denominator (`weight`; what engines report)
+`denominator`, `outcome` and `weight` are that table, the one definition the run side (its summary and
 progress line) and the analysis (analysis/metrics.py, analysis/paired.py) both use. numpy only:
 the run side imports this module, never the analysis.
 """
@@ -18,16 +20,21 @@ from atlas_ab import AtlasError
 
 #: the one timing metric (analysis/economics.py): committed tokens per second of step time
 THROUGHPUT = "tokens_per_second"
+#: accepted over drafted tokens, the figure engines report
+DAR = "draft_acceptance_rate"
 _METRIC = re.compile(r"^p(\d+)(_uncond|_cond)?$")
 
 
 def parse_metric(name: str) -> tuple[str, int]:
-    """'p2_uncond' -> ('p', 2); 'p2_cond' -> ('cond', 2); 'tokens_per_step' -> ('tokens', 1)."""
+    """'p2_uncond' -> ('p', 2); 'p2_cond' -> ('cond', 2); 'tokens_per_step' -> ('tokens', 1);
+    'draft_acceptance_rate' -> ('dar', 0)."""
     if name in ("tokens_per_step", "tokens"):
         return "tokens", 1
+    if name in (DAR, "acceptance_rate"):
+        return "dar", 0
     m = _METRIC.match(name)
     if not m or int(m.group(1)) < 1:
-        raise AtlasError(f"unknown metric {name!r} (p1, p2_uncond, p{{i}}, p{{i}}_cond, tokens_per_step)")
+        raise AtlasError(f"unknown metric {name!r} (p1, p2_uncond, p{{i}}, p{{i}}_cond, tokens_per_step, {DAR})")
     depth = int(m.group(1))
     if m.group(2) == "_cond" and depth > 1:
         return "cond", depth
@@ -48,6 +55,8 @@ def canonical(metric: str) -> str:
     kind, i = parse_metric(metric)
     if kind == "tokens":
         return "tokens_per_step"
+    if kind == "dar":
+        return DAR
     if kind == "cond":
         return f"p{i}_cond"
     return "p2_uncond" if i == 2 else f"p{i}"
@@ -72,7 +81,17 @@ def denominator(metric: str, k: np.ndarray, accept_len: np.ndarray) -> np.ndarra
 def outcome(metric: str, accept_len: np.ndarray) -> np.ndarray:
     """Each step's y (meaningful on the denominator's steps only)."""
     kind, i = parse_metric(metric)
-    return (1 + accept_len).astype(np.float64) if kind == "tokens" else (accept_len >= i).astype(np.float64)
+    if kind == "tokens":
+        return (1 + accept_len).astype(np.float64)
+    if kind == "dar":
+        return accept_len.astype(np.float64)
+    return (accept_len >= i).astype(np.float64)
+
+
+def weight(metric: str, k: np.ndarray) -> np.ndarray | None:
+    """Each step's count in the denominator when it is not 1 (draft_acceptance_rate: its k drafted
+    tokens, which are not independent draws, so that metric has no i.i.d. sd); None otherwise."""
+    return k.astype(np.float64) if parse_metric(metric)[0] == "dar" else None
 
 
 def histogram_rates(hist: np.ndarray) -> dict[str, float]:

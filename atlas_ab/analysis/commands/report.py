@@ -8,19 +8,20 @@ import datetime as _dt
 from pathlib import Path
 
 from atlas_ab.analysis import cli, criteria
-from atlas_ab.config.paths import resolve_path
 from atlas_ab.analysis.load import check_provenance
 from atlas_ab.analysis.report import build_report
+from atlas_ab.config.paths import resolve_path
 from atlas_ab.config.prereg import registrations
 
 NO_VERDICT = 1
 
 
-def _counts_report(args, paths, out, prereg) -> int:
-    """Engine runs without a step table: the report of what their grain makes exact."""
-    from atlas_ab.ingest import counts
+def _grain_report(args, paths, out, prereg) -> int:
+    """Engine runs without a step table: every run as its per-unit table, what its grain makes exact."""
+    from atlas_ab.analysis.grain_report import grain_report
+    from atlas_ab.analysis.units import load_units
 
-    runs = [counts.load_counts(p, args.allow_incomplete) for p in paths]
+    runs = [load_units(p, args.allow_incomplete) for p in paths]
     mismatches = check_provenance(runs, args.allow_mismatch) if len(runs) > 1 else []
     reg = registrations({r.arm: r.manifest for r in runs}, prereg)[0] if prereg else None
     judged = reg is not None and (reg.status == "locked" or (reg.status == "unlocked" and args.evaluate_unlocked)
@@ -32,8 +33,8 @@ def _counts_report(args, paths, out, prereg) -> int:
                    if judged else f"**{none.status}: NO VERDICT.** {none.reason}")
         print(f"WARNING: {none.status} pre-registration {reg.prereg.path.name}, judged at the user's request"
               if judged else none.summary())
-    rep = counts.build_report(runs, out, prereg=reg.prereg if judged else None, B=args.bootstrap, seed=args.seed,
-                              mismatches=tuple(mismatches), warning=warning)
+    rep = grain_report(runs, out, prereg=reg.prereg if judged else None, B=args.bootstrap, seed=args.seed,
+                       mismatches=tuple(mismatches), warning=warning)
     if args.json:
         cli.emit_json(rep.data)
     else:
@@ -47,10 +48,10 @@ def run(args) -> int:
     out = Path(args.out) if args.out else Path("analysis/reports") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     prereg = resolve_path(args.prereg) if args.prereg else None
     paths = cli.expand(args.runs)
-    from atlas_ab.ingest import counts
+    from atlas_ab.analysis import units
 
-    if any(counts.needs_counts(p, args.allow_incomplete) for p in paths):
-        return _counts_report(args, paths, out, prereg)
+    if any(units.needs_units(p, args.allow_incomplete) for p in paths):
+        return _grain_report(args, paths, out, prereg)
     runs, mismatches = cli.load_runs(paths, args, optional=("oracle_hit2", "position"))
     rep = build_report(runs, out, prereg=prereg, B=args.bootstrap, seed=args.seed, mismatches=tuple(mismatches),
                        evaluate_edited=args.evaluate_edited, allow_ungated=args.allow_ungated,
