@@ -59,7 +59,7 @@ def group_by_model(runs: list[Run]) -> list[ModelRuns]:
     for r in runs:
         groups.setdefault(r.hash("model") or "unknown", []).append(r)
     out = []
-    for h, rs in groups.items():
+    for rs in groups.values():
         m = (rs[0].manifest or {}).get("model") or {}
         arch = m.get("architecture") or {}
         params = (m.get("params") or {}).get("total")

@@ -31,10 +31,26 @@ from atlas_ab.analysis.metrics import Cells, Units, cell_counts, doc_sums, rates
 from atlas_ab.analysis.paired import PairedDifference, oracle_probe, paired_difference
 from atlas_ab.analysis.plots import DifferenceItem
 from atlas_ab.analysis.sizing import power_at
-from atlas_ab.analysis.stats import (Difference, compare as compare_cells, format_delta, relative_cluster_sd,
-                                     relative_sd_independent)
-from atlas_ab.config.prereg import (ESTIMAND_WORDS, NATURAL_SD, UNIT_WORDS, ClusterUnit, Decides, Direction,
-                                    Estimand, Prereg, Registration, Turns, changed_fields)
+from atlas_ab.analysis.stats import (
+    Difference,
+    compare as compare_cells,
+    format_delta,
+    relative_cluster_sd,
+    relative_sd_independent,
+)
+from atlas_ab.config.prereg import (
+    ESTIMAND_WORDS,
+    NATURAL_SD,
+    UNIT_WORDS,
+    ClusterUnit,
+    Decides,
+    Direction,
+    Estimand,
+    Prereg,
+    Registration,
+    Turns,
+    changed_fields,
+)
 from atlas_ab.telemetry.acceptance import THROUGHPUT
 
 MIN_POWER = 0.8

@@ -20,8 +20,8 @@ import pandas as pd
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, criteria, paired, plots
-from atlas_ab.analysis.criteria import Judgement, Verdict
 from atlas_ab.analysis.comparison import Comparison, compare_runs, headline_metrics
+from atlas_ab.analysis.criteria import Judgement, Verdict
 from atlas_ab.analysis.load import Run
 from atlas_ab.analysis.metrics import TURN_CLASSES, Cells, arm_metrics
 from atlas_ab.analysis.stats import compare as compare_cells, format_delta

@@ -19,9 +19,9 @@ from atlas_ab.analysis import synth
 from atlas_ab.analysis.__main__ import main as analysis_main
 from atlas_ab.analysis.load import load_run
 from atlas_ab.analysis.report import build_report
+from atlas_ab.config.paths import CONF_DIR, PACKAGE_ROOT
 from atlas_ab.config.store import check_keys
 from atlas_ab.errors import one_line
-from atlas_ab.config.paths import CONF_DIR, PACKAGE_ROOT
 from atlas_ab.run.session import run
 from atlas_ab.run.store import RunStore
 
@@ -79,7 +79,8 @@ def test_report_judges_the_locked_text_and_an_edited_file_is_prereg_changed(tmp_
 
     # the user edits the file after the study began: UNDERPOWERED must not quietly become MET
     prereg.write_text(prereg.read_text().replace("min_n_per_arm: 10000", "min_n_per_arm: 10")
-                      .replace("threshold_sd: 3.0", "threshold_sd: 0.01").replace("min_effect: 0.015", "min_effect: 0.0001"))
+                      .replace("threshold_sd: 3.0", "threshold_sd: 0.01")
+                      .replace("min_effect: 0.015", "min_effect: 0.0001"))
     changed = build_report(runs, tmp_path / "rep1", prereg=prereg, B=0)
     v = changed.verdict
     assert v.status == "PREREG CHANGED"

@@ -47,8 +47,8 @@ def test_token_totals_refuse_p2(tmp_path, capsys):
         (tmp_path / f"{arm}.json").write_text(json.dumps([trtllm_entry(i, [3, 3], [acc, 0]) for i in range(4)]))
         ingest("trtllm", [tmp_path / f"{arm}.json"], tmp_path / arm)
     one_error(capsys, ["report", tmp_path / "ctl", tmp_path / "trt", "--prereg", prereg(tmp_path),
-                       "--out", tmp_path / "r", "--evaluate-unlocked"], [str(tmp_path / "ctl"), "p2_uncond is not available",
-                                                  "token totals only"])
+                       "--out", tmp_path / "r", "--evaluate-unlocked"],
+              [str(tmp_path / "ctl"), "p2_uncond is not available", "token totals only"])
 
 
 def test_turn_class_preregistration_refused_without_steps(tmp_path, capsys):
