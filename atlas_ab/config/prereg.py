@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
-import tempfile
 import typing
 from dataclasses import dataclass, fields
 from enum import Enum
@@ -28,6 +26,7 @@ from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from atlas_ab import AtlasError
+from atlas_ab.atomic import link_bytes
 from atlas_ab.telemetry.acceptance import THROUGHPUT, canonical
 
 
@@ -389,18 +388,7 @@ def lock(path: str | Path, lock_dir: Path) -> dict:
     load_prereg(src)                         # a malformed file fails the study before step 1
     dst = Path(lock_dir) / "prereg" / src.name
     dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=".lock-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, dst)                # atomic and exclusive: the first job wins
-        except FileExistsError:
-            pass
-    finally:
-        os.unlink(tmp)
+    link_bytes(dst, raw)                     # atomic and exclusive: the first job wins
     locked = dst.read_bytes()
     return {"path": str(path), "locked_copy": str(dst.resolve()), "sha256": digest(locked),
             "source_sha256": digest(raw), "text": locked.decode("utf-8")}
@@ -461,7 +449,7 @@ def _status(pr: Prereg, held: dict[str, dict[str, dict]]) -> Registration:
     if holders and others:
         a, b = holders[0], others[0]
         theirs = ", ".join(f"{Path(e['path']).name} {sha[:12]}" for sha, e in sorted(held[b].items()))
-        raise AtlasError(f"pre-registration {pr.path.name}: the arms carry different locked hashes ({a} locked "
+        raise AtlasError(f"pre-registration {pr.path.name}: the runs carry different locked hashes ({a} locked "
                          f"{pr.sha256[:12]}, {b} locked {theirs}): arms that locked different texts are "
                          "not judged together (one study, one criterion)")
     why = (f"no run of {', '.join(pr.arms)} locked this text (sha256 {pr.sha256[:12]})" if not holders else

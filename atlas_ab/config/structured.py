@@ -160,7 +160,10 @@ def validate_arm(arm: ArmConfig) -> ArmConfig:
                     if getattr(arm, k)]
         mtp_only += [k for k in ("handoff_norm", "recycle_norm") if getattr(arm, k) != "checkpoint"]
         if mtp_only:
-            raise AtlasError(f"{where}: {', '.join(mtp_only)} apply to the MTP proposer only")
+            levers = ", ".join(mtp_only[:-1]) + " and " + mtp_only[-1] if len(mtp_only) > 1 else mtp_only[0]
+            verb = "apply" if len(mtp_only) > 1 else "applies"
+            raise AtlasError(f"{where}: {levers} {verb} to the MTP proposer only (proposer=draft_model has "
+                             f"no MTP head); set {'them' if len(mtp_only) > 1 else 'it'} off or use proposer=mtp")
     for key in ("handoff_norm", "recycle_norm"):
         if getattr(arm, key) not in HANDOFF_CHOICES:
             raise AtlasError(f"{where}: {key}={getattr(arm, key)!r} must be one of {', '.join(HANDOFF_CHOICES)}")
@@ -204,9 +207,14 @@ def validate_workload(w: WorkloadConfig) -> WorkloadConfig:
         raise AtlasError(f"workload.corpus={w.corpus!r} must be one of {list(SOURCES)}")
     if w.split not in SPLITS:
         raise AtlasError(f"workload.split={w.split!r} must be one of {list(SPLITS)}")
-    for key in ("n_docs", "turns", "chunk_tokens", "gen_tokens"):
-        # gen_tokens=0 would be a run of prefills with no verify step: nothing to measure
+    for key in ("n_docs", "turns", "chunk_tokens"):
         _number("workload", key, getattr(w, key), 1)
+    # a turn's prefill commits its first token, so gen_tokens=1 would be a run of prefills with
+    # no verify step: nothing to measure
+    _number("workload", "gen_tokens", w.gen_tokens)
+    if w.gen_tokens < 2:
+        raise AtlasError(f"workload: gen_tokens={w.gen_tokens} is out of range >= 2 (a turn's prefill commits "
+                         "its first token; a verify step needs a second)")
     _number("workload", "seed", w.seed)
     return w
 

@@ -315,7 +315,8 @@ def collect(args) -> int:
     from atlas_ab.ingest.units import Where
     from atlas_ab.ingest.write import check_out
     from atlas_ab.run.provenance import now
-    from atlas_ab.run.store import MANIFEST, write_json_atomic
+    from atlas_ab.atomic import write_json
+    from atlas_ab.run.store import MANIFEST
 
     out = Path(args.out)
     if args.prompts:
@@ -363,7 +364,7 @@ def collect(args) -> int:
             "started": (old or {}).get("started") or now(), "resumed": bool(done)}
     manifest = {"schema": 1, "status": "running", **base, "levers": {}, "telemetry": None, "shards": [],
                 "rows": {"steps": 0, "events": 0}, "finished": None}
-    write_json_atomic(mf, manifest)
+    write_json(mf, manifest)
 
     bar = None
     if not args.no_progress and sys.stderr.isatty():

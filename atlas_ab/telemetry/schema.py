@@ -14,6 +14,10 @@ import pyarrow as pa
 #: Version of the run-directory layout written into every manifest.
 MANIFEST_SCHEMA = 1
 
+#: A manifest shard entry: the key of each table's row count (its file is under the table's name,
+#: its sha256 under "sha256"); the analysis checks both at load.
+SHARD_ROWS = {"steps": "rows", "events": "event_rows", "counts": "count_rows"}
+
 #: Drafter row spaces (proposers/rowspace.py has their rules).
 ROW_SPACES = ("compact", "dense")
 #: Turn classes every figure is reported by: turn 0 is cold, turns >= 1 are warm.

@@ -303,9 +303,9 @@ def test_the_analysis_clusters_by_the_manifests_map(tmp_path):
 # -- faults ----------------------------------------------------------------------------
 
 def test_disk_full_fails_the_run_cleans_its_debris_and_resume_completes(tmp_path, monkeypatch):
-    import atlas_ab.run.store as store
+    import atlas_ab.atomic as atomic
 
-    real = store.write_table_atomic
+    real = atomic.write_table
     calls = {"n": 0}
 
     def full(path, table):
@@ -316,14 +316,14 @@ def test_disk_full_fails_the_run_cleans_its_debris_and_resume_completes(tmp_path
             raise OSError(errno.ENOSPC, "No space left on device", str(tmp))
         return real(path, table)
 
-    monkeypatch.setattr(store, "write_table_atomic", full)
+    monkeypatch.setattr(atomic, "write_table", full)
     d = tmp_path / "r"
     with pytest.raises(AtlasError, match="No space left on device"):
         run(cfg_of(*BASE, "+arm=refeed_on"), d)
     m = manifest(d)
     assert m["status"] == "failed" and "No space left" in m["error"]
     assert not list(d.rglob("*.tmp"))
-    monkeypatch.setattr(store, "write_table_atomic", real)
+    monkeypatch.setattr(atomic, "write_table", real)
     m = run(cfg_of(*BASE, "+arm=refeed_on", f"runner.resume={d}"), d)
     assert m["status"] == "complete" and len(m["shards"]) == 2
 

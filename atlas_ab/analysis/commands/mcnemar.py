@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, paired
+from atlas_ab.analysis.load import check_distinct
 
 
 def run(args) -> int:
@@ -11,7 +12,10 @@ def run(args) -> int:
         result = paired.oracle_probe(runs[0])
         out = {"kind": "oracle_probe", "run": str(runs[0].path), **result.to_dict()}
     elif len(args.runs) == 2:
+        if args.depth < 1:
+            raise AtlasError(f"--depth {args.depth}: the depth is a draft's position, 1 or more (up to the arms' K)")
         runs, mismatches = cli.load_runs(args.runs, args, columns=("position",))
+        check_distinct(runs)
         result = paired.between_runs(runs[0], runs[1], args.depth)
         out = {"kind": "between_runs", "runs": [str(r.path) for r in runs], "depth": args.depth,
                "mismatches": mismatches, **result.to_dict()}
