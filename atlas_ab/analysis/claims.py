@@ -11,6 +11,7 @@ regenerating from the same runs reproduces every table.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, criteria, plots
 from atlas_ab.analysis.load import Run
 from atlas_ab.analysis.metrics import arm_metrics, rates
-from atlas_ab.analysis.prereg import Prereg, from_lock, locked_preregs
+from atlas_ab.config.prereg import Prereg, lock_status, locked_texts
 
 #: What the seeds measured, per question (speculative.rs.txt, the notes on REFEED and its levers).
 SEEDS = {
@@ -67,7 +68,7 @@ def group_by_model(runs: list[Run]) -> list[ModelRuns]:
     for r in runs:
         groups.setdefault((r.hash("model") or "unknown", temperature(r)), []).append(r)
     out = []
-    for (h, temp), rs in groups.items():
+    for (_h, temp), rs in groups.items():
         m = (rs[0].manifest or {}).get("model") or {}
         arch = m.get("architecture") or {}
         params = (m.get("params") or {}).get("total")
@@ -101,14 +102,67 @@ def _table(header, rows) -> list[str]:
             + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
 
 
-def _judge_all(group: ModelRuns, B: int, seed: int) -> list[tuple[Prereg, criteria.Judgement | None, str]]:
+def workload_facts(group: ModelRuns) -> list[dict]:
+    """Per study of the group, the workload numbers its prose quotes (FINDINGS.md): documents,
+    source files (the cluster unit), turns, generated tokens per turn, verify steps per arm."""
     out = []
-    locked = locked_preregs([r.manifest for r in group.runs if r.manifest])
-    for name in sorted(locked):
-        pr = from_lock(locked[name])
+    studies: dict[str, list[Run]] = {}
+    for r in group.runs:
+        studies.setdefault(((r.manifest or {}).get("study") or {}).get("name") or "none", []).append(r)
+    for study, rs in sorted(studies.items()):
+        m = rs[0].manifest or {}
+        w, c = m.get("workload") or {}, (m.get("config") or {}).get("workload") or {}
+        docs = len(w["doc_cluster"]) if w.get("doc_cluster") is not None else c.get("n_docs")
+        files = w.get("n_clusters") if w.get("cluster_unit") == "source file" else docs
+        steps = [int((r.steps["k"] >= 1).sum()) for r in rs]
+        out.append({"study": study, "mode": m.get("mode"), "arms": len(rs), "documents": docs, "source_files": files,
+                    "turns": c.get("turns"), "gen_tokens": c.get("gen_tokens"),
+                    "verify_steps_per_arm": [min(steps), max(steps)]})
+    return out
+
+
+def _facts_table(facts: list[dict]) -> list[str]:
+    return _table(["study", "mode", "arms", "documents", "source files (clusters)", "turns x generated tokens",
+                   "verify steps per arm"],
+                  [[f["study"], f["mode"], f["arms"], f"{f['documents']:,}", f"{f['source_files']:,}",
+                    f"{f['turns']} x {f['gen_tokens']}",
+                    f"{f['verify_steps_per_arm'][0]:,} - {f['verify_steps_per_arm'][1]:,}"] for f in facts])
+
+
+#: Prose numbers check_findings holds to the report's workload facts: "N source files", "N clusters",
+#: "N documents" (the forms FINDINGS.md uses for them).
+_PROSE = {"source files": "source_files", "clusters": "source_files", "documents": "documents"}
+
+
+def check_findings(text: str, data: dict) -> list[str]:
+    """The workload numbers in a FINDINGS text that no model's workload in `data` (report.json) has."""
+    allowed: dict[str, set] = {k: set() for k in set(_PROSE.values())}
+    for g in data["models"].values():
+        for f in g.get("workload") or []:
+            for k in allowed:
+                allowed[k].add(f[k])
+    bad = []
+    for words, key in _PROSE.items():
+        for m in re.finditer(rf"\b(\d[\d,]*) {words}\b", text):
+            n = int(m.group(1).replace(",", ""))
+            if n not in allowed[key]:
+                bad.append(f"'{m.group(0)}': the report's workloads have {key.replace('_', ' ')} "
+                           f"{', '.join(str(x) for x in sorted(allowed[key])) or 'none'}")
+    return bad
+
+
+def _judge_all(group: ModelRuns, B: int, seed: int) -> list[tuple[Prereg, criteria.Judgement | None, str]]:
+    """Every text the group's runs locked, judged where every arm it names locked it."""
+    out = []
+    manifests = {r.arm: r.manifest for r in group.runs}
+    for pr in locked_texts(manifests):
         missing = [a for a in pr.arms if group.arm(a) is None]
         if missing:
             out.append((pr, None, f"not judged: arm {missing[0]} was not run for this model"))
+            continue
+        reg = lock_status(pr, manifests)
+        if reg.status != "locked":
+            out.append((pr, None, f"not judged: UNLOCKED: {reg.why}"))
             continue
         try:
             out.append((pr, criteria.judge(pr, list(group.runs), B=B, seed=seed), ""))
@@ -230,7 +284,10 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0) -> di
                               "model_hash": r.hash("model"), "workload_hash": r.hash("workload"),
                               "mode": (r.manifest or {}).get("mode"), "gate": r.gate_status} for r in g.runs],
                     "questions": {}}
-        md += [f"## {g.label}", "", "Runs (each one's manifest is `<run>/manifest.json`):", ""]
+        facts = workload_facts(g)
+        gd["workload"] = facts
+        md += [f"## {g.label}", "", "Workloads (every clustered sd clusters by source file):", ""]
+        md += _facts_table(facts) + ["", "Runs (each one's manifest is `<run>/manifest.json`):", ""]
         md += _table(["arm", "run", "mode", "gate", "workload.hash"],
                      [[r.arm, f"`{r.path}`", (r.manifest or {}).get("mode", "?"), r.gate_status,
                        f"`{(r.hash('workload') or '')[:19]}`"] for r in g.runs]) + [""]
@@ -243,11 +300,14 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0) -> di
                 md += [f"- {why}", ""]
                 continue
             v = j.verdict
-            kind = "McNemar" if pr.kind == "oracle" else pr.decides
+            over = f" over {v.clusters}" if v.clusters else ""
             md += [f"- **{v.status}**: {v.reason}",
                    f"- estimate: {v.delta:+.4f}" + ("" if v.sd is None else
-                                                    f", {kind} sd {v.sd:.4f} ({v.z:+.1f} sd in the registered sense)")]
-            p = j.details.get("paired")
+                                                    f", {v.sd_kind} sd {v.sd:.4f}{over} ({v.z:+.1f} sd in the "
+                                                    "registered sense)")]
+            if j.sensitivity is not None:
+                md.append(f"- {j.sensitivity.line(v)}")
+            p = j.details.get("paired") if j.details.get("estimand") == "matched_positions" else None
             if p:
                 md.append(f"- paired on {p['n_pairs']:,} matched steps ({p['matched_share']:.0%} of the smaller "
                           f"arm's); unpaired i.i.d. sd {_fmt(p['unpaired_iid_sd'])}, unpaired cluster sd "
@@ -258,7 +318,9 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0) -> di
                 j.details["variance_saving"] = {k: x for k, x in saving.items() if k != "line"}
             md.append("")
             items += list(j.items)
-            gd["questions"][pr.name] = {"verdict": v.to_dict(), "details": j.details}
+            gd["questions"][pr.name] = {"verdict": v.to_dict(), "details": j.details,
+                                        "sensitivity": None if j.sensitivity is None else
+                                        {**j.sensitivity.to_dict(), "line": j.sensitivity.line(v)}}
         if items:
             plots.difference_figure(items, out / f"difference_{tag}.png")
             md += ["### The differences that decide", "", f"![paired differences with their thresholds]"

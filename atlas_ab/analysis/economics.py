@@ -9,8 +9,9 @@ i.e. when E[1 + a | c] >= c_spec / c_serial (the break-even). So:
   - the costs come from live runs at batch width 1, where a gated step really decodes one
     token: c_spec = the median wall time of its verify steps, c_serial of its serial steps;
   - tau* = the lowest confidence from which every bin pays;
-  - throughput (committed tokens per second of step time) per arm, with a document-clustered
-    sd (a ratio estimator, linearised), and the difference between two arms.
+  - throughput (committed tokens per second of step time) per arm, with a clustered sd (a ratio
+    estimator, linearised; clusters are the run's source files unless told otherwise), and the
+    difference between two arms, absolute and relative (stats.ratio_difference_sd).
 Timings exist only in live runs: a replay run carries no step time and is refused here.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pandas as pd
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.load import Run, load_run
-from atlas_ab.analysis.stats import few_clusters
+from atlas_ab.analysis.stats import few_clusters, ratio_difference_sd
 
 BINS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0 + 1e-9)
 
@@ -46,14 +47,15 @@ def timed(run: Run) -> Run:
 
 @dataclass(frozen=True)
 class Throughput:
-    """Committed tokens per second of step time, clustered by document."""
+    """Committed tokens per second of step time, clustered by the cluster unit."""
     arm: str
     tokens: int
     seconds: float
     n_steps: int
     n_clusters: int
     sd: float | None           # CRV1-style sd of the ratio (None: too few clusters)
-    per_doc: pd.DataFrame      # doc_id, tokens, seconds
+    per_cluster: pd.DataFrame  # cluster, tokens, seconds
+    cluster_unit: str = "document"
 
     @property
     def value(self) -> float:
@@ -64,15 +66,18 @@ class Throughput:
                 "seconds": self.seconds, "n_steps": self.n_steps, "n_clusters": self.n_clusters}
 
 
-def throughput(run: Run) -> Throughput:
+def throughput(run: Run, clusters: tuple | None = None) -> Throughput:
+    """`clusters`: (doc_id -> cluster map or None, unit), default the run's own (load.Run.clusters)."""
     full = timed(run)
     s = full.steps
-    per_doc = pd.DataFrame({"doc_id": s["doc_id"], "tokens": s["committed"].map(len),
-                            "seconds": s["step_ms"].astype(np.float64) / 1e3}).groupby("doc_id").sum().reset_index()
-    T, S = per_doc["tokens"].to_numpy(float), per_doc["seconds"].to_numpy(float)
-    R, G = T.sum() / S.sum(), len(per_doc)
-    sd = None if few_clusters(G) else math.sqrt(G / (G - 1) * ((T - R * S) ** 2).sum()) / S.sum()
-    return Throughput(run.arm, int(T.sum()), float(S.sum()), len(s), G, sd, per_doc)
+    cmap, unit = run.clusters if clusters is None else clusters
+    doc = s["doc_id"].to_numpy()
+    per = pd.DataFrame({"cluster": doc if cmap is None else np.asarray(cmap)[doc], "tokens": s["committed"].map(len),
+                        "seconds": s["step_ms"].astype(np.float64) / 1e3}).groupby("cluster").sum().reset_index()
+    T, S = per["tokens"].to_numpy(float), per["seconds"].to_numpy(float)
+    R, G = T.sum() / S.sum(), len(per)
+    sd = None if few_clusters(G, unit) else math.sqrt(G / (G - 1) * ((T - R * S) ** 2).sum()) / S.sum()
+    return Throughput(run.arm, int(T.sum()), float(S.sum()), len(s), G, sd, per, unit)
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,9 @@ class ThroughputDifference:
     control: Throughput
     treatment: Throughput
     delta: float               # treatment - control, tokens/s
-    sd: float | None           # clustered by document (the same document in both arms is one cluster)
+    sd: float | None           # clustered (the same cluster in both arms is one cluster)
+    relative_sd: float | None = None   # the sd of `relative`, both arms' uncertainty (delta method)
+    n_clusters: int = 0
 
     @property
     def relative(self) -> float:
@@ -88,19 +95,20 @@ class ThroughputDifference:
 
     def to_dict(self) -> dict:
         return {"control": self.control.to_dict(), "treatment": self.treatment.to_dict(), "delta": self.delta,
-                "sd": self.sd, "relative": self.relative}
+                "sd": self.sd, "relative": self.relative, "relative_sd": self.relative_sd,
+                "n_clusters": self.n_clusters, "cluster_unit": self.control.cluster_unit}
 
 
-def throughput_difference(control: Run, treatment: Run) -> ThroughputDifference:
-    """The linearised ratio difference: z_g = (T_bg - R_b S_bg)/S_b - (T_ag - R_a S_ag)/S_a per
-    document g, sd = sqrt(G/(G-1) sum z_g^2)."""
-    a, b = throughput(control), throughput(treatment)
-    m = a.per_doc.merge(b.per_doc, on="doc_id", how="outer", suffixes=("_a", "_b")).fillna(0.0)
-    z = ((m["tokens_b"] - b.value * m["seconds_b"]) / b.seconds
-         - (m["tokens_a"] - a.value * m["seconds_a"]) / a.seconds).to_numpy()
+def throughput_difference(control: Run, treatment: Run, clusters: tuple | None = None) -> ThroughputDifference:
+    """The linearised ratio difference over clusters g present in either arm (stats.ratio_difference_sd):
+    absolute z_g = (T_bg - R_b S_bg)/S_b - (T_ag - R_a S_ag)/S_a, sd = sqrt(G/(G-1) sum z_g^2)."""
+    a, b = throughput(control, clusters), throughput(treatment, clusters)
+    m = a.per_cluster.merge(b.per_cluster, on="cluster", how="outer", suffixes=("_a", "_b")).fillna(0.0)
     G = len(m)
-    sd = None if few_clusters(G) else math.sqrt(G / (G - 1) * (z ** 2).sum())
-    return ThroughputDifference(a, b, b.value - a.value, sd)
+    sums = [m[c].to_numpy() for c in ("tokens_a", "seconds_a", "tokens_b", "seconds_b")]
+    few = few_clusters(G, a.cluster_unit)
+    return ThroughputDifference(a, b, b.value - a.value, None if few else ratio_difference_sd(*sums),
+                                None if few else ratio_difference_sd(*sums, relative=True), G)
 
 
 @dataclass(frozen=True)

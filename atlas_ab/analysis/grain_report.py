@@ -31,20 +31,25 @@ class GrainReport:
 
 
 def grain_report(runs: list[UnitRun], out: Path, prereg=None, B: int = 2000, seed: int = 0,
-                 mismatches: tuple[str, ...] = ()) -> GrainReport:
+                 mismatches: tuple[str, ...] = (), warning: str | None = None) -> GrainReport:
+    """`warning`: a line the report opens with (a pre-registration the runs did not lock)."""
     from atlas_ab.analysis import criteria
 
     names = [r.arm for r in runs]
     if len(set(names)) != len(names):
         raise AtlasError(f"two runs carry the same arm name ({', '.join(names)}); a report needs distinct arms")
+    spec = prereg.spec if prereg is not None else None
     if prereg is not None:
+        if prereg.kind != "difference":
+            raise AtlasError(f"{prereg.path}: runs without a step table are judged on a difference only, not a "
+                             f"{prereg.kind}")
         by = {r.arm: r for r in runs}
-        for role, arm in (("control", prereg.control), ("treatment", prereg.treatment)):
+        for role, arm in (("control", spec.arms.control), ("treatment", spec.arms.treatment)):
             if arm not in by:
                 raise AtlasError(f"{prereg.path}: {role} arm {arm!r} matches none of the runs given "
                                  f"({', '.join(names)})")
-        control = by[prereg.control]
-        others = [by[prereg.treatment]] + [r for r in runs if r.arm not in (prereg.control, prereg.treatment)]
+        control = by[spec.arms.control]
+        others = [by[spec.arms.treatment]] + [r for r in runs if r.arm not in spec.arm_names]
     else:
         control, others = runs[0], runs[1:]
     ordered = [control] + others
@@ -57,21 +62,22 @@ def grain_report(runs: list[UnitRun], out: Path, prereg=None, B: int = 2000, see
             if fa.status == "exact" and fb.status == "exact":
                 comps.append(exact_difference(control, t, m, B=B, seed=seed))
     if prereg is not None:
-        primary = prereg.primary_metric
+        primary, decides = spec.primary_metric, spec.decides.value
         d = exact_difference(control, others[0], primary, B=B, seed=seed)
-        if prereg.decides == "binomial" and not math.isfinite(d.sd):
+        if decides == "binomial" and not math.isfinite(d.sd):
             raise AtlasError(f"{prereg.path}: decides by the i.i.d. sd, which {primary} does not have at this grain "
                              f"(the histogram is missing)")
-        if prereg.decides in ("cluster", "bootstrap") and None in (control.units.clusters, others[0].units.clusters):
-            raise AtlasError(f"{prereg.path}: decides by the {prereg.decides} sd; global counters have no "
+        if decides in ("cluster", "bootstrap") and None in (control.units.clusters, others[0].units.clusters):
+            raise AtlasError(f"{prereg.path}: decides by the {decides} sd; global counters have no "
                              "requests or documents to cluster (binomial sd only)")
-        if prereg.turns != "all":
-            raise AtlasError(f"{prereg.path}: judges {prereg.turns} turns; runs without a step table are judged "
+        if spec.turns.value != "all":
+            raise AtlasError(f"{prereg.path}: judges {spec.turns.value} turns; runs without a step table are judged "
                              "over all turns only")
         verdict = criteria.judge(prereg, ordered, B=B, seed=seed).verdict  # the one judge: UnitRun.cells() -> Units
 
     out.mkdir(parents=True, exist_ok=True)
-    md = [f"# Acceptance report: {' vs '.join(r.arm for r in ordered)}", "",
+    md = [f"> {warning}", ""] if warning else []
+    md += [f"# Acceptance report: {' vs '.join(r.arm for r in ordered)}", "",
           f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `python -m atlas_ab.analysis report` "
           "from runs without a step table: only what their telemetry makes exact is reported.", "", "## Runs", ""]
     md += _table(["arm", "run directory", "source", "grain", "units", "clusters"],
@@ -82,9 +88,7 @@ def grain_report(runs: list[UnitRun], out: Path, prereg=None, B: int = 2000, see
     if verdict is not None:
         md += ["", "## Pre-registered verdict", "", f"**{verdict.status}**: {verdict.reason}.", "",
                f"- criterion: {prereg.criterion()}", f"- pre-registration: `{prereg.path}` (sha256 `{prereg.sha256}`)",
-               f"- observed: {format_delta(verdict.delta, verdict.z)} with the {prereg.decides} sd {verdict.sd:.4f}"
-               if verdict.sd is not None else
-               f"- observed: {verdict.delta:+.4f}; the {prereg.decides} sd was not computed"]
+               f"- observed: {verdict.measured()}"]
     md += ["", "## Figures", ""]
     rows = []
     for r in ordered:

@@ -1,10 +1,7 @@
-"""Acceptance metrics, exactly as docs/telemetry.md defines them.
+"""Acceptance metrics per arm, turn class, turn and document, with the definitions of
+docs/telemetry.md (telemetry/acceptance.py: each metric's denominator and outcome).
 
-Every metric is "mean of y over the rows in its denominator":
-  p{i}        y = [accept_len >= i]   over rows with k >= i
-  p{i}_cond   y = [accept_len >= i]   over rows with accept_len >= i-1 and k >= i
-  tokens      y = 1 + accept_len      over rows with k >= 1
-so all of them (and their uncertainty) follow from one sufficient statistic: the
+All of them (and their uncertainty) follow from one sufficient statistic: the
 count of steps per (doc_id, turn, k, accept_len) cell. That table is built with
 one np.bincount over the rows and is tiny, so everything downstream is cheap.
 
@@ -21,13 +18,23 @@ the product of every depth's probability could not be the one definition both mo
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from atlas_ab import AtlasError
+from atlas_ab.telemetry.acceptance import (  # noqa: F401  (the definitions, re-exported for the analysis)
+    DAR,
+    canonical,
+    denominator,
+    is_proportion,
+    metric_depth,
+    metric_names,
+    outcome,
+    parse_metric,
+    weight,
+)
 from atlas_ab.telemetry.schema import TURN_CLASSES
 
 HEADLINE = ("p1", "p2_uncond", "p2_cond", "tokens_per_step")
@@ -35,7 +42,6 @@ HEADLINE = ("p1", "p2_uncond", "p2_cond", "tokens_per_step")
 EXPECTED_HEADLINE = ("alpha1", "p2_expected")
 #: The steps columns the exact-probability metrics read.
 EXPECTED_COLUMNS = ("accept_prob", "alpha1")
-_METRIC = re.compile(r"^p(\d+)(_uncond|_cond|_expected)?$")
 
 
 @dataclass(frozen=True)
@@ -146,14 +152,10 @@ def row_values(steps: pd.DataFrame, metric: str, K: int | None = None) -> tuple[
     in this module's docstring)."""
     kind, i = parse_metric(metric)
     k, a = steps["k"].to_numpy(np.int64), steps["accept_len"].to_numpy(np.int64)
-    if kind == "p":
-        return k >= i, (a >= i).astype(np.float64)
-    if kind == "cond":
-        return (a >= i - 1) & (k >= i), (a >= i).astype(np.float64)
-    if kind == "tokens":
-        return k >= 1, (1 + a).astype(np.float64)
     if kind == "dar":
         raise AtlasError(f"{DAR} is a ratio of token totals: it has no outcome per step to pair")
+    if kind in ("p", "cond", "tokens"):
+        return denominator(metric, k, a), outcome(metric, a)
     if not sampled(steps):
         raise AtlasError(f"{metric} needs exact acceptance probabilities (a sampled run's accept_prob column)")
     if kind == "alpha":
@@ -187,48 +189,6 @@ def expected_sums(steps: pd.DataFrame, K: int) -> pd.DataFrame | None:
         out[f"{m}:y2"] = np.bincount(inv, weights=w * y * y, minlength=G)
         out[f"{m}:n"] = np.bincount(inv, weights=w, minlength=G).astype(np.int64)
     return pd.DataFrame(out)
-
-
-def histogram_rates(hist: np.ndarray) -> dict[str, float]:
-    """Every headline figure from a [k, accept_len] count matrix (running figures: no documents)."""
-    k, a = np.nonzero(hist)
-    if len(k) == 0:
-        return {"n_steps": 0}
-    t = pd.DataFrame({"doc_id": 0, "turn": 0, "k": k, "accept_len": a, "n": hist[k, a]}).astype(np.int64)
-    return rates(Cells(arm="", K=int(k.max()), table=t))
-
-
-DAR = "draft_acceptance_rate"
-
-
-def parse_metric(name: str) -> tuple[str, int]:
-    """'p2_uncond' -> ('p', 2); 'p2_cond' -> ('cond', 2); 'tokens_per_step' -> ('tokens', 1);
-    'draft_acceptance_rate' -> ('dar', 0); 'p2_expected' -> ('expected', 2); 'alpha1' -> ('alpha', 1)."""
-    if name in ("tokens_per_step", "tokens"):
-        return "tokens", 1
-    if name in (DAR, "acceptance_rate"):
-        return "dar", 0
-    if name == "alpha1":
-        return "alpha", 1
-    m = _METRIC.match(name)
-    if not m or int(m.group(1)) < 1:
-        raise AtlasError(f"unknown metric {name!r} (p1, p2_uncond, p{{i}}, p{{i}}_cond, tokens_per_step, {DAR}; "
-                         "sampled runs: p{i}_expected, alpha1)")
-    depth = int(m.group(1))
-    if m.group(2) == "_expected":
-        return "expected", depth
-    if m.group(2) == "_cond" and depth > 1:
-        return "cond", depth
-    return "p", depth  # p1_cond is p1 by definition
-
-
-def metric_depth(name: str) -> int:
-    return parse_metric(name)[1]
-
-
-def is_proportion(name: str) -> bool:
-    """Unconditional rates are binomial proportions; p_cond and tokens are ratios."""
-    return parse_metric(name)[0] == "p"
 
 
 @dataclass(frozen=True)
@@ -293,15 +253,7 @@ def doc_sums(cells: "Cells | Units", metric: str) -> DocSums:
         return _expected_doc_sums(cells, metric)
     t = cells.table
     k, a, c = t["k"].to_numpy(), t["accept_len"].to_numpy(), t["n"].to_numpy()
-    w = None
-    if kind == "p":
-        den, yv = k >= i, (a >= i).astype(np.float64)
-    elif kind == "cond":
-        den, yv = (a >= i - 1) & (k >= i), (a >= i).astype(np.float64)
-    elif kind == "dar":  # accepted over drafted tokens: the rows are tokens, with no i.i.d. sd
-        den, yv, w = k >= 1, a.astype(np.float64), k.astype(np.float64)
-    else:
-        den, yv = k >= 1, (1 + a).astype(np.float64)
+    den, yv, w = denominator(metric, k, a), outcome(metric, a), weight(metric, k)
     unit = t["doc_id"].to_numpy() if cells.clusters is None else cells.clusters[t["doc_id"].to_numpy()]
     docs, inv = np.unique(unit[den], return_inverse=True)
     cd = c[den].astype(np.float64)
@@ -457,28 +409,6 @@ def unit_sums(units: Units, metric: str, pairing: str = "doc") -> DocSums:
     return DocSums(metric=metric, doc_id=docs, y=np.bincount(inv, weights=y[live], minlength=G),
                    n=np.bincount(inv, weights=n[live], minlength=G).astype(np.int64),
                    y2=np.bincount(inv, weights=y2[live], minlength=G), unit=units.cluster_unit)
-
-
-def metric_names(K: int) -> list[str]:
-    """Every metric an arm of K observes: p1..pK, p2_cond..pK_cond, tokens_per_step."""
-    return ([f"p{i}" for i in range(1, K + 1)] + [f"p{i}_cond" for i in range(2, K + 1)]
-            + ["tokens_per_step"])
-
-
-def canonical(metric: str) -> str:
-    """Stable column name: p2 -> p2_uncond (the seeds' name), p1_cond -> p1."""
-    kind, i = parse_metric(metric)
-    if kind == "tokens":
-        return "tokens_per_step"
-    if kind == "dar":
-        return DAR
-    if kind == "alpha":
-        return "alpha1"
-    if kind == "expected":
-        return f"p{i}_expected"
-    if kind == "cond":
-        return f"p{i}_cond"
-    return "p2_uncond" if i == 2 else f"p{i}"
 
 
 def rates(cells: Cells, K: int | None = None) -> dict[str, float]:

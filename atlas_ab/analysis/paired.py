@@ -19,7 +19,11 @@ import pandas as pd
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 
 from atlas_ab import AtlasError
+from atlas_ab.analysis import cluster
 from atlas_ab.analysis.load import Run
+from atlas_ab.analysis.metrics import DocSums, row_values
+from atlas_ab.analysis.stats import few_clusters
+from atlas_ab.telemetry.acceptance import canonical
 
 
 @dataclass(frozen=True)
@@ -212,6 +216,8 @@ class PairedDifference:
     cluster_note: str | None = None
     unpaired_iid_sd: float | None = None       # the unpaired difference's i.i.d. sd (binomial/delta)
     unpaired_cluster_sd: float | None = None   # and its cluster sd
+    n_discordant: int = 0                      # pairs whose outcomes differ (0: the arms agree at every pair)
+    cluster_unit: str = "document"
 
     @property
     def matched_share(self) -> float:
@@ -258,19 +264,21 @@ class PairedDifference:
 
 
 def paired_difference(control: Run, treatment: Run, metric: str, B: int = 2000, seed: int = 0,
-                      unpaired=None) -> PairedDifference:
-    """`unpaired`: the unpaired stats.Difference of the same metric, for the sd pairing saved."""
-    """The paired difference of `metric` between two runs (see PairedDifference)."""
-    from atlas_ab.analysis import cluster
-    from atlas_ab.analysis.metrics import DocSums, canonical, row_values
-    from atlas_ab.analysis.stats import few_clusters
-
+                      unpaired=None, clusters: tuple | None = None) -> PairedDifference:
+    """The paired difference of `metric` between two runs (see PairedDifference). `unpaired`: the
+    unpaired stats.Difference of the same metric, for the sd pairing saved; `clusters`: (doc_id ->
+    cluster map or None, unit), default the control run's own (load.Run.clusters)."""
     frames = []
     for r in (control, treatment):
         if "position" not in r.steps.columns:
             raise AtlasError(f"{r.path}: no position column, so steps cannot be paired between runs")
         keep, y = row_values(r.steps, metric)
         df = r.steps[KEY].assign(y=y)
+        dup = df[keep].duplicated(KEY)
+        if dup.any():           # a position twice would pair many-to-many: no such estimand
+            d = df[keep][dup].iloc[0]
+            raise AtlasError(f"{r.path}: duplicate (doc_id, turn, position) = ({d.doc_id}, {d.turn}, {d.position}) "
+                             f"in the denominator of {metric}, so its steps cannot be paired")
         frames.append((df[keep], int(keep.sum())))
     m = frames[0][0].merge(frames[1][0], on=KEY, suffixes=("_a", "_b"))
     if m.empty:
@@ -278,9 +286,9 @@ def paired_difference(control: Run, treatment: Run, metric: str, B: int = 2000, 
                          f"in the denominator of {metric}")
     ya, yb = m["y_a"].to_numpy(), m["y_b"].to_numpy()
     d = yb - ya
-    clusters, unit = control.clusters
+    cmap, unit = control.clusters if clusters is None else clusters
     doc = m["doc_id"].to_numpy()
-    unit_of = doc if clusters is None else np.asarray(clusters)[doc]
+    unit_of = doc if cmap is None else np.asarray(cmap)[doc]
     ids, inv = np.unique(unit_of, return_inverse=True)
     sums = DocSums(metric=metric, doc_id=ids, y=np.bincount(inv, weights=d), n=np.bincount(inv).astype(np.int64),
                    y2=np.bincount(inv, weights=d * d), unit=unit)
@@ -293,7 +301,8 @@ def paired_difference(control: Run, treatment: Run, metric: str, B: int = 2000, 
         bootstrap=cluster.bootstrap(sums, B=B, seed=seed) if B and not note else None,
         n_clusters=len(ids), cluster_note=note,
         unpaired_iid_sd=None if unpaired is None else unpaired.sd,
-        unpaired_cluster_sd=None if unpaired is None else unpaired.cluster_sd)
+        unpaired_cluster_sd=None if unpaired is None else unpaired.cluster_sd,
+        n_discordant=int(np.count_nonzero(d)), cluster_unit=unit)
 
 
 def mcnemar_by_depth(control: Run, treatment: Run) -> list[McNemarResult]:

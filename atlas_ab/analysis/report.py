@@ -2,10 +2,12 @@
 readable without the terminal, that judges the runs' pre-registrations.
 
 Which pre-registrations: by default the ones the runs' study locked before its first step
-(their text is in every manifest; all runs must carry the same hash). A `--prereg FILE`
-whose text differs from the locked one gets `PREREG CHANGED` and no verdict, naming both
-hashes and the changed fields; `--evaluate-edited` judges the edited file anyway and the
-report then says so at its very top. A file no study locked is judged, marked "not locked".
+(their text is in every manifest). A pre-registration is locked only if every arm it names
+holds its sha256 (config.prereg.registrations); arms that locked different texts are refused.
+A `--prereg FILE` whose name the study locked with another text gets `PREREG CHANGED` and no
+verdict, naming both hashes and the changed fields (`--evaluate-edited` judges it anyway); any
+other text not locked by every arm is `UNLOCKED` and gets no verdict (`--evaluate-unlocked`
+judges it anyway). Either way the report says so at its very top.
 Runs whose lossless gate checked nothing are refused for a verdict unless `allow_ungated`.
 """
 from __future__ import annotations
@@ -18,12 +20,12 @@ import pandas as pd
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, criteria, paired, plots
-from atlas_ab.analysis.criteria import Judgement
 from atlas_ab.analysis.comparison import Comparison, compare_runs, headline_metrics
+from atlas_ab.analysis.criteria import Judgement, Verdict
 from atlas_ab.analysis.load import Run
 from atlas_ab.analysis.metrics import TURN_CLASSES, Cells, arm_metrics
-from atlas_ab.analysis.prereg import Prereg, Verdict, changed, from_lock, load_prereg, locked_preregs
 from atlas_ab.analysis.stats import compare as compare_cells, format_delta
+from atlas_ab.config.prereg import Prereg, Registration, registrations
 
 HEAD = [("n_verify", "n"), ("p1", "p1"), ("p2_uncond", "p2_uncond"), ("p2_cond", "p2_cond"),
         ("tokens_per_step", "tokens/step")]
@@ -33,17 +35,53 @@ HEAD = [("n_verify", "n"), ("p1", "p1"), ("p2_uncond", "p2_uncond"), ("p2_cond",
 class Judged:
     """One pre-registration as this report judged it."""
     prereg: Prereg
-    origin: str                      # locked | not locked | edited | changed
+    origin: str                      # locked | unlocked | changed (no verdict) | edited | evaluated unlocked
     judgement: Judgement
     locked_sha256: str | None = None
+    why: str = ""                    # unlocked: which arms did not lock it
 
     @property
     def verdict(self) -> Verdict:
         return self.judgement.verdict
 
+    @property
+    def locked(self) -> bool:
+        return self.origin == "locked"
+
+    def warning(self) -> str | None:
+        """The line the report opens with when this verdict is not the pre-registered one."""
+        name = f"`{self.prereg.path.name}` (sha256 `{self.prereg.sha256}`)"
+        if self.origin == "edited":
+            return (f"**WARNING: JUDGED AGAINST AN EDITED PRE-REGISTRATION.** `{self.prereg.path.name}` was locked at "
+                    f"sha256 `{self.locked_sha256}` when the study began; this report evaluated the edited text "
+                    f"(sha256 `{self.prereg.sha256}`) at the user's request (--evaluate-edited). Its verdict is not "
+                    "the pre-registered one.")
+        if self.origin == "evaluated unlocked":
+            return (f"**WARNING: UNLOCKED PRE-REGISTRATION, JUDGED AT THE USER'S REQUEST.** {name}: {self.why}. "
+                    "Its verdict is not a pre-registered one (--evaluate-unlocked).")
+        if self.origin == "unlocked":
+            return (f"**UNLOCKED PRE-REGISTRATION: NO VERDICT.** {name}: {self.why}. A text counts as locked only "
+                    "if every arm it names holds its sha256 (pass --evaluate-unlocked to judge it anyway).")
+        if self.origin == "changed":
+            return (f"**PREREG CHANGED: NO VERDICT.** {name} is not the text the study locked under that name "
+                    f"(sha256 `{self.locked_sha256}`).")
+        return None
+
+    def summary(self) -> str:
+        """What stdout says about it."""
+        j = self.judgement.summary()
+        if self.origin == "edited":
+            return "WARNING: judged against an EDITED pre-registration (--evaluate-edited)\n" + j
+        if self.origin == "evaluated unlocked":
+            return (f"WARNING: UNLOCKED pre-registration {self.prereg.path.name} ({self.why}), judged at the user's "
+                    "request (--evaluate-unlocked)\n" + j)
+        return j
+
     def to_dict(self) -> dict:
-        return {"origin": self.origin, "locked_sha256": self.locked_sha256, **self.verdict.to_dict(),
-                "details": self.judgement.details}
+        sens = self.judgement.sensitivity
+        return {"origin": self.origin, "locked": self.locked, "locked_sha256": self.locked_sha256,
+                **self.verdict.to_dict(), "details": self.judgement.details,
+                "sensitivity": None if sens is None else {**sens.to_dict(), "line": sens.line(self.verdict)}}
 
 
 @dataclass(frozen=True)
@@ -59,41 +97,30 @@ class Report:
         return self.judged[0].verdict if self.judged else None
 
 
-def preregs_to_judge(runs: list[Run], given: str | Path | None = None,
-                     evaluate_edited: bool = False) -> list[tuple[Prereg, str, Prereg | None]]:
-    """(the pre-registration to judge, its origin, the locked one it differs from or None)."""
-    locked = locked_preregs([r.manifest for r in runs if r.manifest])
-    arms = {r.arm for r in runs}
-    if given is None:
-        out = []
-        for entry in locked.values():
-            pr = from_lock(entry)
-            if set(pr.arms) <= arms:
-                out.append((pr, "locked", None))
-        return out
-    pr = load_prereg(given)
-    entry = locked.get(Path(given).name)
-    if entry is None:
-        return [(pr, "not locked", None)]
-    lk = from_lock(entry)
-    if lk.sha256 == pr.sha256:
-        return [(pr, "locked", None)]
-    return [(pr, "edited" if evaluate_edited else "changed", lk)]
+def preregs_to_judge(runs: list[Run], given: str | Path | None = None) -> list[Registration]:
+    """The pre-registrations to judge over `runs` and how the runs hold them (locked or not)."""
+    return registrations({r.arm: r.manifest for r in runs}, given)
 
 
-def judge(runs: list[Run], todo, B: int, seed: int, allow_ungated: bool) -> list[Judged]:
+def judge_registered(runs: list[Run], todo: list[Registration], B: int, seed: int, allow_ungated: bool,
+                     evaluate_edited: bool = False, evaluate_unlocked: bool = False) -> list[Judged]:
+    """Each registration's judgement: a verdict where it is locked (or the user asked), none otherwise."""
     out = []
-    for pr, origin, lk in todo:
+    for reg in todo:
+        pr = reg.prereg
         for name in pr.arms:
             r = next((r for r in runs if r.arm == name), None)
             if r is not None and r.gate_status == "not run" and not allow_ungated:
                 raise AtlasError(f"{r.path}: its lossless gate checked no sequence, so nothing shows its drafts "
                                  f"were verified losslessly; no verdict on it (pass --allow-ungated to judge anyway)")
-        if origin == "changed":
-            j = Judgement(changed(lk, pr))
+        lk = reg.locked.sha256 if reg.locked else None
+        if reg.status == "changed" and not evaluate_edited:
+            out.append(Judged(pr, "changed", Judgement(criteria.changed(reg.locked, pr)), lk))
+        elif reg.status == "unlocked" and not evaluate_unlocked:
+            out.append(Judged(pr, "unlocked", Judgement(criteria.unlocked(reg)), lk, reg.why))
         else:
-            j = criteria.judge(pr, runs, B=B, seed=seed)
-        out.append(Judged(pr, origin, j, lk.sha256 if lk else None))
+            origin = {"locked": "locked", "changed": "edited", "unlocked": "evaluated unlocked"}[reg.status]
+            out.append(Judged(pr, origin, criteria.judge(pr, runs, B=B, seed=seed), lk, reg.why))
     return out
 
 
@@ -226,16 +253,16 @@ def _verdict_lines(j: Judged) -> list[str]:
              f"- criterion: {pr.criterion()}", f"- hypothesis: {pr.hypothesis}",
              f"- pre-registration: `{pr.path.name}` (sha256 `{pr.sha256}`; {j.origin}"
              + (f", locked sha256 `{j.locked_sha256}`" if j.locked_sha256 else "") + ")"]
-    if v.status == "PREREG CHANGED":
+    if v.status in ("PREREG CHANGED", "UNLOCKED"):
         return lines
-    if v.sd is not None:
-        lines.append(f"- observed: {format_delta(v.delta, v.z)} with the {pr.decides} sd {v.sd:.4f}")
-        if v.power_at_min_effect is not None:
-            lines.append(f"- power to detect the minimum effect ({pr.min_effect:g}) at {pr.threshold_sd:g} sd "
-                         f"given that sd: {v.power_at_min_effect:.2f}")
-    else:
-        lines.append(f"- observed: {v.delta:+.4f}; the {pr.decides} sd was not computed")
-    p = j.judgement.details.get("paired")
+    lines.append(f"- observed: {v.measured()}")
+    if v.sd is not None and v.power_at_min_effect is not None:
+        lines.append(f"- power to detect the minimum effect ({pr.spec.min_effect:g}) at {pr.spec.threshold_sd:g} sd "
+                     f"given that sd: {v.power_at_min_effect:.2f}")
+    if j.judgement.sensitivity is not None:
+        lines.append(f"- {j.judgement.sensitivity.line(v)}")
+    # the pairing behind a matched-positions estimand (whole-arm ones show it in the sensitivity line)
+    p = j.judgement.details.get("paired") if j.judgement.details.get("estimand") == "matched_positions" else None
     if p:
         saved = (f"; its sd is {p['saved_vs_iid']:.0%} below the unpaired i.i.d. sd and {p['saved_vs_cluster']:+.0%} "
                  "vs the unpaired cluster sd" if p.get("saved_vs_cluster") is not None else "")
@@ -246,7 +273,7 @@ def _verdict_lines(j: Judged) -> list[str]:
 
 def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B: int = 2000, seed: int = 0,
                  mismatches: tuple[str, ...] = (), evaluate_edited: bool = False,
-                 allow_ungated: bool = False) -> Report:
+                 allow_ungated: bool = False, evaluate_unlocked: bool = False) -> Report:
     """The report of `runs`; `prereg` is a file to judge instead of the locked ones."""
     if len(runs) < 1:
         raise AtlasError("report needs at least one run")
@@ -254,12 +281,13 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
     if len(set(names)) != len(names):
         raise AtlasError(f"two runs carry the same arm name ({', '.join(names)}); "
                          "a report needs distinct arms")
-    judged = judge(runs, preregs_to_judge(runs, prereg, evaluate_edited), B, seed, allow_ungated)
+    judged = judge_registered(runs, preregs_to_judge(runs, prereg), B, seed, allow_ungated, evaluate_edited,
+                              evaluate_unlocked)
     # the control: the first judged pre-registration's, else the first run
     first = judged[0].prereg if judged else None
     control = next((r for r in runs if first is not None and r.arm == first.arms[0]), runs[0])
     others = [r for r in runs if r is not control]
-    metric = first.primary_metric if first is not None and first.kind != "oracle" else \
+    metric = first.spec.primary_metric if first is not None and first.kind != "oracle" else \
         ("p2_uncond" if min(r.K for r in runs) >= 2 else "p1")
     comps = [compare_runs(control, t, metric, B=B, seed=seed, mismatches=mismatches) for t in others]
     probes = [paired.oracle_probe(r) for r in runs
@@ -278,12 +306,9 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
                  "turns": plots.turn_figure(cells, out / "turns.png")})
 
     md = []
-    edited = [j for j in judged if j.origin == "edited"]
-    for j in edited:
-        md += [f"> **WARNING: JUDGED AGAINST AN EDITED PRE-REGISTRATION.** `{j.prereg.path.name}` was locked at "
-               f"sha256 `{j.locked_sha256}` when the study began; this report evaluated the edited text "
-               f"(sha256 `{j.prereg.sha256}`) at the user's request (--evaluate-edited). Its verdict is not "
-               "the pre-registered one.", ""]
+    for j in judged:
+        if j.warning():
+            md += [f"> {j.warning()}", ""]
     md += [f"# Acceptance report: {' vs '.join(r.arm for r in ordered)}", "",
            f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `python -m atlas_ab.analysis report`.",
            "", "## Runs", ""]

@@ -184,6 +184,41 @@ def difference(control: Rate, treatment: Rate) -> Difference:
                       sd=math.hypot(control.sd, treatment.sd), sd_kind=control.sd_kind)
 
 
+def ratio_difference_sd(ta: np.ndarray, sa: np.ndarray, tb: np.ndarray, sb: np.ndarray,
+                        relative: bool = False) -> float:
+    """Clustered sd of b - a, or of b / a - 1 (`relative`), for two ratio estimators a = sum(ta) / sum(sa)
+    and b = sum(tb) / sum(sb) given per-cluster sums on one cluster index (zeros where an arm has
+    no step in a cluster). Delta method: each cluster's linearised contribution
+    u_g = (ta_g - a sa_g) / sum(sa), v_g = (tb_g - b sb_g) / sum(sb) to a and b; to b - a it is
+    v_g - u_g, to b / a - 1 it is (v_g - (b / a) u_g) / a, and the variance is G / (G - 1) times
+    the sum of their squares. The same cluster in both arms enters once, so their covariance is
+    counted; for independent arms the relative variance is (b/a)^2 (Var a / a^2 + Var b / b^2)."""
+    ta, sa, tb, sb = (np.asarray(x, dtype=np.float64) for x in (ta, sa, tb, sb))
+    a, b = ta.sum() / sa.sum(), tb.sum() / sb.sum()
+    u, v = (ta - a * sa) / sa.sum(), (tb - b * sb) / sb.sum()
+    z = (v - (b / a) * u) / a if relative else v - u
+    G = len(z)
+    return float(math.sqrt(G / (G - 1) * float((z ** 2).sum())))
+
+
+def relative_sd_independent(a: float, sd_a: float, b: float, sd_b: float) -> float:
+    """sd of b / a - 1 for independent estimates (delta method): |b/a| sqrt((sd_a/a)^2 + (sd_b/b)^2)."""
+    return abs(b / a) * math.hypot(sd_a / a, sd_b / b)
+
+
+def relative_cluster_sd(control: DocSums, treatment: DocSums) -> float:
+    """Clustered sd of treatment / control - 1 of one metric (ratio_difference_sd over the
+    clusters of either arm)."""
+    docs = np.union1d(control.doc_id, treatment.doc_id)
+    out = []
+    for s in (control, treatment):
+        idx = np.searchsorted(docs, s.doc_id)
+        y, n = np.zeros(len(docs)), np.zeros(len(docs))
+        y[idx], n[idx] = s.y, s.n
+        out += [y, n]
+    return ratio_difference_sd(*out, relative=True)
+
+
 def estimate(s: DocSums, arm: str = "", B: int = 2000, seed: int = 0) -> Rate:
     """One arm's metric with i.i.d., clustered and bootstrap uncertainty (the last two only
     with at least MIN_CLUSTERS clusters)."""

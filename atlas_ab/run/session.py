@@ -30,9 +30,11 @@ from atlas_ab.run.engine import Engine, RunInfo
 from atlas_ab.errors import one_line
 from atlas_ab.config.levers import arm_from_env, env_report, resolved_levers
 from atlas_ab.config.paths import resolve_path
+from atlas_ab.config.prereg import load_prereg, lock
 from atlas_ab.run.progress import Progress
 from atlas_ab.run.provenance import git_info, host, versions
 from atlas_ab.run.store import RunStore, write_failed_manifest
+from atlas_ab.telemetry.acceptance import histogram_rates, step_histogram
 
 log = logging.getLogger("atlas_ab")
 
@@ -98,13 +100,11 @@ def engine_name(factory) -> str:
 
 
 def acceptance_summary(steps) -> dict:
-    """n steps, p1, p2_uncond, p2_cond, tokens/step: the analysis' own definitions."""
-    from atlas_ab.analysis.metrics import cell_counts, rates
-
-    df = steps.select(["doc_id", "turn", "step", "k", "accept_len"]).to_pandas()
-    if len(df) == 0:
+    """n steps, p1, p2_uncond, p2_cond, tokens/step: the definitions the analysis uses too."""
+    if steps.num_rows == 0:
         return {"n_steps": 0, "n_serial": 0}
-    r = rates(cell_counts(df))
+    k, a = steps.column("k").to_numpy(), steps.column("accept_len").to_numpy()
+    r = histogram_rates(step_histogram(k, a, int(k.max())))
     out = {"n_steps": int(r["n_steps"]), "n_serial": int(r["n_serial"])}
     for key in ("p1", "p2_uncond", "p2_cond", "tokens_per_step"):
         v = r.get(key)
@@ -134,8 +134,6 @@ def summary_line(manifest: dict) -> str:
 
 def lock_preregs(study: StudyConfig, job: Job) -> list[dict]:
     """The study's pre-registrations, locked once per study before its first step."""
-    from atlas_ab.analysis.prereg import lock, load_prereg
-
     out = []
     for given in study.preregs:
         path = resolve_path(given)

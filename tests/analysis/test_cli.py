@@ -68,9 +68,10 @@ def test_compare_human_and_json(capsys, seeds_runs):
 def test_report_with_shipped_prereg_met(capsys, seeds_runs, tmp_path):
     off, on = seeds_runs
     out_dir = tmp_path / "rep"
-    code, out, err = run_cli(capsys, "report", on, off, "--prereg", PREREG, "--out", out_dir, *FAST)
+    code, out, err = run_cli(capsys, "report", on, off, "--prereg", PREREG, "--out", out_dir, "--evaluate-unlocked",
+                             *FAST)
     assert code == 0, err
-    assert out.startswith("MET (refeed_p2_uncond):")
+    assert out.startswith("WARNING: UNLOCKED") and "\nMET (refeed_p2_uncond):" in out   # synthetic runs lock nothing
     md = (out_dir / "report.md").read_text()
     assert "**MET**" in md and "+0.027 (3.9 sd)" in md and "+0.016 (2.4 sd)" in md
     # the first figure is the difference that decides, with its threshold
@@ -87,7 +88,7 @@ def test_report_weak_effect_not_met(capsys, tmp_path):
     off = write_run(tmp_path / "off", simulate_steps(12_000, (0.61, 0.686), n_docs=24, seed=1), "catchup_on")
     on = write_run(tmp_path / "on", simulate_steps(12_000, (0.611, 0.687), n_docs=24, seed=2), "refeed_on")
     code, out, err = run_cli(capsys, "report", off, on, "--prereg", PREREG, "--out", tmp_path / "r1",
-                             "--json", *FAST)
+                             "--json", "--evaluate-unlocked", *FAST)
     assert code == 0, err
     status = json.loads(out)["verdicts"][0]["status"]
     assert status in ("NOT MET", "UNDERPOWERED")

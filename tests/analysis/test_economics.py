@@ -8,7 +8,7 @@ import pytest
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import synth
-from atlas_ab.analysis.economics import confidence_bins, economics, throughput, throughput_difference
+from atlas_ab.analysis.economics import confidence_bins, economics, throughput, throughput_difference, timed
 from atlas_ab.analysis.load import load_run
 
 
@@ -69,3 +69,41 @@ def test_break_even_and_tau_star(tmp_path):
     d = throughput_difference(ungated, gated)
     assert d.delta == pytest.approx(throughput(gated).value - throughput(ungated).value)
     assert d.sd is not None and d.sd > 0
+
+
+def _by_file(run, per_file=3):
+    m = json.loads((run.path / "manifest.json").read_text())
+    m["workload"] = {**m.get("workload", {}), "cluster_unit": "source file",
+                     "doc_cluster": (np.arange(36) // per_file).tolist()}
+    (run.path / "manifest.json").write_text(json.dumps(m))
+    return load_run(run.path)
+
+
+def test_tokens_per_second_clusters_by_source_file_and_its_relative_sd_carries_both_arms(tmp_path):
+    """36 documents cut 3 to a file: 12 clusters, not 36. The registered relative difference
+    b/a - 1 is judged with the delta-method sd of both arms (stats.ratio_difference_sd), by hand here."""
+    from atlas_ab.analysis.criteria import judge
+    from atlas_ab.config.prereg import load_prereg
+
+    a = _by_file(_timed_run(tmp_path / "a", "draft_conf_000", _steps(n_docs=36, seed=0)))
+    b = _by_file(_timed_run(tmp_path / "b", "draft_conf_066", _steps(n_docs=36, gate_below=0.66, seed=1)))
+    assert throughput(a).n_clusters == 12 and throughput(a, (None, "document")).n_clusters == 36
+    sums = []
+    for r in (a, b):
+        t = timed(r).steps
+        s = t.assign(tok=t["committed"].map(len), sec=t["step_ms"].astype(float) / 1e3,
+                     file=t["doc_id"] // 3).groupby("file")[["tok", "sec"]].sum()
+        sums.append(s)
+    A, B = (s["tok"].sum() / s["sec"].sum() for s in sums)
+    u = (sums[0]["tok"] - A * sums[0]["sec"]) / sums[0]["sec"].sum()
+    v = (sums[1]["tok"] - B * sums[1]["sec"]) / sums[1]["sec"].sum()
+    sd = math.sqrt(12 / 11 * (((v - (B / A) * u) / A) ** 2).sum())
+    pre = tmp_path / "q5.yaml"
+    pre.write_text(json.dumps({"hypothesis": "h", "primary_metric": "tokens_per_second", "direction": "decrease",
+                               "min_effect": 0.05, "relative": True, "threshold_sd": 3.0, "decides": "cluster",
+                               "arms": {"control": "draft_conf_000", "treatment": "draft_conf_066"},
+                               "min_n_per_arm": 100}))
+    j = judge(load_prereg(pre), [a, b], B=0)
+    assert j.verdict.delta == pytest.approx(B / A - 1) and j.verdict.sd == pytest.approx(sd, rel=1e-9)
+    assert j.verdict.clusters == "12 source files"
+    assert j.sensitivity.verdict is None and "no matched-positions estimand" in j.sensitivity.note

@@ -39,6 +39,7 @@ A = "atlas_ab: error: "
 AN = "atlas_ab.analysis: error: "
 FAULTS_TEST = "tests/run/test_faults.py::"
 READ_TEST = "tests/analysis/test_data_read.py::"
+PREREG_TEST = "tests/analysis/test_verdicts.py::test_a_bad_prereg_value_is_one_line_naming_the_field_and_leaves_nothing"
 
 RUN_INPUT = [
     Case("run.unknown-arm", "an unknown arm", A + "unknown arm 'nosuch' (available: baseline, catchup_on, …)",
@@ -205,6 +206,25 @@ ANALYSIS_INPUT = [
     Case("analysis.locked-differently", "a report on arms whose manifests locked different texts of one "
          "pre-registration", AN + "pre-registration refeed_p2_uncond.yaml: the runs carry different locked hashes …",
          ("atlas_ab.analysis", "report", "{locked_a}", "{locked_b}", "--out", "{tmp}/rep2", "--bootstrap", "0")),
+    Case("analysis.prereg-nan", "a pre-registration with `threshold_sd: .nan` (was: NOT MET, \"below the threshold "
+         "nan sd\")", AN + "{tmp}/bad.yaml: threshold_sd: must be a finite number > 0, got nan", test=PREREG_TEST),
+    Case("analysis.prereg-inf", "`min_effect: .inf` (was: a traceback from the plotting code and an empty report "
+         "directory)", AN + "{tmp}/bad.yaml: min_effect: must be a finite number > 0, got inf", test=PREREG_TEST,
+         also="no report directory"),
+    Case("analysis.prereg-negative-n", "`min_n_per_arm: -5` (was: MET)",
+         AN + "{tmp}/bad.yaml: min_n_per_arm: must be a whole number >= 1, got -5", test=PREREG_TEST),
+    Case("analysis.prereg-fractional-n", "`min_n_per_arm: 10.7` (was: MET, read as 10)",
+         AN + "{tmp}/bad.yaml: min_n_per_arm: Value '10.7' of type 'float' could not be converted to Integer",
+         test=PREREG_TEST),
+    Case("analysis.prereg-bool", "`threshold_sd: true` (was: MET at a threshold of 1)",
+         AN + "{tmp}/bad.yaml: threshold_sd: Value 'True' of type 'bool' could not be converted to Float",
+         test=PREREG_TEST),
+    Case("analysis.prereg-word", "`threshold_sd: \"three\"` (was: \"could not convert string to float\", no field "
+         "named)", AN + "{tmp}/bad.yaml: threshold_sd: Value 'three' of type 'str' could not be converted to Float",
+         test=PREREG_TEST),
+    Case("analysis.prereg-same-arm", "a pre-registration whose control is its treatment (was: a verdict of an arm "
+         "against itself)", AN + "{tmp}/bad.yaml: arms: control and treatment are the same arm 'catchup_on': "
+         "nothing to compare", test=PREREG_TEST),
     Case("analysis.not-complete", "a run whose manifest says `running`",
          AN + "{running}/manifest.json: run status is 'running', not 'complete' (pass --allow-incomplete to "
               "analyse it anyway)",

@@ -50,7 +50,7 @@ def test_vllm_ab_end_to_end(tmp_path, capsys):
                       "threshold_sd: 2\ndecides: cluster\narms: {control: catchup_on, treatment: refeed_on}\n"
                       "min_n_per_arm: 30\n")
     assert analysis(["report", str(tmp_path / "refeed_on"), str(tmp_path / "catchup_on"), "--prereg", str(prereg),
-                     "--out", str(tmp_path / "rep"), "--bootstrap", "200"]) == 0
+                     "--out", str(tmp_path / "rep"), "--bootstrap", "200", "--evaluate-unlocked"]) == 0
     capsys.readouterr()
     rep = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert rep["verdicts"][0]["status"] in ("MET", "NOT MET", "UNDERPOWERED") and rep["telemetry"]["refeed_on"]
