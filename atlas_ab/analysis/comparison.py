@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from atlas_ab import AtlasError
 from atlas_ab.analysis.load import Run
 from atlas_ab.analysis.metrics import (EXPECTED_HEADLINE, HEADLINE, ArmMetrics, Cells, arm_metrics, canonical,
                                        metric_depth, realized, require_depth)
@@ -18,6 +19,9 @@ class Comparison:
     primary: Difference
     headline: dict[str, Difference]
     mismatches: tuple[str, ...] = field(default=())
+    # sampled runs that pair on positions (coupled replay): {metric: paired sd} of the exact-probability
+    # metrics and the realized ones they estimate
+    paired_sd: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> str:
         lines = [f"{self.control.arm} (K={self.control.K}) vs {self.treatment.arm} (K={self.treatment.K})"]
@@ -50,6 +54,10 @@ class Comparison:
             num, den = (d.cluster_sd, r.cluster_sd) if kind == "cluster" else (d.sd, r.sd)
             out[m] = {"realized": realized(m), "sd_kind": kind, "sd": num, "realized_sd": den,
                       "ratio": (num / den) ** 2 if den else float("nan")}
+            if m in self.paired_sd and realized(m) in self.paired_sd:   # what a paired verdict decides on
+                num, den = self.paired_sd[m], self.paired_sd[realized(m)]
+                out[f"{m} (paired)"] = {"realized": realized(m), "sd_kind": "paired", "sd": num, "realized_sd": den,
+                                        "ratio": (num / den) ** 2 if den else float("nan")}
         return out
 
     __str__ = summary
@@ -80,4 +88,23 @@ def compare_runs(control: Run, treatment: Run, metric: str = "p2_uncond", B: int
         names.append(metric)
     diffs = {m: compare_cells(ca, cb, m, B=B, seed=seed) for m in names}
     return Comparison(control=arm_metrics(ca), treatment=arm_metrics(cb), primary=diffs[metric],
-                      headline=diffs, mismatches=tuple(mismatches))
+                      headline=diffs, mismatches=tuple(mismatches), paired_sd=_paired_sds(control, treatment, names))
+
+
+def _paired_sds(control: Run, treatment: Run, names: list[str]) -> dict[str, float]:
+    """Paired sds (clustered) of the exact-probability metrics and their realized twins, where the
+    runs pair on (doc_id, turn, position) with enough clusters; {} otherwise (live sampled arms,
+    greedy runs)."""
+    from atlas_ab.analysis.paired import paired_difference
+
+    wanted = [m for m in names if m in EXPECTED_HEADLINE] + [realized(m) for m in names if m in EXPECTED_HEADLINE]
+    out = {}
+    for m in dict.fromkeys(wanted):
+        try:
+            sd = paired_difference(control, treatment, m, B=0).sd
+        except AtlasError:
+            return {}
+        if sd is None:
+            return {}
+        out[m] = sd
+    return out

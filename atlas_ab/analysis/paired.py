@@ -152,6 +152,32 @@ def oracle_probe(run: Run) -> OracleProbe:
 KEY = ["doc_id", "turn", "position"]
 
 
+def _sampling(run: Run) -> tuple[bool, str | None]:
+    """(whether the run sampled its text, the trajectory it replayed) from its manifest."""
+    m = run.manifest or {}
+    s = (((m.get("config") or {}).get("workload") or {}).get("sampling") or {})
+    sampled = bool(s) and float(s.get("temperature") or 0.0) > 0.0
+    traj = (m.get("replay") or {}).get("hash") if m.get("mode") == "replay" else None
+    return sampled, traj
+
+
+def require_same_text(first: Run, second: Run) -> None:
+    """Steps pair by (doc_id, turn, position) only where both arms committed the same text there:
+    greedy runs do (one target trajectory), and so do sampled runs replaying one stored trajectory
+    (coupled replay); live sampled arms write different texts, so a position names two contexts."""
+    (sa, ta), (sb, tb) = _sampling(first), _sampling(second)
+    if not (sa or sb):
+        return
+    if ta is None or tb is None:
+        live = first.path if ta is None else second.path
+        raise AtlasError(f"{live}: a live sampled run commits its own text, so its steps do not pair by position "
+                         "with another arm's; run both arms with runner.mode=replay (one coupled trajectory) or "
+                         "compare them unpaired (compare, or a registration decided on the cluster sd)")
+    if ta != tb:
+        raise AtlasError(f"{first.path} vs {second.path}: the two sampled runs replayed different trajectories "
+                         f"({ta[:19]} vs {tb[:19]}), so their steps do not pair by position")
+
+
 def _outcomes(run: Run, depth: int) -> pd.DataFrame:
     if "position" not in run.steps.columns:
         raise AtlasError(f"{run.path}: no position column, so steps cannot be matched between runs")
@@ -173,6 +199,7 @@ def between_runs(first: Run, second: Run, depth: int = 2) -> McNemarResult:
     for r in (first, second):
         if r.K < depth:
             raise AtlasError(f"{r.path}: depth {depth} never observed (K={r.K})")
+    require_same_text(first, second)
     m = _outcomes(first, depth).merge(_outcomes(second, depth), on=KEY, suffixes=("_a", "_b"))
     if m.empty:
         raise AtlasError(f"{first.path} vs {second.path}: no step matched on (doc_id, turn, position) "
@@ -268,6 +295,7 @@ def paired_difference(control: Run, treatment: Run, metric: str, B: int = 2000, 
     """The paired difference of `metric` between two runs (see PairedDifference). `unpaired`: the
     unpaired stats.Difference of the same metric, for the sd pairing saved; `clusters`: (doc_id ->
     cluster map or None, unit), default the control run's own (load.Run.clusters)."""
+    require_same_text(control, treatment)
     frames = []
     for r in (control, treatment):
         if "position" not in r.steps.columns:

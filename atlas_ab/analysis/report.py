@@ -182,7 +182,8 @@ def _variance_saved(comps: list[Comparison]) -> list[str]:
             "`p{i}_expected` replaces depth i's accept coin by its probability and `alpha1` the whole depth-1 "
             "outcome by sum_x min(p_1, q_1). Each estimates the realized metric beside it without that noise; "
             "whether a difference's variance falls too depends on how the two arms' outcomes correlate, so the "
-            "ratio is measured on these runs (the variance of the difference; cluster sd where both have one).",
+            "ratio is measured on these runs (the variance of the difference; cluster sd where both have one, "
+            "and the paired sd where the arms pair, as coupled replays of one trajectory do).",
             ""] + _table(["comparison", "metric", "estimates", "sd", "realized sd", "sd kind", "variance ratio",
                           "steps the realized metric needs"], rows)
 

@@ -102,6 +102,19 @@ def draft_probs_at(q: torch.Tensor | None, drafts: torch.Tensor) -> torch.Tensor
     return q.gather(-1, drafts[..., None]).squeeze(-1)
 
 
+def coupled_accept_probabilities(q: torch.Tensor | None, drafts: torch.Tensor, y: torch.Tensor,
+                                 py: torch.Tensor) -> torch.Tensor:
+    """[B, K] replay's exact acceptance probability: P(x_i = y_i | y_i) = min(p_i(y_i), q_i(y_i)) / p_i(y_i)
+    under the maximal coupling (draws.CoupledDraws), one-hot q: [x_i == y_i]. It conditions on the
+    shared trajectory token y_i instead of on the drawn draft (live's min(1, p/q)); both have
+    expectation P(accept), but only this one is a function of what two replayed arms share, so their
+    paired difference keeps the common random numbers. py = p_i(y_i) > 0 (y was drawn from p)."""
+    if q is None:
+        return (drafts == y).float()
+    qy = q.gather(-1, y[..., None]).squeeze(-1)
+    return (torch.minimum(py, qy) / py.clamp(min=1e-30)).float()
+
+
 def accept_probabilities(px: torch.Tensor, qx: torch.Tensor) -> torch.Tensor:
     """[B, K] min(1, p/q) (0 where q = 0, which the accept test rejects)."""
     return torch.where(qx > 0, torch.minimum(px / qx.clamp(min=1e-30), torch.ones_like(px)), torch.zeros_like(px))

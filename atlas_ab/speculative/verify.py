@@ -24,9 +24,17 @@ import torch
 from atlas_ab.speculative import uniforms
 from atlas_ab.speculative.distribution import draw, pit, probs
 from atlas_ab.speculative.draws import CoupledDraws, LiveDraws
-from atlas_ab.speculative.sampling import (PLACEHOLDER, SamplingPlan, StepUniforms, accept_probabilities,
-                                           alpha_1, draft_probs_at, greedy_accept, output_pit, pit_order,
-                                           rejection_sample)
+from atlas_ab.speculative.sampling import (
+    PLACEHOLDER,
+    SamplingPlan,
+    StepUniforms,
+    alpha_1,
+    coupled_accept_probabilities,
+    greedy_accept,
+    output_pit,
+    pit_order,
+    rejection_sample,
+)
 
 
 @dataclass
@@ -140,11 +148,12 @@ class CoupledVerify(SampledVerify):
         K = self.K
         depth = torch.arange(K + 1, device=acc.device)[None, :]                 # [1, K+1]
         tokens = torch.where(depth <= acc[:, None], self.y, torch.full_like(self.y, PLACEHOLDER))
-        px = self.p[:, :K].gather(-1, prop.drafts[..., None]).squeeze(-1)       # [B, K], valid on the path
+        py = self.p[:, :K].gather(-1, self.y[:, :K, None]).squeeze(-1)     # [B, K] p_i(y_i), valid on the path
         on_path = (depth[:, :K] <= acc[:, None]) & ~gated[:, None]             # depths 1..a+1
         u = uniforms.uniform(self.plan.seed, self.doc[:, None], turn, pos[:, :1], depth + 1, uniforms.PIT)
         return Verified(vh=vh, tokens=tokens, accepted=acc,
-                        accept_prob=_masked(accept_probabilities(px, draft_probs_at(prop.q, prop.drafts)), on_path),
+                        accept_prob=_masked(coupled_accept_probabilities(prop.q, prop.drafts, self.y[:, :K], py),
+                                            on_path),
                         alpha1=_masked(alpha_1(self.p[:, 0], None if prop.q is None else prop.q[:, 0],
                                                prop.drafts[:, 0]), ~gated),
                         pit=output_pit(self.p, tokens, acc, u, pit_order(self.p, prop.q, prop.drafts, gated)))

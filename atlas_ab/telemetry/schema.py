@@ -66,10 +66,12 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("drafter_rows", _I32, False, "drafter KV rows at propose time (after catch-up)"),
     Column("fed_rows", _I32, False, "rows the catch-up feed wrote before this propose"),
     Column("accept_prob", pa.list_(_F32), False, "sampled runs: per drafted depth i (length k), the probability "
-                                                 "that the verifier accepts the draft it was given, "
-                                                 "min(1, p_i(x_i) / q_i(x_i)) (greedy drafts: p_i(x_i)); null "
-                                                 "items past depth accept_len+1 in replay runs (the target's "
-                                                 "distribution there is not stored); null in greedy runs",
+                                                 "that depth i is accepted: live, given the draft it was given, "
+                                                 "min(1, p_i(x_i) / q_i(x_i)) (greedy drafts: p_i(x_i)); in "
+                                                 "replay, given the trajectory's token, min(p_i(y_i), q_i(y_i)) "
+                                                 "/ p_i(y_i) (greedy drafts: [x_i = y_i]), with null items past "
+                                                 "depth accept_len+1 (the target's distribution there is not "
+                                                 "stored); null in greedy runs",
            nullable=True),
     Column("alpha1", _F32, False, "sampled runs: the exact expected acceptance at depth 1, "
                                   "sum_x min(p_1(x), q_1(x)), which does not depend on the draft drawn; null "
