@@ -16,6 +16,7 @@ from pathlib import Path
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, criteria, plots
+from atlas_ab.analysis.code_check import code_of
 from atlas_ab.analysis.load import Run
 from atlas_ab.analysis.metrics import arm_metrics, rates
 from atlas_ab.analysis.prereg import Prereg, from_lock, locked_preregs
@@ -160,18 +161,19 @@ def _descriptives(group: ModelRuns, out: Path, tag: str) -> tuple[list[str], dic
     return md, data
 
 
-def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0) -> dict:
+def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0, mismatches: tuple[str, ...] = ()) -> dict:
     if not runs:
         raise AtlasError("claims needs the runs of the claims sweeps")
     out.mkdir(parents=True, exist_ok=True)
     groups = group_by_model(runs)
-    md = ["# The seeds' claims, settled", "",
+    md = [f"> **WARNING: {m}** (compared anyway: --allow-mismatch)" for m in mismatches] + ([""] if mismatches else [])
+    md += ["# The seeds' claims, settled", "",
           "Every question has a pre-registration under `analysis/prereg/claims_*.yaml`, written and committed "
           "before its runs and locked by the study before its first step (the hash below is the one every run "
           "of the study carries). Verdicts: MET / NOT MET / UNDERPOWERED (a null that the sample could not "
           "have shown is not evidence). Regenerate with `python -m atlas_ab.analysis claims RUN... --out DIR`.",
           ""]
-    data: dict = {"models": {}}
+    data: dict = {"models": {}, **({"mismatches": list(mismatches)} if mismatches else {})}
     judged = {g.label: _judge_all(g, B, seed) for g in groups}
     names = sorted({pr.name for js in judged.values() for pr, _, _ in js})
     md += ["## Verdicts at each model size", ""]
@@ -195,12 +197,13 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0) -> di
         tag = f"{tag}_{(g.manifest.get('model') or {}).get('params', {}).get('total', 0)}"
         gd: dict = {"runs": [{"arm": r.arm, "path": str(r.path), "manifest": str(r.path / "manifest.json"),
                               "model_hash": r.hash("model"), "workload_hash": r.hash("workload"),
-                              "mode": (r.manifest or {}).get("mode"), "gate": r.gate_status} for r in g.runs],
+                              "mode": (r.manifest or {}).get("mode"), "gate": r.gate_status,
+                              "code": code_of(r).to_dict()} for r in g.runs],
                     "questions": {}}
         md += [f"## {g.label}", "", "Runs (each one's manifest is `<run>/manifest.json`):", ""]
-        md += _table(["arm", "run", "mode", "gate", "workload.hash"],
+        md += _table(["arm", "run", "mode", "gate", "workload.hash", "code"],
                      [[r.arm, f"`{r.path}`", (r.manifest or {}).get("mode", "?"), r.gate_status,
-                       f"`{(r.hash('workload') or '')[:19]}`"] for r in g.runs]) + [""]
+                       f"`{(r.hash('workload') or '')[:19]}`", code_of(r).short] for r in g.runs]) + [""]
         items = []
         for pr, j, why in judged[g.label]:
             md += [f"### {pr.name}", "", f"- hypothesis: {pr.hypothesis}", f"- criterion: {pr.criterion()}",

@@ -23,13 +23,16 @@ def run_export(args) -> int:
 def run_pairs(args) -> int:
     from atlas_ab.ingest.counts import load_counts, pairs
 
+    from atlas_ab.analysis.code_check import check_code, code_json, top_lines
     from atlas_ab.analysis.load import check_provenance
 
     a, b = (load_counts(p, args.allow_incomplete) for p in (args.run_a, args.run_b))
-    for m in check_provenance([a, b], args.allow_mismatch):
+    mismatches = check_provenance([a, b], args.allow_mismatch) + check_code([a, b], args.allow_mismatch)
+    for m in mismatches:
         cli.warn(m + " (allowed by --allow-mismatch)")
     res = pairs(a, b, args.metric, B=args.bootstrap, seed=args.seed)
-    return cli.emit(args, res.to_dict(), res.summary())
+    return cli.emit(args, {**res.to_dict(), "code": code_json([a, b])},
+                    top_lines([a, b], mismatches) + "\n" + res.summary())
 
 
 def register(subparsers) -> None:

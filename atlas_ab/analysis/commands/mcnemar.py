@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, paired
+from atlas_ab.analysis.code_check import code_json, top_lines
 
 
 def run(args) -> int:
     if len(args.runs) == 1:
-        runs, _ = cli.load_runs(args.runs, args, optional=("oracle_hit2",))
+        runs, mismatches = cli.load_runs(args.runs, args, optional=("oracle_hit2",))
         result = paired.oracle_probe(runs[0])
         out = {"kind": "oracle_probe", "run": str(runs[0].path), **result.to_dict()}
     elif len(args.runs) == 2:
@@ -17,7 +18,7 @@ def run(args) -> int:
                "mismatches": mismatches, **result.to_dict()}
     else:
         raise AtlasError(f"mcnemar takes one run (oracle probe) or two (paired), got {len(args.runs)}")
-    return cli.emit(args, out, result.summary())
+    return cli.emit(args, {**out, "code": code_json(runs)}, top_lines(runs, mismatches) + "\n" + result.summary())
 
 
 def register(subparsers) -> None:

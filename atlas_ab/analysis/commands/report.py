@@ -6,6 +6,7 @@ from pathlib import Path
 
 from atlas_ab.analysis import cli
 from atlas_ab.config.paths import resolve_path
+from atlas_ab.analysis.code_check import check_code, code_header, warning_lines
 from atlas_ab.analysis.load import check_provenance
 from atlas_ab.analysis.prereg import load_prereg
 from atlas_ab.analysis.report import build_report
@@ -20,14 +21,18 @@ def run(args) -> int:
     if any(counts.needs_counts(p, args.allow_incomplete) for p in paths):
         # engine runs without a step table: the report of what their grain makes exact
         runs = [counts.load_counts(p, args.allow_incomplete) for p in paths]
-        mismatches = check_provenance(runs, args.allow_mismatch) if len(runs) > 1 else []
+        mismatches = check_provenance(runs, args.allow_mismatch) + check_code(runs, args.allow_mismatch) \
+            if len(runs) > 1 else []
         rep = counts.build_report(runs, out, prereg=load_prereg(prereg) if prereg else None, B=args.bootstrap,
                                   seed=args.seed, mismatches=tuple(mismatches))
         if args.json:
             cli.emit_json(rep.data)
         else:
+            for w in warning_lines(mismatches):
+                print(w)
             if rep.verdict:
                 print(rep.verdict.summary())
+            print(code_header(runs))
             print(f"report: {rep.path}")
         return 0
     runs, mismatches = cli.load_runs(paths, args, optional=("oracle_hit2", "position"))
@@ -36,12 +41,15 @@ def run(args) -> int:
     if args.json:
         cli.emit_json(rep.data)
     else:
+        for w in warning_lines(mismatches):
+            print(w)
         for j in rep.judged:
             if j.origin == "edited":
                 print("WARNING: judged against an EDITED pre-registration (--evaluate-edited)")
             print(j.verdict.summary())
         if not rep.judged:
             print("no pre-registration to judge (none locked by the runs' study, none given)")
+        print(code_header(runs))
         print(f"report: {rep.path}")
     return 0
 
