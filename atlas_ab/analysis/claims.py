@@ -136,11 +136,16 @@ def _descriptives(group: ModelRuns, out: Path, tag: str) -> tuple[list[str], dic
     if ungated is not None and gated:
         from atlas_ab.analysis.economics import economics
 
-        e = economics(ungated, gated)
-        plots.confidence_figure(e.bins, e.break_even, out / f"confidence_{tag}.png")
-        md += ["#### DRAFT_CONF economics (live, batch width 1)", "",
-               f"![acceptance by confidence bin](confidence_{tag}.png)", "", e.summary(), ""]
-        data["economics"] = e.to_dict()
+        md += ["#### DRAFT_CONF economics (live, batch width 1)", ""]
+        try:
+            e = economics(ungated, gated)
+        except AtlasError as ex:      # step times that are not the steps' own: say so, draw nothing
+            md += [f"Not computed: {ex}", ""]
+            data["economics"] = {"refused": str(ex)}
+        else:
+            plots.confidence_figure(e.bins, e.break_even, out / f"confidence_{tag}.png")
+            md += [f"![acceptance by confidence bin](confidence_{tag}.png)", "", e.summary(), ""]
+            data["economics"] = e.to_dict()
     topk = group.arm("shadow_topk_4")
     if topk is not None:
         from atlas_ab.analysis.coverage import topk_coverage

@@ -18,11 +18,11 @@ SHIFT (`_ring_after_verify`), RING_PREFILL (`_ring_prefill`), DRAFT_CONF
 The target side (the turn prefill and the verify) is the wave's `target`
 (targets.py): the trunk's forwards in live mode, a stored greedy trajectory in
 replay mode. Everything else here is the same code in both modes; only live
-mode times its steps (`step_ms` is null in replay).
+mode times its steps (`step_ms` is null in replay; each kind's first step in a wave is warm-up,
+timed apart in `warmup_ms`: timing.py).
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,8 +31,8 @@ import torch
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.base import RowFeed
 from atlas_ab.proposers.ring import Ring, gap_keys
-from atlas_ab.runtime.graphs import capture_seconds
 from atlas_ab.speculative.targets import LiveTarget
+from atlas_ab.speculative.timing import StepTimer
 from atlas_ab.telemetry.events import EventLog
 from atlas_ab.telemetry.records import StepBlocks
 from atlas_ab.workload.documents import Document
@@ -74,6 +74,7 @@ class Wave:
         self.ring = Ring(B, arm.ring_size, H, self.device, self.dtype) if arm.has_ring else None
         self.ev = EventLog(fingerprint_rows) if arm.fingerprints_on else None
         self.trace = WaveTrace(StepBlocks(self.K, arm.shadow_topk), self.ev, [[] for _ in range(B)])
+        self.timer = StepTimer(self.target.live)   # step_ms, with each kind's warm-up kept apart
         self.turn = 0
         self.step_no = np.zeros(B, dtype=np.int64)
         self.gen = np.zeros(B, dtype=np.int64)
@@ -158,7 +159,7 @@ class Wave:
 
     # ----------------------------------------------------------------- step
     def _step(self, active: np.ndarray) -> None:
-        t0, c0 = time.perf_counter(), capture_seconds()
+        self.timer.start()
         B, K, arm = self.B, self.K, self.arm
         ar = np.arange(B)
         n = self.kv_len.copy()                      # position of the last committed token
@@ -178,7 +179,8 @@ class Wave:
         gated = (prop.chain_conf < arm.draft_conf) if arm.draft_conf > 0 else None
         # verify: [t_n, d1..dK] at positions n..n+K
         vtok = torch.cat([last_tok[:, None], prop.drafts], dim=1)
-        if gated is not None and self._all_gated(gated, active):
+        serial = gated is not None and self._all_gated(gated, active)
+        if serial:
             vh, target = self._serial(vtok, pos_t, slots_t, int(n[active].max()) + 1)
         else:
             vh, target = self.target.verify(vtok, pos_t, slots_t, int(n[active].max()) + K + 1)
@@ -229,12 +231,12 @@ class Wave:
         self.proposer.after_verify(np.where(gated_h, 0, a_eff), active)
 
         k = np.where(gated_h[act], 0, K)
+        step_ms, warmup_ms = self.timer.stop("serial" if serial else "verify")
         self.trace.steps.add(
             doc_id=self.doc_ids[act], turn=np.full(len(act), self.turn), step=self.step_no[act], k=k,
             accept_len=acc_h[act], arm=[self.arm.name], seq=act, position=n[act], drafts=drafts_h[act],
             target=target_h[act], conf=conf_h[act], gated=gated_h[act], n_committed=c[act],
-            step_ms=np.full(len(act), (time.perf_counter() - t0 - (capture_seconds() - c0)) * 1e3
-                            if self.target.live else np.nan),
+            step_ms=np.full(len(act), step_ms), warmup_ms=np.full(len(act), warmup_ms),
             drafter_rows=rows_at_propose[act], fed_rows=fed[act], **extra)
         self.step_no += active
         self.trace.n_tokens += int(c.sum())

@@ -58,7 +58,12 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("committed", pa.list_(_I32), False, "tokens this step committed (accepted drafts + bonus, cut at "
                                                "the turn's end)"),
     Column("step_ms", _F32, False, "wall time of the batched step this row belongs to (live mode only; "
-                                   "null in replay runs, which carry no engine timing)", nullable=True),
+                                   "null in replay runs, which carry no engine timing, and on warm-up steps: "
+                                   "`warmup_ms`)", nullable=True),
+    Column("warmup_ms", _F32, False, "wall time of a warm-up step: the wave's first step of its kind (verify, "
+                                     "serial decode) or one that first ran a static step (a CUDA-graph capture); its "
+                                     "`step_ms` is then null (speculative/timing.py). Null otherwise and in replay",
+           nullable=True),
     Column("drafter_rows", _I32, False, "drafter KV rows at propose time (after catch-up)"),
     Column("fed_rows", _I32, False, "rows the catch-up feed wrote before this propose"),
 )
@@ -84,6 +89,8 @@ EVENT_COLUMNS: tuple[Column, ...] = (
 STEP_SCHEMA = pa.schema([pa.field(c.name, c.type) for c in STEP_COLUMNS])
 EVENT_SCHEMA = pa.schema([pa.field(c.name, c.type) for c in EVENT_COLUMNS])
 
+#: The step columns that hold wall times: they differ between two runs of the same steps.
+TIMING_COLUMNS = ("step_ms", "warmup_ms")
 #: Columns every steps table must hold (the analysis needs nothing else).
 REQUIRED_STEP = tuple(c.name for c in STEP_COLUMNS if c.required)
 EVENT_NAMES = tuple(c.name for c in EVENT_COLUMNS)
