@@ -39,7 +39,7 @@ from atlas_ab.analysis.load import load_run, read_manifest
 from atlas_ab.analysis.metrics import DocSums, canonical
 from atlas_ab.analysis.stats import Difference, Rate, format_delta
 from atlas_ab.ingest.grain import Telemetry, from_manifest
-from atlas_ab.ingest.tables import COUNT_COLUMNS
+from atlas_ab.ingest.tables import REQUIRED_COUNT_COLUMNS
 
 DAR = "draft_acceptance_rate"
 
@@ -170,7 +170,7 @@ def load_counts(path, allow_incomplete: bool = False) -> CountsRun:
             df = pq.read_table(root / rel).to_pandas()
         except (pa.ArrowException, OSError) as e:
             raise AtlasError(f"{root / rel}: unreadable Parquet ({e.__class__.__name__})") from None
-        missing = [c for c in COUNT_COLUMNS if c not in df.columns]
+        missing = [c for c in REQUIRED_COUNT_COLUMNS if c not in df.columns]
         if missing:
             raise AtlasError(f"{root / rel}: missing column {missing[0]!r}")
         units, K = _from_counts(df)

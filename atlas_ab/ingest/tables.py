@@ -38,8 +38,11 @@ COUNT_SCHEMA = pa.schema([
     ("accepted", pa.list_(_I64)),     # accepted[i-1] = #(accept_len >= i)
     ("prompt_tokens", _I64),
     ("completion_tokens", _I64),
+    ("completion_sha256", pa.string()),   # sha256 of the completion's text (ingest/completions.py)
 ])
 COUNT_COLUMNS = tuple(COUNT_SCHEMA.names)
+#: What a counts table must hold to be read (runs ingested before completion hashes lack it).
+REQUIRED_COUNT_COLUMNS = tuple(c for c in COUNT_COLUMNS if c != "completion_sha256")
 COUNT_DOCS = {
     "unit": "the request's id as the source names it (file position, response id), or `global`",
     "file": "the file it was read from",
@@ -55,6 +58,8 @@ COUNT_DOCS = {
     "accepted": "accepted[i-1] = #(accept_len >= i)",
     "prompt_tokens": "usage.prompt_tokens (the position reconstruction starts there)",
     "completion_tokens": "usage.completion_tokens (checks that no undrafted step went unrecorded)",
+    "completion_sha256": "sha256 of the completion's text, where the record carries it and a (doc_id, turn): "
+                         "two runs pair only requests whose texts are equal",
 }
 
 
@@ -265,7 +270,8 @@ def _counts(units: list[Unit]) -> pd.DataFrame:
                      "drafted": [u.k_ge(i) for i in range(1, (u.K or 0) + 1)] or None,
                      "accepted": [u.a_ge(i) for i in range(1, (u.K or 0) + 1)]
                      if all(u.a_ge(i) is not None for i in range(1, (u.K or 0) + 1)) and u.K else None,
-                     "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens})
+                     "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+                     "completion_sha256": None})
     return pd.DataFrame(rows, columns=list(COUNT_COLUMNS))
 
 
