@@ -84,5 +84,8 @@ def without_steps(run, keys):
 
 
 def without_units(run, keys):
-    """A counts run (ingest.counts.CountsRun) without the units of the (doc_id, turn) in `keys`."""
-    return replace(run, units=run.units[_keep(run.units, keys)].reset_index(drop=True)) if keys else run
+    """A per-unit run (analysis.units.UnitRun) without the units of the (doc_id, turn) in `keys`."""
+    if not keys:
+        return run
+    t = run.units.table
+    return replace(run, units=replace(run.units, table=t[_keep(t, keys)].reset_index(drop=True)))

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from atlas_ab import AtlasError
-from atlas_ab.ingest.grain import from_manifest, no_steps_line
+from atlas_ab.telemetry.grain import from_manifest, no_steps_line
 from atlas_ab.telemetry.schema import REQUIRED_STEP as REQUIRED, STEP_INT_TYPES as INT_TYPES
 
 NONNEGATIVE = REQUIRED

@@ -189,19 +189,26 @@ def estimate(s: DocSums, arm: str = "", B: int = 2000, seed: int = 0) -> Rate:
     with at least MIN_CLUSTERS clusters)."""
     note = few_clusters(len(s.doc_id), s.unit)
     return Rate(metric=canonical(s.metric), arm=arm, value=s.value, n=s.N, sd=s.iid_sd,
-                sd_kind="binomial" if is_proportion(s.metric) else "delta",
+                sd_kind="n/a" if np.isnan(s.y2).any() else "binomial" if is_proportion(s.metric) else "delta",
                 cluster_sd=None if note else cluster.cluster_sd(s), n_clusters=len(s.doc_id),
                 bootstrap=cluster.bootstrap(s, B=B, seed=seed) if B and not note else None,
                 cluster_note=note)
 
 
 def compare(control: Cells, treatment: Cells, metric: str, B: int = 2000, seed: int = 0) -> Difference:
-    """treatment - control for one metric, with every sd (binomial/delta, cluster, bootstrap)."""
-    sa, sb = doc_sums(control, metric), doc_sums(treatment, metric)
-    for cells, s in ((control, sa), (treatment, sb)):
+    """treatment - control for one metric, with every sd (binomial/delta, cluster, bootstrap).
+    Either side may be a run's cells or its per-unit table (metrics.Units)."""
+    return compare_sums(doc_sums(control, metric), doc_sums(treatment, metric), control.arm, treatment.arm,
+                        B=B, seed=seed)
+
+
+def compare_sums(sa: DocSums, sb: DocSums, control_arm: str, treatment_arm: str, B: int = 2000,
+                 seed: int = 0) -> Difference:
+    """treatment - control from the two arms' per-cluster sums (the same cluster in both is one)."""
+    for arm, s in ((control_arm, sa), (treatment_arm, sb)):
         if s.N == 0:
-            raise AtlasError(f"{cells.arm}: no steps in the denominator of {metric}")
-    ra, rb = estimate(sa, control.arm, B, seed), estimate(sb, treatment.arm, B, seed)
+            raise AtlasError(f"{arm}: no steps in the denominator of {s.metric}")
+    ra, rb = estimate(sa, control_arm, B, seed), estimate(sb, treatment_arm, B, seed)
     d = difference(ra, rb)
     note = few_clusters(len(np.union1d(sa.doc_id, sb.doc_id)), sa.unit)
     return Difference(metric=d.metric, control=ra, treatment=rb, delta=d.delta, sd=d.sd,

@@ -1,7 +1,7 @@
 """Hydra's ConfigStore registration, the `atlas.*` resolvers, and the strict key check.
 
 `AppConfig` is the root: `arm`, `model`, `workload`, `runner`, `study`, each a
-dataclass from `config.py`. The primary config (`atlas_ab/conf/config.yaml`)
+dataclass from `structured.py`. The primary config (`atlas_ab/conf/config.yaml`)
 starts its defaults list with `atlas_schema`, so every group file and every
 command-line override is merged onto typed, struct-mode nodes: an unknown key
 or a wrong type is an error at composition time, before anything loads.

@@ -1,8 +1,8 @@
 """Structured configs: arm (the levers), model, workload, runner, study, and their checks.
 
-These dataclasses are the schema Hydra validates against (`config_store.py` registers them):
+These dataclasses are the schema Hydra validates against (`store.py` registers them):
 a wrong type is rejected by OmegaConf, an unknown key (also one added with `+`) by
-`config_store.check_keys`, an out-of-range value or an impossible combination by the
+`store.check_keys`, an out-of-range value or an impossible combination by the
 `validate_*` functions below, all before any model loads. Each lever's meaning lives in
 `levers.py`.
 
@@ -83,6 +83,13 @@ class WorkloadConfig:
 
 
 @dataclass
+class EngineTarget:
+    """`runner.engine`: the class Hydra instantiates (`_partial_`: the session passes the four configs)."""
+    _target_: str = "atlas_ab.run.runner.Runner"
+    _partial_: bool = True
+
+
+@dataclass
 class RunnerConfig:
     device: str = "auto"        # auto | cpu | cuda | cuda:N
     dtype: str = "auto"         # auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16
@@ -92,7 +99,8 @@ class RunnerConfig:
     threads: int = 0            # torch CPU threads; 0 = the cores this job may use (see device.py)
     progress: bool = True       # progress bar on a TTY (never affects results; ignored by resume's check)
     resume: Optional[str] = None  # PATH of an interrupted run to continue, or "auto" (this job's own dir)
-    impl: str = "atlas_ab.run.runner:Runner"  # the engine class driven (module:Class); tests plug a double here
+    # the engine class driven, built by Hydra's instantiate; tests plug a double in `_target_`
+    engine: EngineTarget = field(default_factory=EngineTarget)
     cuda_graphs: bool = True    # replay the verify and draft steps from CUDA graphs (GPU only)
     # live: the target verifies every step. replay: every arm replays one stored target-only greedy
     # trajectory per workload (built once, under `trajectories`); no trunk forward, no step timings.

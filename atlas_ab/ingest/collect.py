@@ -41,6 +41,7 @@ from pathlib import Path
 
 from atlas_ab import AtlasError
 from atlas_ab.ingest.completions import completion_text, text_sha256
+from atlas_ab.ingest.jsonio import sse_payloads
 
 PROG = "atlas_ab.ingest.collect"
 ENGINES = ("vllm", "sglang", "trtllm", "llamacpp")
@@ -196,16 +197,6 @@ def http(method: str, url: str, body: dict | None = None, timeout: float = TIMEO
         raise not_json(method, url, status, ctype, raw) from None
 
 
-def _sse_chunks(lines: list[str]) -> list:
-    out = []
-    for line in lines:
-        if line.startswith("data:"):
-            data = line[5:].strip()
-            if data and data != "[DONE]":
-                out.append(json.loads(data))
-    return out
-
-
 # ---- the client ----------------------------------------------------------------------------
 
 @dataclass
@@ -257,8 +248,8 @@ class Client:
         for attempt in range(1, self.retries + 2):
             try:
                 if self.stream:
-                    got = {"stream": _sse_chunks(http("POST", self.url.rstrip("/") + path, body, self.timeout,
-                                                      stream=True))}
+                    got = {"stream": sse_payloads(http("POST", self.url.rstrip("/") + path, body, self.timeout,
+                                                       stream=True), self.url.rstrip("/") + path)}
                 else:
                     got = {"response": http("POST", self.url.rstrip("/") + path, body, self.timeout)}
                 if self.engine == "trtllm":

@@ -12,9 +12,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from atlas_ab import AtlasError
-from atlas_ab.ingest.grain import Telemetry
 from atlas_ab.run.provenance import now
 from atlas_ab.run.store import MANIFEST, write_json_atomic, write_table_atomic
+from atlas_ab.telemetry.grain import Telemetry
 from atlas_ab.telemetry.schema import MANIFEST_SCHEMA
 
 SHARD = "part-00000.parquet"

@@ -1,9 +1,9 @@
-"""The DraftProposer protocol, after the seeds' trait, batched first.
+"""The DraftProposer protocol, after the reference engine's trait (docs/reference_engine.md), batched first.
 
 Every method acts on all B sequences of a batch at once; `active` says which
 sequences take part (the others keep their state untouched). A per-sequence
 call is the B = 1 case. State is allocated per sequence from its own token
-budget (the seeds' `alloc_state_for`), never from a global maximum.
+budget (the reference engine's `alloc_state_for`), never from a global maximum.
 
 Host/device split: token ids, drafts and hiddens stay on the device; the row
 bookkeeping (row counts, pair keys, which rows carry a target hidden) is host
@@ -29,7 +29,7 @@ class Proposal:
 
     @property
     def chain_conf(self) -> torch.Tensor:
-        """min top-1 prob across one propose's drafts (the seeds' chain confidence)."""
+        """min top-1 prob across one propose's drafts (the reference engine's chain confidence)."""
         return self.conf.min(dim=1).values
 
 

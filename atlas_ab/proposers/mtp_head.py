@@ -1,8 +1,8 @@
 """The MTP-head drafter: one DeepSeek-V3 MTP module run autoregressively.
 
 Draft 1 consumes the target's verified hidden; every later draft consumes the
-drafter's own block output (the hidden handoff, where the seeds measure the
-p1 -> p2 cliff). The drafter keeps its own KV rows; their layout follows one
+drafter's own block output (the hidden handoff, where the reference engine
+found the p1 -> p2 cliff). The drafter keeps its own KV rows; their layout follows one
 of the two row spaces in `rowspace.py`.
 
 Which hidden exactly is a property of the checkpoint (runtime/layouts.py) and
@@ -65,8 +65,8 @@ class MTPProposer:
         return self.rows.copy()
 
     def last_pair_key(self) -> np.ndarray:
-        # The true key of the newest row, read from the bookkeeping. (The seeds
-        # derive it as `key - trim`, which over-states it when a trim removes a
+        # The true key of the newest row, read from the bookkeeping. (The reference
+        # engine derives it as `key - trim`, which over-states it when a trim removes a
         # whole propose that followed an unfilled gap.)
         B = len(self.rows)
         return np.where(self.rows > 0, self.row_key[np.arange(B), np.maximum(self.rows - 1, 0)], -1)

@@ -9,7 +9,6 @@ half-written is left looking like data.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import shutil
@@ -17,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -76,14 +75,24 @@ def configs(cfg: DictConfig, out=None) -> Configs:
     return c
 
 
-def load_engine_class(impl: str):
-    mod, _, name = impl.partition(":")
-    if not mod or not name:
-        raise AtlasError(f"runner.impl={impl!r} must be 'module:Class'")
+def engine_factory(engine) -> Callable:
+    """The engine class `runner.engine` names, as the partial Hydra's instantiate builds from its
+    `_target_` (the session then calls it with the four configs)."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
     try:
-        return getattr(importlib.import_module(mod), name)
-    except (ImportError, AttributeError) as ex:
-        raise AtlasError(f"runner.impl={impl!r} cannot be loaded: {ex}") from None
+        return instantiate(engine, _partial_=True)
+    except InstantiationException as ex:
+        why = ex.__cause__ or ex
+        raise AtlasError(f"runner.engine._target_={engine._target_!r} cannot be loaded: "
+                         + " ".join(str(why).split())) from None
+
+
+def engine_name(factory) -> str:
+    """The dotted name of the class a factory builds (the manifest's `engine`)."""
+    cls = getattr(factory, "func", factory)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def acceptance_summary(steps) -> dict:
@@ -172,16 +181,17 @@ class RunSession:
             # Paths resolve against the launch dir / package root, never Hydra's output dir.
             c.model.path = resolve_path(c.model.path)
             c.model.draft_path = resolve_path(c.model.draft_path)
-            engine_class = load_engine_class(c.runner.impl)     # imports torch where the engine uses it
+            make_engine = engine_factory(c.runner.engine)     # imports torch where the engine uses it
             threads = set_threads(thread_count(c.runner.threads, self.job.side_by_side))
             self.claim = DeviceClaim(c.runner.device, self.job.num)
-            log.info("arm %s: loading %s (device %s, %d threads)", c.arm.name, c.runner.impl, self.claim.device,
-                     threads)
-            engine: Engine = engine_class(c.arm, c.model, c.workload, replace(c.runner, device=self.claim.device))
+            log.info("arm %s: loading %s (device %s, %d threads)", c.arm.name, engine_name(make_engine),
+                     self.claim.device, threads)
+            engine: Engine = make_engine(c.arm, c.model, c.workload, replace(c.runner, device=self.claim.device))
             info: RunInfo = engine.info
             waves = [list(w) for w in engine.waves]
             base.update({
                 **{k: v for k, v in info.to_dict().items()},
+                "engine": engine_name(make_engine),
                 "study": {"name": c.study.name, "arms": list(c.study.arms)} if c.study.name else None,
                 "preregs": preregs,
                 "code": code_identity(), "versions": versions(), "host": {**host(), "threads": threads},

@@ -6,6 +6,7 @@ import pyarrow as pa
 
 from atlas_ab.telemetry.schema import STEP_SCHEMA
 
+
 class StepBlocks:
     """Per-step numpy blocks, turned into one Arrow table at the end of a wave.
 

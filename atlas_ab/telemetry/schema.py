@@ -86,7 +86,50 @@ EVENT_COLUMNS: tuple[Column, ...] = (
                               "the live ring row at label == position (null when absent)", nullable=True),
 )
 
+#: The per-unit table (`counts/`): one row per request, per (doc_id, turn) of a step run, or the
+#: one `global` row of counters. Every metric is a ratio of sums of these over units, so the
+#: analysis of step runs and engine runs reads this one table (analysis/metrics.py `Units`);
+#: the derived per-depth counts are written once, where the source's numbers are read.
+_L64 = pa.list_(pa.int64())
+COUNT_COLUMNS: tuple[Column, ...] = (
+    Column("unit", pa.string(), True, "the request's id as the source names it (file position, response id), "
+                                      "or `global`"),
+    Column("file", pa.string(), True, "the file it was read from"),
+    Column("doc_id", _I64, True, "carried by the client; the request's index when not carried; null for global "
+                                 "counters", nullable=True),
+    Column("turn", _I32, True, "carried by the client; 0 when not carried; null for global counters", nullable=True),
+    Column("n_steps", _I64, True, "verify steps (steps that carried >= 1 draft); null: the source does not say",
+           nullable=True),
+    Column("draft_tokens", _I64, True, "drafted tokens, the sum of k", nullable=True),
+    Column("accepted_tokens", _I64, True, "accepted drafts, the sum of accept_len", nullable=True),
+    Column("k_max", _I32, True, "the configured k (num_speculative_tokens), when reported", nullable=True),
+    Column("k_fixed", _I32, True, "k of every step, when the unit's own numbers establish it (drafted == steps x k)",
+           nullable=True),
+    Column("hist", _L64, True, "hist[j] = verify steps that accepted exactly j drafts", nullable=True),
+    Column("drafted", _L64, True, "drafted[i-1] = #(k >= i) for i = 1..K of the run; null items where the source "
+                                  "does not determine it", nullable=True),
+    Column("accepted", _L64, True, "accepted[i-1] = #(accept_len >= i) for i = 1..K", nullable=True),
+    Column("cond_den", _L64, True, "cond_den[i-1] = #(accept_len >= i-1 and k >= i), p_i_cond's denominator; null "
+                                   "items where the joint of k and accept_len is not known", nullable=True),
+    Column("y2_tok", pa.float64(), True, "sum over verify steps of (1 + accept_len)^2 (the i.i.d. sd of tokens/step)",
+           nullable=True),
+    Column("prompt_tokens", _I64, True, "usage.prompt_tokens (the position reconstruction starts there)",
+           nullable=True),
+    Column("completion_tokens", _I64, True, "usage.completion_tokens (checks that no undrafted step went "
+                                            "unrecorded)", nullable=True),
+    Column("n_recorded", _I64, True, "steps the source counted when that count may include steps without a draft "
+                                     "(k = 0); then n_steps is null", nullable=True),
+    Column("zero_max", _I64, True, "with n_recorded: at most this many of them carried no draft", nullable=True),
+    Column("completion_sha256", pa.string(), False, "sha256 of the completion's text, where the record carries "
+                                                    "it and a (doc_id, turn): two runs pair only requests whose "
+                                                    "texts are equal (ingest/completions.py)", nullable=True),
+)
+
 STEP_SCHEMA = pa.schema([pa.field(c.name, c.type) for c in STEP_COLUMNS])
+COUNT_SCHEMA = pa.schema([pa.field(c.name, c.type) for c in COUNT_COLUMNS])
+COUNT_NAMES = tuple(c.name for c in COUNT_COLUMNS)
+#: What a counts table must hold to be read (runs ingested before completion hashes lack them).
+REQUIRED_COUNT = tuple(c.name for c in COUNT_COLUMNS if c.required)
 EVENT_SCHEMA = pa.schema([pa.field(c.name, c.type) for c in EVENT_COLUMNS])
 
 #: The step columns that hold wall times: they differ between two runs of the same steps.

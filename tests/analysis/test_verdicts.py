@@ -26,7 +26,7 @@ from atlas_ab.run.session import run
 from atlas_ab.run.store import RunStore
 from atlas_ab.telemetry.schema import TIMING_COLUMNS
 
-FAKE = "runner.impl=tests.helpers.fakerunner:FakeRunner"
+FAKE = "runner.engine._target_=tests.helpers.fakerunner.FakeRunner"
 BASE = [FAKE, "workload=tiny", "runner.device=cpu", "runner.batch_width=2", "runner.progress=false"]
 PREREG = PACKAGE_ROOT / "analysis/prereg/refeed_p2_uncond.yaml"
 

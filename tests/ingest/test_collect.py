@@ -3,11 +3,10 @@ the A/B end to end (two arms -> report --prereg, mcnemar), each engine's format,
 resume, and the refusals (one line, exit 2)."""
 import json
 
-
 from atlas_ab.analysis.__main__ import main as analysis
 from atlas_ab.analysis.load import load_run
+from atlas_ab.analysis.units import figure, load_units
 from atlas_ab.ingest.collect import main as collect
-from atlas_ab.ingest.counts import figure, load_counts
 from tests.helpers.engine_fixtures import FakeEngine, reply_for
 
 ERR = "atlas_ab.ingest.collect: error: "
@@ -99,11 +98,11 @@ def test_other_engines(tmp_path, capsys):
     assert t.grain == "requests" and "p_i_cond" in t.exact and "position_pairing" in t.not_available
     with FakeEngine("trtllm") as fe:
         assert run(fe, tmp_path, "trt", "--engine", "trtllm") == 0
-    c = load_counts(tmp_path / "trt")
+    c = load_units(tmp_path / "trt")
     assert figure(c, "draft_acceptance_rate").status == "exact" and figure(c, "p1").status == "refused"
     with FakeEngine("llamacpp", K=3, vary_k=True, by_depth=True) as fe:
         assert run(fe, tmp_path, "ik") == 0
-    c = load_counts(tmp_path / "ik")
+    c = load_units(tmp_path / "ik")
     assert figure(c, "p2").status == "exact" and figure(c, "p2_cond").status == "refused"
     assert analysis(["report", str(tmp_path / "ik"), "--out", str(tmp_path / "rep"), "--bootstrap", "0"]) == 0
     assert "not available" in (tmp_path / "rep" / "report.md").read_text()

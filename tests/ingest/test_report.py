@@ -47,3 +47,14 @@ def test_token_totals_refuse_p2(tmp_path, capsys):
     one_error(capsys, ["report", tmp_path / "ctl", tmp_path / "trt", "--prereg", prereg(tmp_path),
                        "--out", tmp_path / "r"], [str(tmp_path / "ctl"), "p2_uncond is not available",
                                                   "token totals only"])
+
+
+def test_turn_class_preregistration_refused_without_steps(tmp_path, capsys):
+    # the report of runs without a step table judged every turn whatever `turns` said; now one line
+    for arm, acc in (("ctl", 1), ("trt", 2)):
+        (tmp_path / f"{arm}.json").write_text(json.dumps([trtllm_entry(i, [3, 3], [acc, 0]) for i in range(12)]))
+        ingest("trtllm", [tmp_path / f"{arm}.json"], tmp_path / arm)
+    p = prereg(tmp_path, metric="draft_acceptance_rate", decides="cluster")
+    p.write_text(p.read_text() + "turns: cold\n")
+    one_error(capsys, ["report", tmp_path / "ctl", tmp_path / "trt", "--prereg", p, "--out", tmp_path / "r"],
+              ["judges cold turns", "all turns only"])

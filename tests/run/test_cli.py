@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE = ["runner.impl=tests.helpers.fakerunner:FakeRunner", "runner.device=cpu"]
+FAKE = ["runner.engine._target_=tests.helpers.fakerunner.FakeRunner", "runner.device=cpu"]
 
 
 def _env(**extra):

@@ -15,7 +15,7 @@ from atlas_ab.config.paths import PACKAGE_ROOT, resolve_path
 from atlas_ab.config.paths import CONF_DIR
 from atlas_ab.run.store import RunStore, aggregate_gate, config_diff, write_table_atomic
 
-FAKE = "runner.impl=tests.helpers.fakerunner:FakeRunner"
+FAKE = "runner.engine._target_=tests.helpers.fakerunner.FakeRunner"
 BASE = [FAKE, "workload=tiny", "runner.device=cpu", "runner.batch_width=1", "runner.progress=false"]
 
 
@@ -136,6 +136,7 @@ def test_complete_run_manifest(tmp_path):
                 "dtype", "seed", "started", "finished", "gate", "preregs", "config", "mode"):
         assert key in m, key
     assert m["levers"]["refeed"] and m["levers"]["fingerprints"] is True
+    assert m["engine"] == "tests.helpers.fakerunner.FakeRunner"     # the class runner.engine._target_ named
     assert m["model"]["hash"].startswith("sha256:") and m["workload"]["hash"].startswith("sha256:")
     assert m["gate"]["passed"] is True and m["gate"]["checked_sequences"] == 4
     assert m["code"]["hash"].startswith("sha256:") and m["code"]["files"] > 100
@@ -221,6 +222,7 @@ def test_fresh_run_refuses_a_directory_holding_a_run(tmp_path):
     (["+arm=baseline", "model.path=/nonexistent/ckpt"], "not found"),
     (["+arm=baseline", "model=path"], "model.path is required"),
     (["+arm=k1", "+study=refeed"], "not in study"),
+    (["+arm=baseline", "runner.engine._target_=tests.helpers.nosuch.Runner"], "cannot be loaded"),
 ])
 def test_bad_input_fails_before_loading_and_leaves_no_data(tmp_path, overrides, match):
     d = tmp_path / "r"

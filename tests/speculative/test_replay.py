@@ -12,9 +12,9 @@ from atlas_ab.speculative.gate import replay_greedy
 from atlas_ab.speculative.replay_check import compare_live, replay_gate
 from atlas_ab.speculative.targets import UNKNOWN
 from atlas_ab.speculative.trajectory import EXTEND, greedy
+from atlas_ab.telemetry.schema import TIMING_COLUMNS
 from tests.helpers.replay_tools import RecordingTarget, harvest, replay_target, run
 from tests.helpers.tiny import tiny_docs, tiny_draft, tiny_models
-from atlas_ab.telemetry.schema import TIMING_COLUMNS
 
 G = 10
 B = 4

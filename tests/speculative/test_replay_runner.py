@@ -10,7 +10,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-
 from hydra import compose, initialize_config_dir
 
 from atlas_ab import AtlasError
@@ -58,7 +57,8 @@ def test_replay_runs_record_their_trajectory_and_equal_live(tmp_path, cache):
     assert m["gate"]["passed"] and m["gate"]["by"] == "live+replay"
     assert m["shards"][1]["gate"]["by"] == "replay"
     steps = pa.concat_tables([pq.read_table(tmp_path / "a" / s["steps"]) for s in m["shards"]])
-    assert all(steps.column(c).null_count == steps.num_rows for c in TIMING_COLUMNS)  # no timing passes for engine speed
+    # no timing passes for engine speed
+    assert all(steps.column(c).null_count == steps.num_rows for c in TIMING_COLUMNS)
     live = run(cfg_of(*BASE, "+arm=refeed_on"), tmp_path / "live")
     assert live["mode"] == "live" and live["replay"] is None and live["gate"]["by"] == "live"
     assert steps_of(tmp_path / "a").equals(steps_of(tmp_path / "live"))

@@ -5,26 +5,28 @@ import datetime as _dt
 from pathlib import Path
 
 from atlas_ab.analysis import cli
-from atlas_ab.config.paths import resolve_path
 from atlas_ab.analysis.code_check import check_code, code_header, warning_lines
 from atlas_ab.analysis.load import check_provenance
 from atlas_ab.analysis.prereg import load_prereg
 from atlas_ab.analysis.report import build_report
+from atlas_ab.config.paths import resolve_path
 
 
 def run(args) -> int:
-    from atlas_ab.ingest import counts
+    from atlas_ab.analysis import units
 
     out = Path(args.out) if args.out else Path("analysis/reports") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     prereg = resolve_path(args.prereg) if args.prereg else None
     paths = cli.expand(args.runs)
-    if any(counts.needs_counts(p, args.allow_incomplete) for p in paths):
-        # engine runs without a step table: the report of what their grain makes exact
-        runs = [counts.load_counts(p, args.allow_incomplete) for p in paths]
+    if any(units.needs_units(p, args.allow_incomplete) for p in paths):
+        # engine runs without a step table: every run as its per-unit table, what its grain makes exact
+        from atlas_ab.analysis.grain_report import grain_report
+
+        runs = [units.load_units(p, args.allow_incomplete) for p in paths]
         mismatches = check_provenance(runs, args.allow_mismatch) + check_code(runs, args.allow_mismatch) \
             if len(runs) > 1 else []
-        rep = counts.build_report(runs, out, prereg=load_prereg(prereg) if prereg else None, B=args.bootstrap,
-                                  seed=args.seed, mismatches=tuple(mismatches))
+        rep = grain_report(runs, out, prereg=load_prereg(prereg) if prereg else None, B=args.bootstrap,
+                           seed=args.seed, mismatches=tuple(mismatches))
         if args.json:
             cli.emit_json(rep.data)
         else:

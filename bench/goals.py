@@ -1,0 +1,72 @@
+"""Issue 23's speed goals, printed beside what a bench run measured.
+
+A goal is a ratio taken in one run (the runner's step over its graphed bare verify, the
+forward over its memory/FLOP bound, FINGERPRINTS on over off), its target, and whether the
+run met it. A goal the run did not measure is listed as such, never guessed.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from statistics import median
+from typing import Optional
+
+# The H200's rated HBM3e bandwidth (vendor datasheet, 4.8 TB/s), printed beside the measured copy
+# bandwidth: the bound uses the measured one, which varied 2.76-4.25 TB/s between calls.
+RATED_BYTES_PER_S = {"NVIDIA H200": 4.8e12}
+
+
+@dataclass(frozen=True)
+class Goal:
+    name: str
+    target: float
+    measured: Optional[float]
+    higher_is_better: bool = False
+    detail: str = ""
+
+    @property
+    def met(self) -> Optional[bool]:
+        if self.measured is None:
+            return None
+        return self.measured >= self.target if self.higher_is_better else self.measured <= self.target
+
+    def line(self) -> str:
+        op = ">=" if self.higher_is_better else "<="
+        got = "not measured in this run" if self.measured is None else f"{self.measured:.3f}"
+        verdict = {True: "MET", False: "NOT MET", None: "-"}[self.met]
+        return f"| {self.name} | {op} {self.target:g} | {got} | {verdict} | {self.detail} |"
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "met": self.met}
+
+
+def table(goals: list[Goal]) -> str:
+    return "\n".join(["| goal | target | measured | verdict | how |", "|---|---|---|---|---|",
+                      *(g.line() for g in goals)])
+
+
+def worst(values: list[float]) -> Optional[float]:
+    """A goal over several shapes holds only if it holds at the worst of them."""
+    return max(values) if values else None
+
+
+def runner_goals(grid: list[dict], levers: dict) -> list[Goal]:
+    """From bench_runner's grid rows (model, B, K, step_over_bare) and lever ratios."""
+    def over(model, Bs, Ks):
+        return [r["step_over_bare"] for r in grid if r["model"] == model and r["B"] in Bs and r["K"] in Ks]
+    fp = levers.get("fingerprints") or {}
+    alternations = fp.get("run_ratios") or []
+    return [
+        Goal("runner step / bare verify, 33.6M preset, B=64 K=2", 1.3, worst(over("gpu", (64,), (2,)))),
+        Goal("runner step / bare verify, 5.7B shape, B=16,64 K=1-3", 1.1, worst(over("llama8b", (16, 64), (1, 2, 3))),
+             detail="worst of the shapes measured"),
+        Goal("FINGERPRINTS on / off throughput", 0.95, median(alternations) if len(alternations) >= 5 else None,
+             higher_is_better=True,
+             detail=f"median of {len(alternations)} alternations"
+             + ("" if len(alternations) >= 5 else " (< 5: not judged)")),
+    ]
+
+
+def forward_goals(grid: list[dict]) -> list[Goal]:
+    """From bench_forward's grid rows (shape, ratio_new = forward / bound)."""
+    at = [r["ratio_new"] for r in grid if r["shape"] == "5.7B"]
+    return [Goal("forward / bound, 5.7B shape, B=16,64 K=1-3", 1.3, worst(at), detail="worst of the shapes measured")]
