@@ -66,8 +66,15 @@ def code_mismatches(runs) -> list[str]:
     if len(ours) < 2:
         return []
     unknown = [c for c in ours if c.hash is None]
-    out = [f"{c.path}: unknown code (its manifest has no code.hash: a run made before code hashes were "
-           "recorded), so nothing shows it ran the same code as the other arm(s)" for c in unknown]
+    out = []
+    if len(unknown) == 1:
+        out.append(f"{unknown[0].path}: unknown code (its manifest has no code.hash: a run made before code hashes "
+                   "were recorded), so nothing shows it ran the same code as the other arm(s)")
+    elif unknown:           # one line for many (a sweep of old runs)
+        named = ", ".join(str(c.path) for c in unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3
+                                                                 else "")
+        out.append(f"{len(unknown)} runs of unknown code (their manifests have no code.hash: runs made before code "
+                   f"hashes were recorded: {named}), so nothing shows they ran the same code")
     known = [c for c in ours if c.hash is not None]
     if len({c.hash for c in known}) > 1:
         out.append("the arms ran different code: " + ", ".join(f"{c.arm}={c.hash[:19]}" for c in known))
