@@ -60,7 +60,9 @@ def outliers(path, steps: pd.DataFrame) -> None:
             f"{path}: doc {int(r['doc_id'])} turn {int(r['turn'])} step {int(r['step'])} took {ms[w]:.1f} ms, "
             f"{ratio[w]:.0f}x the median {kind[w]} step ({med[w]:.3f} ms); {int(out.sum())} step(s) above "
             f"{OUTLIER_X:g}x their kind's median make {share:.1%} of the step time: warm-up inside step_ms? "
-            "(a run made before warm-up was timed apart in warmup_ms: re-run it)")
+            + ("(a run made before warm-up was timed apart in warmup_ms: re-run it)" if "warmup_ms" not in s.columns
+               else "(its warm-up was timed apart: a busy host or a one-time cost outside it; re-run on an idle "
+                    "machine)"))
 
 
 def timed(run: Run) -> Run:

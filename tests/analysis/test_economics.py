@@ -100,6 +100,9 @@ def test_a_warm_up_sized_outlier_refuses_the_run(tmp_path):
         f"{tmp_path / 'capture'}: doc 3 turn 0 step 0 took 1400.0 ms, 700x the median verify step (2.000 ms); "
         "2 step(s) above 5x their kind's median make 54.1% of the step time: warm-up inside step_ms? "
         "(a run made before warm-up was timed apart in warmup_ms: re-run it)")
+    s["warmup_ms"] = np.float32(np.nan)                               # a run that timed its warm-up apart
+    with pytest.raises(AtlasError, match=r"54\.1% of the step time: .*its warm-up was timed apart: a busy host"):
+        throughput(_timed_run(tmp_path / "new", "a", s))
     g = _steps(gate_below=0.5, seed=1)                                 # serial steps have their own median
     g.loc[g.k == 0, "step_ms"] = 0.2
     first_serial = g[g.k == 0].groupby("doc_id").head(1).index               # each document's first one
