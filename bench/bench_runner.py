@@ -34,6 +34,7 @@ from atlas_ab.run.runner import DEFAULT_TOKENIZER
 from atlas_ab.runtime import checkpoint
 from atlas_ab.runtime.presets import random_checkpoint
 from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.telemetry.fingerprint import fingerprint_rows
 from atlas_ab.workload.documents import build_workload
 
@@ -71,7 +72,7 @@ def run_wave(trunk, proposer, arm, docs, gen):
     sync(dev)
     t0 = time.perf_counter()
     fp = fingerprint_rows if arm.fingerprints_on else None
-    trace = Wave(trunk, proposer, arm, docs, gen, fingerprint_rows=fp, graphs=GRAPHS).run()
+    trace = Wave(LiveTarget(trunk, GRAPHS), proposer, arm, docs, gen, fingerprint_rows=fp).run()
     sync(dev)
     t1 = time.perf_counter()
     if trace.events is not None:

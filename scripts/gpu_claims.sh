@@ -13,8 +13,11 @@
 #   3. +study=claims on the second model (over every GPU)
 #   4. +study=claims_conf (live, batch width 1) for the models in CONF_MODELS, one GPU each;
 #      GPU0_EXTRA (a command) runs on GPU 0 beside the second model's sweep when set
-# Knobs: CONF_MODELS ("default large"), GPU0_EXTRA, CLAIMS_OVERRIDES / TRAIN_OVERRIDES (tiny dry
-# runs on the CPU), SKIP_WHEELS=1, CLAIMS_DIR.
+#   5. (SAMPLED=1) claims question 7, REFEED under sampling (issue 22): +study=claims_sampled and
+#      +study=claims_sampled_t10 for the models in SAMPLED_MODELS, then
+#      python -m atlas_ab.analysis claims <every sweep dir> --out DIR answers it beside the others
+# Knobs: CONF_MODELS ("default large"), SAMPLED, SAMPLED_MODELS ("default large"), GPU0_EXTRA,
+# CLAIMS_OVERRIDES / TRAIN_OVERRIDES (tiny dry runs on the CPU), SKIP_WHEELS=1, CLAIMS_DIR.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 REPO=$PWD
@@ -81,6 +84,22 @@ if [ -n "${GPU0_EXTRA:-}" ]; then
 fi
 for p in "${PIDS[@]}"; do wait $p; log "claims_conf job: exit $?"; done
 pack claims_conf $W/*_conf
+
+if [ -n "${SAMPLED:-}" ]; then
+  # issue 22: does REFEED's gain survive sampling? T 0.7 and 1.0, sampled and greedy drafts, coupled replay
+  log "stage 5: claims_sampled (T 0.7) and claims_sampled_t10 (T 1.0) for: ${SAMPLED_MODELS:-default large}"
+  for m in ${SAMPLED_MODELS:-default large}; do
+    if [ $m = default ]; then MODEL=(); else MODEL=(model=path model.path=$W/large); fi
+    [ $m != default ] && [ ! -f $W/large/model.safetensors ] && continue
+    for s in claims_sampled claims_sampled_t10; do
+      S=$SECONDS
+      timeout 240 "${RUN[@]}" "${L[@]}" +study=$s "${MODEL[@]}" hydra.sweep.dir=$W/${m}_$s \
+        runner.trajectories=$W/traj_${m}_$s > $W/${m}_$s.log 2>&1
+      log "$s $m: exit $? in $((SECONDS - S)) s"
+    done
+  done
+  pack claims_sampled $W/*_claims_sampled $W/*_claims_sampled_t10
+fi
 mkdir -p $W/logs && cp $W/*.log $W/*.json $W/large/config.json $W/large/training.json $W/logs/ 2>/dev/null
 tar cJf $OUT/logs.tar.xz -C $W logs
 log "done"

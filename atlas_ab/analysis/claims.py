@@ -11,7 +11,7 @@ regenerating from the same runs reproduces every table.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from atlas_ab import AtlasError
@@ -37,6 +37,8 @@ SEEDS = {
     "claims_q5_draft_conf": "verify ~35 ms vs decode+propose ~21 ms on a 35B MoE: a draft pays when "
                             "p(accept) >~ 0.66",
     "claims_q6_ring_prefill": "not asked",
+    **{f"claims_q7_refeed_sampled_{t}{d}": "not asked (the seeds verify greedily)"
+       for t in ("t07", "t10") for d in ("", "_greedy_drafts")},
 }
 OPTIONAL = ("position", "oracle_hit2", "topk_ids", "target", "drafts")
 
@@ -54,18 +56,27 @@ class ModelRuns:
         return self.runs[0].manifest or {}
 
 
+def temperature(run: Run) -> float:
+    """The run's sampling temperature (0: greedy verification, also for runs that predate sampling)."""
+    return float((((run.manifest or {}).get("workload") or {}).get("sampling") or {}).get("temperature") or 0.0)
+
+
 def group_by_model(runs: list[Run]) -> list[ModelRuns]:
-    groups: dict[str, list[Run]] = {}
+    """Runs by model, and within a model by sampling temperature (a sampled study's arms are the
+    greedy study's under another verification: one group each)."""
+    groups: dict[tuple, list[Run]] = {}
     for r in runs:
-        groups.setdefault(r.hash("model") or "unknown", []).append(r)
+        groups.setdefault((r.hash("model") or "unknown", temperature(r)), []).append(r)
     out = []
-    for h, rs in groups.items():
+    for (h, temp), rs in groups.items():
         m = (rs[0].manifest or {}).get("model") or {}
         arch = m.get("architecture") or {}
         params = (m.get("params") or {}).get("total")
         name = Path(m["path"]).name if m.get("name") == "path" and m.get("path") else m.get("name", "?")
         label = (f"{name} (d={arch.get('hidden_size')}, {arch.get('num_hidden_layers')} layers, "
                  f"{params / 1e6:.1f}M params)" if params else str(name))
+        if temp:
+            label += f", sampled at T={temp:g}"
         for study in {((r.manifest or {}).get("study") or {}).get("name") for r in rs}:
             wl = {r.hash("workload") for r in rs if ((r.manifest or {}).get("study") or {}).get("name") == study}
             if len(wl) > 1:
@@ -76,7 +87,8 @@ def group_by_model(runs: list[Run]) -> list[ModelRuns]:
         if dup:
             raise AtlasError(f"model {label}: arm {sorted(dup)[0]!r} appears in more than one run")
         out.append(ModelRuns(label, tuple(sorted(rs, key=lambda r: r.arm))))
-    return sorted(out, key=lambda g: (g.manifest.get("model") or {}).get("params", {}).get("total", 0))
+    return sorted(out, key=lambda g: ((g.manifest.get("model") or {}).get("params", {}).get("total", 0),
+                                      temperature(g.runs[0])))
 
 
 def _fmt(v, digits=4) -> str:
@@ -104,6 +116,25 @@ def _judge_all(group: ModelRuns, B: int, seed: int) -> list[tuple[Prereg, criter
         except AtlasError as e:      # a question these runs cannot answer: say why, judge the rest
             out.append((pr, None, f"not judged: {e}"))
     return out
+
+
+def _variance_saving(pr: Prereg, group: ModelRuns, sd, B: int, seed: int) -> dict | None:
+    """An exact-probability metric's deciding sd against the realized metric's, the same sd kind on
+    the same runs: how many steps the exact probabilities saved."""
+    from atlas_ab.analysis.metrics import parse_metric, realized
+
+    if pr.kind != "difference" or sd is None or parse_metric(pr.primary_metric)[0] not in ("expected", "alpha"):
+        return None
+    other = realized(pr.primary_metric)
+    alt = criteria.estimate(replace(pr, primary_metric=other), group.arm(pr.control), group.arm(pr.treatment),
+                            B, seed)[1]
+    if not alt:
+        return None
+    ratio = (sd / alt) ** 2
+    return {"realized": other, "sd": sd, "realized_sd": alt, "variance_ratio": ratio,
+            "line": f"- exact acceptance probabilities: {pr.decides} sd {_fmt(sd)} against {_fmt(alt)} for the "
+                    f"realized {other} on the same runs: variance x{ratio:.3f}, so {other} would need "
+                    f"{1 / ratio:.2f}x the steps for the same sd"}
 
 
 def _descriptives(group: ModelRuns, out: Path, tag: str) -> tuple[list[str], dict]:
@@ -200,6 +231,8 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0, misma
     for g in groups:
         tag = "".join(ch for ch in g.label.split(" ")[0] if ch.isalnum()) or "model"
         tag = f"{tag}_{(g.manifest.get('model') or {}).get('params', {}).get('total', 0)}"
+        if temperature(g.runs[0]):
+            tag += f"_t{temperature(g.runs[0]):g}".replace(".", "")
         gd: dict = {"runs": [{"arm": r.arm, "path": str(r.path), "manifest": str(r.path / "manifest.json"),
                               "model_hash": r.hash("model"), "workload_hash": r.hash("workload"),
                               "mode": (r.manifest or {}).get("mode"), "gate": r.gate_status,
@@ -227,6 +260,10 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0, misma
                 md.append(f"- paired on {p['n_pairs']:,} matched steps ({p['matched_share']:.0%} of the smaller "
                           f"arm's); unpaired i.i.d. sd {_fmt(p['unpaired_iid_sd'])}, unpaired cluster sd "
                           f"{_fmt(p['unpaired_cluster_sd'])}, paired sd {_fmt(p['sd'])}")
+            saving = _variance_saving(pr, g, v.sd, B, seed)
+            if saving:
+                md.append(saving["line"])
+                j.details["variance_saving"] = {k: x for k, x in saving.items() if k != "line"}
             md.append("")
             items += list(j.items)
             gd["questions"][pr.name] = {"verdict": v.to_dict(), "details": j.details}

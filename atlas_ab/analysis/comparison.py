@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from atlas_ab.analysis.load import Run
-from atlas_ab.analysis.metrics import (HEADLINE, ArmMetrics, Cells, arm_metrics, canonical,
-                                       metric_depth, require_depth)
+from atlas_ab.analysis.metrics import (EXPECTED_HEADLINE, HEADLINE, ArmMetrics, Cells, arm_metrics, canonical,
+                                       metric_depth, realized, require_depth)
 from atlas_ab.analysis.stats import Difference, compare as compare_cells
 
 
@@ -29,8 +29,28 @@ class Comparison:
                          else "no cluster sd")
             lines.append(f"{m:<{w}}  {d.control.value:.4f} (n={d.control.n:,}) -> {d.treatment.value:.4f} "
                          f"(n={d.treatment.n:,})  {d}  {clustered}")
+        for m, r in self.variance_ratios.items():
+            lines.append(f"{m} vs {r['realized']}: variance of the difference x{r['ratio']:.2f} ({r['sd_kind']} sd): "
+                         f"{r['realized']} needs {1 / r['ratio'] if r['ratio'] else float('inf'):.1f}x the steps "
+                         "for the same sd")
         lines += ["", self.primary.summary()]
         return "\n".join(lines)
+
+    @property
+    def variance_ratios(self) -> dict[str, dict]:
+        """For each exact-probability metric compared (sampled runs), the variance of its difference
+        relative to that of the realized metric it estimates, measured on these runs: the cluster sd's
+        when both have one, else the i.i.d. sd's."""
+        out = {}
+        for m, d in self.headline.items():
+            if m not in EXPECTED_HEADLINE or realized(m) not in self.headline:
+                continue
+            r = self.headline[realized(m)]
+            kind = "cluster" if d.cluster_sd is not None and r.cluster_sd is not None else "i.i.d."
+            num, den = (d.cluster_sd, r.cluster_sd) if kind == "cluster" else (d.sd, r.sd)
+            out[m] = {"realized": realized(m), "sd_kind": kind, "sd": num, "realized_sd": den,
+                      "ratio": (num / den) ** 2 if den else float("nan")}
+        return out
 
     __str__ = summary
 
@@ -39,13 +59,14 @@ class Comparison:
                 "metric": self.primary.metric, "difference": self.primary.to_dict(),
                 "headline": {m: d.to_dict() for m, d in self.headline.items()},
                 "arms": {a.arm: a.to_dict() for a in (self.control, self.treatment)},
-                "mismatches": list(self.mismatches)}
+                "mismatches": list(self.mismatches), "variance_ratios": self.variance_ratios}
 
 
 def headline_metrics(*cells: Cells) -> list[str]:
     """The headline metrics every given arm observed (p2 needs K >= 2 in all of them)."""
     K = min(c.K for c in cells)
-    return [m for m in HEADLINE if metric_depth(m) <= K]
+    names = HEADLINE + (EXPECTED_HEADLINE if all(c.expected is not None for c in cells) else ())
+    return [m for m in names if metric_depth(m) <= K]
 
 
 def compare_runs(control: Run, treatment: Run, metric: str = "p2_uncond", B: int = 2000, seed: int = 0,

@@ -7,6 +7,17 @@ Every metric is "mean of y over the rows in its denominator":
 so all of them (and their uncertainty) follow from one sufficient statistic: the
 count of steps per (doc_id, turn, k, accept_len) cell. That table is built with
 one np.bincount over the rows and is tiny, so everything downstream is cheap.
+
+Sampled runs (a `accept_prob` column) add the exact-probability metrics, whose y is no
+longer 0/1, so they are summed per (doc_id, turn) instead (`Cells.expected`):
+  p{i}_expected  y = [accept_len >= i-1] * accept_prob_i   over rows with k >= i
+  alpha1         y = alpha1 = sum_x min(p_1(x), q_1(x))    over rows with k >= 1
+accept_prob_i is the probability that the verifier accepts the draft of depth i, given the
+drafts and that depths < i were accepted, so E[y | accepted through i-1] = P(accepted through i)
+and p{i}_expected estimates p{i} without the noise of depth i's accept coin (and alpha1 without
+that of the drafts). The accept indicators of depths < i stay: past the first rejection the
+target's distribution is known live but not in replay (only the stored trajectory's is), so
+the product of every depth's probability could not be the one definition both modes compute.
 """
 from __future__ import annotations
 
@@ -20,7 +31,11 @@ from atlas_ab import AtlasError
 from atlas_ab.telemetry.schema import TURN_CLASSES
 
 HEADLINE = ("p1", "p2_uncond", "p2_cond", "tokens_per_step")
-_METRIC = re.compile(r"^p(\d+)(_uncond|_cond)?$")
+#: The exact-probability headline metrics of a sampled run (beside HEADLINE).
+EXPECTED_HEADLINE = ("alpha1", "p2_expected")
+#: The steps columns the exact-probability metrics read.
+EXPECTED_COLUMNS = ("accept_prob", "alpha1")
+_METRIC = re.compile(r"^p(\d+)(_uncond|_cond|_expected)?$")
 
 
 @dataclass(frozen=True)
@@ -36,22 +51,25 @@ class Cells:
     table: pd.DataFrame  # columns doc_id, turn, k, accept_len, n
     clusters: np.ndarray | None = None
     cluster_unit: str = "document"
+    # sampled runs: per (doc_id, turn), each exact-probability metric's "<m>:y", "<m>:y2", "<m>:n"
+    expected: pd.DataFrame | None = None
 
-    def _sub(self, table: pd.DataFrame) -> "Cells":
-        return replace(self, table=table)
+    def _sub(self, keep) -> "Cells":
+        e = self.expected
+        return replace(self, table=self.table[keep(self.table["turn"])],
+                       expected=None if e is None else e[keep(e["turn"])])
 
     def where(self, turn_class: str) -> "Cells":
-        t = self.table
         if turn_class == "all":
             return self
         if turn_class == "cold":
-            return self._sub(t[t["turn"] == 0])
+            return self._sub(lambda t: t == 0)
         if turn_class == "warm":
-            return self._sub(t[t["turn"] >= 1])
+            return self._sub(lambda t: t >= 1)
         raise AtlasError(f"unknown turn class {turn_class!r} ({', '.join(TURN_CLASSES)})")
 
     def turn(self, turn: int) -> "Cells":
-        return self._sub(self.table[self.table["turn"] == turn])
+        return self._sub(lambda t: t == turn)
 
 
 def _codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -96,12 +114,79 @@ def cell_counts(steps: pd.DataFrame, arm: str = "", K: int | None = None, cluste
                               "accept_len": a_, "n": counts[nz]})
     for c in ("doc_id", "turn", "k", "accept_len", "n"):
         table[c] = table[c].astype(np.int64)
+    expected = expected_sums(steps, K)
     if clusters is not None:
         clusters = np.asarray(clusters, dtype=np.int64)
         if int(table["doc_id"].max()) >= len(clusters):
             raise AtlasError(f"{arm or 'run'}: doc_id {int(table['doc_id'].max())} has no cluster in the "
                              f"manifest's map of {len(clusters)} documents")
-    return Cells(arm=arm, K=K, table=table, clusters=clusters, cluster_unit=cluster_unit)
+    return Cells(arm=arm, K=K, table=table, clusters=clusters, cluster_unit=cluster_unit, expected=expected)
+
+
+def sampled(steps: pd.DataFrame) -> bool:
+    """Whether the steps carry exact acceptance probabilities (a sampled run)."""
+    return "accept_prob" in steps.columns and bool(steps["accept_prob"].notna().any())
+
+
+def _accept_probs(steps: pd.DataFrame, K: int) -> np.ndarray:
+    """[rows, K] accept_prob per depth (NaN where the row has none)."""
+    col = steps["accept_prob"].to_numpy()
+    lens = np.array([0 if v is None or (isinstance(v, float) and np.isnan(v)) else len(v) for v in col])
+    out = np.full((len(col), K), np.nan)
+    if lens.sum():
+        flat = np.concatenate([np.asarray(v, dtype=np.float64) for v, n in zip(col, lens) if n])
+        rows = np.repeat(np.arange(len(col)), lens)
+        depth = np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens)
+        out[rows, depth] = flat
+    return out
+
+
+def row_values(steps: pd.DataFrame, metric: str, K: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(in the denominator [rows] bool, y [rows] float) of one metric, row by row (the definitions
+    in this module's docstring)."""
+    kind, i = parse_metric(metric)
+    k, a = steps["k"].to_numpy(np.int64), steps["accept_len"].to_numpy(np.int64)
+    if kind == "p":
+        return k >= i, (a >= i).astype(np.float64)
+    if kind == "cond":
+        return (a >= i - 1) & (k >= i), (a >= i).astype(np.float64)
+    if kind == "tokens":
+        return k >= 1, (1 + a).astype(np.float64)
+    if kind == "dar":
+        raise AtlasError(f"{DAR} is a ratio of token totals: it has no outcome per step to pair")
+    if not sampled(steps):
+        raise AtlasError(f"{metric} needs exact acceptance probabilities (a sampled run's accept_prob column)")
+    if kind == "alpha":
+        y = steps["alpha1"].to_numpy(np.float64)
+        return (k >= 1) & ~np.isnan(y), np.nan_to_num(y)
+    ap = _accept_probs(steps, max(int(k.max()), i) if K is None else max(K, i))[:, i - 1]
+    den = k >= i
+    if (den & (a >= i - 1) & np.isnan(ap)).any():
+        raise AtlasError(f"{metric}: a step in its denominator has no accept probability at depth {i}")
+    return den, np.where(a >= i - 1, np.nan_to_num(ap), 0.0)
+
+
+def expected_names(K: int) -> list[str]:
+    """The exact-probability metrics of a sampled arm of K."""
+    return ["alpha1"] + [f"p{i}_expected" for i in range(1, K + 1)]
+
+
+def expected_sums(steps: pd.DataFrame, K: int) -> pd.DataFrame | None:
+    """Per (doc_id, turn): y, y^2 and n of every exact-probability metric (None: not a sampled run)."""
+    if not sampled(steps):
+        return None
+    keys = steps[["doc_id", "turn"]].to_numpy(np.int64)
+    groups, inv = np.unique(keys, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    G = len(groups)
+    out = {"doc_id": groups[:, 0], "turn": groups[:, 1]}
+    for m in expected_names(K):
+        den, y = row_values(steps, m, K)
+        w = den.astype(np.float64)
+        out[f"{m}:y"] = np.bincount(inv, weights=w * y, minlength=G)
+        out[f"{m}:y2"] = np.bincount(inv, weights=w * y * y, minlength=G)
+        out[f"{m}:n"] = np.bincount(inv, weights=w, minlength=G).astype(np.int64)
+    return pd.DataFrame(out)
 
 
 def histogram_rates(hist: np.ndarray) -> dict[str, float]:
@@ -118,15 +203,20 @@ DAR = "draft_acceptance_rate"
 
 def parse_metric(name: str) -> tuple[str, int]:
     """'p2_uncond' -> ('p', 2); 'p2_cond' -> ('cond', 2); 'tokens_per_step' -> ('tokens', 1);
-    'draft_acceptance_rate' -> ('dar', 0)."""
+    'draft_acceptance_rate' -> ('dar', 0); 'p2_expected' -> ('expected', 2); 'alpha1' -> ('alpha', 1)."""
     if name in ("tokens_per_step", "tokens"):
         return "tokens", 1
     if name in (DAR, "acceptance_rate"):
         return "dar", 0
+    if name == "alpha1":
+        return "alpha", 1
     m = _METRIC.match(name)
     if not m or int(m.group(1)) < 1:
-        raise AtlasError(f"unknown metric {name!r} (p1, p2_uncond, p{{i}}, p{{i}}_cond, tokens_per_step, {DAR})")
+        raise AtlasError(f"unknown metric {name!r} (p1, p2_uncond, p{{i}}, p{{i}}_cond, tokens_per_step, {DAR}; "
+                         "sampled runs: p{i}_expected, alpha1)")
     depth = int(m.group(1))
+    if m.group(2) == "_expected":
+        return "expected", depth
     if m.group(2) == "_cond" and depth > 1:
         return "cond", depth
     return "p", depth  # p1_cond is p1 by definition
@@ -176,11 +266,31 @@ class DocSums:
         return float(np.sqrt(max(ss, 0.0)) / N)
 
 
+def _expected_doc_sums(cells: Cells, metric: str) -> DocSums:
+    e = cells.expected
+    if e is None:
+        raise AtlasError(f"{cells.arm or 'run'}: {metric} needs exact acceptance probabilities, which only "
+                         "a sampled run records (workload.sampling.temperature > 0)")
+    if f"{metric}:y" not in e.columns:
+        raise AtlasError(f"{cells.arm or 'run'}: {metric} needs depth {parse_metric(metric)[1]}, "
+                         f"but this run never observed it (K={cells.K})")
+    unit = e["doc_id"].to_numpy() if cells.clusters is None else cells.clusters[e["doc_id"].to_numpy()]
+    n = e[f"{metric}:n"].to_numpy()
+    docs, inv = np.unique(unit[n > 0], return_inverse=True)
+    G = len(docs)
+    pick = lambda c: np.bincount(inv, weights=e[f"{metric}:{c}"].to_numpy()[n > 0], minlength=G)  # noqa: E731
+    return DocSums(metric=metric, doc_id=docs, y=pick("y"), n=pick("n").astype(np.int64), y2=pick("y2"),
+                   unit=cells.cluster_unit)
+
+
 def doc_sums(cells: "Cells | Units", metric: str) -> DocSums:
-    """Per-document (y, n, y^2) sums of one metric, from the cell counts or the per-unit table."""
+    """Per-document (y, n, y^2) sums of one metric, from the cell counts or the per-unit table (the
+    exact-probability metrics: from the per-(doc_id, turn) sums)."""
     if isinstance(cells, Units):
         return unit_sums(cells, metric)
     kind, i = parse_metric(metric)
+    if kind in ("expected", "alpha"):
+        return _expected_doc_sums(cells, metric)
     t = cells.table
     k, a, c = t["k"].to_numpy(), t["accept_len"].to_numpy(), t["n"].to_numpy()
     w = None
@@ -299,6 +409,8 @@ FIGURE = {"p": "p_i", "cond": "p_i_cond", "tokens": "tokens_per_step", "dar": DA
 def unit_parts(units: Units, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | str:
     """(y, n, y^2) per unit of one metric, or why the run's counts do not give them."""
     kind, i = parse_metric(metric)
+    if kind in ("expected", "alpha"):
+        return "exact acceptance probabilities are recorded by sampled step runs only"
     if kind == "p":
         y, n = unit_column(units, "a_ge", i), unit_column(units, "k_ge", i)
         y2 = y  # 0/1 outcomes: y^2 = y
@@ -360,6 +472,10 @@ def canonical(metric: str) -> str:
         return "tokens_per_step"
     if kind == "dar":
         return DAR
+    if kind == "alpha":
+        return "alpha1"
+    if kind == "expected":
+        return f"p{i}_expected"
     if kind == "cond":
         return f"p{i}_cond"
     return "p2_uncond" if i == 2 else f"p{i}"
@@ -372,11 +488,20 @@ def rates(cells: Cells, K: int | None = None) -> dict[str, float]:
     k, c = t["k"].to_numpy(), t["n"].to_numpy()
     out: dict[str, float] = {"n_steps": int(c.sum()), "n_serial": int(c[k == 0].sum()),
                              "n_verify": int(c[k >= 1].sum())}
-    for m in metric_names(K):
+    names = metric_names(K) + (expected_names(K) if cells.expected is not None else [])
+    for m in names:
         s = doc_sums(cells, m)
         out[canonical(m)] = s.value
         out[f"n_{canonical(m)}"] = s.N
     return out
+
+
+def realized(metric: str) -> str:
+    """The realized metric an exact-probability one estimates: p{i}_expected -> p{i}, alpha1 -> p1."""
+    kind, i = parse_metric(metric)
+    if kind not in ("expected", "alpha"):
+        raise AtlasError(f"{metric} is not an exact-probability metric")
+    return canonical(f"p{i}")
 
 
 def histogram(cells: Cells) -> pd.DataFrame:

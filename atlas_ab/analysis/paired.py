@@ -257,41 +257,26 @@ class PairedDifference:
         return d
 
 
-def _denominator(k: np.ndarray, a: np.ndarray, kind: str, i: int) -> np.ndarray:
-    if kind == "p":
-        return k >= i
-    if kind == "cond":
-        return (k >= i) & (a >= i - 1)
-    return k >= 1
-
-
-def _outcome(a: np.ndarray, kind: str, i: int) -> np.ndarray:
-    return (1 + a).astype(np.float64) if kind == "tokens" else (a >= i).astype(np.float64)
-
-
 def paired_difference(control: Run, treatment: Run, metric: str, B: int = 2000, seed: int = 0,
                       unpaired=None) -> PairedDifference:
     """`unpaired`: the unpaired stats.Difference of the same metric, for the sd pairing saved."""
     """The paired difference of `metric` between two runs (see PairedDifference)."""
     from atlas_ab.analysis import cluster
-    from atlas_ab.analysis.metrics import DocSums, canonical, parse_metric
+    from atlas_ab.analysis.metrics import DocSums, canonical, row_values
     from atlas_ab.analysis.stats import few_clusters
 
-    kind, i = parse_metric(metric)
-    cols = KEY + ["k", "accept_len"]
     frames = []
     for r in (control, treatment):
         if "position" not in r.steps.columns:
             raise AtlasError(f"{r.path}: no position column, so steps cannot be paired between runs")
-        df = r.steps[cols]
-        keep = _denominator(df["k"].to_numpy(), df["accept_len"].to_numpy(), kind, i)
+        keep, y = row_values(r.steps, metric)
+        df = r.steps[KEY].assign(y=y)
         frames.append((df[keep], int(keep.sum())))
     m = frames[0][0].merge(frames[1][0], on=KEY, suffixes=("_a", "_b"))
     if m.empty:
         raise AtlasError(f"{control.path} vs {treatment.path}: no step pairs on (doc_id, turn, position) "
                          f"in the denominator of {metric}")
-    ya = _outcome(m["accept_len_a"].to_numpy(), kind, i)
-    yb = _outcome(m["accept_len_b"].to_numpy(), kind, i)
+    ya, yb = m["y_a"].to_numpy(), m["y_b"].to_numpy()
     d = yb - ya
     clusters, unit = control.clusters
     doc = m["doc_id"].to_numpy()

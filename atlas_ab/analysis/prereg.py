@@ -22,14 +22,13 @@ A MET result needs no power check: the threshold was crossed.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import yaml
 
 from atlas_ab import AtlasError
+from atlas_ab.atomic import link_bytes
 from atlas_ab.analysis.metrics import canonical
 from atlas_ab.telemetry.schema import TURN_CLASSES
 from atlas_ab.analysis.stats import SD_KINDS, Difference, format_delta
@@ -272,18 +271,7 @@ def lock(path: str | Path, lock_dir: Path) -> dict:
     load_prereg(src)                         # a malformed file fails the study before step 1
     dst = Path(lock_dir) / "prereg" / src.name
     dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=".lock-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, dst)                # atomic and exclusive: the first job wins
-        except FileExistsError:
-            pass
-    finally:
-        os.unlink(tmp)
+    link_bytes(dst, raw)                     # atomic and exclusive: the first job wins
     locked = dst.read_bytes()
     return {"path": str(path), "locked_copy": str(dst.resolve()), "sha256": digest(locked),
             "source_sha256": digest(raw), "text": locked.decode("utf-8")}

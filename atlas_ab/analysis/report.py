@@ -144,6 +144,23 @@ def _uncertainty(comps: list[Comparison]) -> list[str]:
                    "bootstrap 95% CI (clusters)"], rows)
 
 
+def _variance_saved(comps: list[Comparison]) -> list[str]:
+    """Sampled runs: each exact-probability metric's difference variance relative to the realized one."""
+    rows = [[f"{c.treatment.arm} - {c.control.arm}", m, v["realized"], f"{v['sd']:.4f}", f"{v['realized_sd']:.4f}",
+             v["sd_kind"], f"{v['ratio']:.3f}", f"{1 / v['ratio']:.2f}x" if v["ratio"] else "n/a"]
+            for c in comps for m, v in c.variance_ratios.items()]
+    if not rows:
+        return []
+    return ["", "## Exact acceptance probabilities", "",
+            "Under sampling the verifier's accept probability of every draft is known (`accept_prob`), so "
+            "`p{i}_expected` replaces depth i's accept coin by its probability and `alpha1` the whole depth-1 "
+            "outcome by sum_x min(p_1, q_1). Each estimates the realized metric beside it without that noise; "
+            "whether a difference's variance falls too depends on how the two arms' outcomes correlate, so the "
+            "ratio is measured on these runs (the variance of the difference; cluster sd where both have one).",
+            ""] + _table(["comparison", "metric", "estimates", "sd", "realized sd", "sd kind", "variance ratio",
+                          "steps the realized metric needs"], rows)
+
+
 def _by_class(arms) -> list[str]:
     rows = [[a.arm, tc] + [_fmt(a.by_class.loc[tc].get(col), col) for col, _ in HEAD]
             + [_fmt(a.by_class.loc[tc]["n_serial"], "n")] for a in arms for tc in TURN_CLASSES]
@@ -308,6 +325,7 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
                "effect of a difference can fall below 1; under greedy verification both arms also commit the "
                "same text, so `mcnemar RUN_A RUN_B` pairs their steps position by position.", ""]
         md += _uncertainty(comps)
+        md += _variance_saved(comps)
     md += ["", "## Per depth", "", "![per-depth acceptance](depth.png)", ""] + _depths(arms)
     md += ["", "## Acceptance-length histogram", "", "![acceptance-length histogram](histogram.png)", ""]
     md += _histograms(arms)

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from atlas_ab.atomic import write_table
 from atlas_ab.telemetry.schema import step_type
 
 
@@ -79,8 +79,8 @@ def write_run(root: str | Path, steps: pd.DataFrame, arm: str, shards: int = 1, 
         rel = f"steps/part-{i:05d}.parquet"
         chunk = steps.iloc[part] if len(part) < len(steps) else steps
         schema = pa.schema([(c, step_type(c) or pa.array(chunk[c]).type) for c in chunk.columns])
-        pq.write_table(pa.Table.from_pandas(chunk, schema=schema, preserve_index=False), root / rel)
-        listed.append({"steps": rel, "events": None, "rows": len(part),
+        sha = write_table(root / rel, pa.Table.from_pandas(chunk, schema=schema, preserve_index=False))
+        listed.append({"steps": rel, "events": None, "rows": len(part), "sha256": {"steps": sha},
                        "docs": sorted(int(d) for d in pd.unique(chunk["doc_id"]))})
     if manifest:
         (root / "manifest.json").write_text(json.dumps({

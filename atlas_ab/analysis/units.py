@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis.load import load_run, read_manifest
+from atlas_ab.analysis.load import check_written, load_run, read_manifest
 from atlas_ab.analysis.metrics import (
     DAR,
     Units,
@@ -105,14 +105,15 @@ def load_units(path, allow_incomplete: bool = False) -> UnitRun:
     if tel is not None and tel.grain == "events":
         raise AtlasError(f"{root}: {tel.source} telemetry holds fingerprint events only; `fingerprints RUN` reads it")
     if tel is not None and "counts" in tel.tables:
-        rel = next((s.get("counts") for s in manifest.get("shards") or [] if isinstance(s, dict) and s.get("counts")),
-                   None)
+        shard = next((s for s in manifest.get("shards") or [] if isinstance(s, dict) and s.get("counts")), None)
+        rel = shard["counts"] if shard else None
         if rel is None or not (root / rel).exists():
             raise AtlasError(f"{root / 'manifest.json'}: telemetry lists a counts table but no shard holds one")
         try:
             df = pq.read_table(root / rel).to_pandas()
         except (pa.ArrowException, OSError) as e:
             raise AtlasError(f"{root / rel}: unreadable Parquet ({e.__class__.__name__})") from None
+        check_written(root / rel, shard, "counts", len(df))
         missing = [c for c in REQUIRED_COUNT if c not in df.columns]
         if missing:
             raise AtlasError(f"{root / rel}: missing column {missing[0]!r} (written by an older ingest: ingest "

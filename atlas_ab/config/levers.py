@@ -49,7 +49,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from atlas_ab.config.structured import _RANGES, HANDOFF_CHOICES, ArmConfig
+from atlas_ab.config.structured import _RANGES, DRAFT_POLICIES, HANDOFF_CHOICES, MAX_TEMPERATURE, ArmConfig
 
 # ----------------------------------------------------------------------------
 # Rust `str::parse` grammars (no whitespace, ASCII digits only, no underscores).
@@ -215,6 +215,11 @@ LEVERS: tuple[Lever, ...] = (
           "drafter row space: compact (Qwen MtpHead) or dense (GLM-5.3 head)"),
     Lever("ring_size", int, _RANGES["ring_size"], None, None, None, True,
           "per-sequence catch-up ring capacity (labels)"),
+    Lever("draft_policy", str, DRAFT_POLICIES, None, None, None, True,
+          "under a sampled workload: drafts drawn from the drafter's q (verified by min(1, p/q)) or its "
+          "argmax (verified as a one-hot q); unset = sampled"),
+    Lever("draft_temperature", float, (0.0, MAX_TEMPERATURE), None, None, None, True,
+          "under a sampled workload: the temperature of the drafter's q; unset = the target's"),
 )
 BY_NAME = {lv.name: lv for lv in LEVERS}
 # (tests/config/test_lever_cli.py checks that every ArmConfig field has its row here)

@@ -59,7 +59,15 @@ def _hydra_subdir(resume: Optional[str], output_dir: str) -> str:
     Resuming must not overwrite the original run's saved config (it is what the
     data was produced with), so a second invocation in the same directory saves
     its own under `.hydra/resume-<time>/`.
+
+    Hydra resolves this after creating the job's directory and before writing into it, so this
+    is where the job takes the directory's lock (run/claim.py): a directory another process is
+    writing, or one nobody can write, is refused here, before Hydra writes anything.
     """
+    if output_dir and Path(output_dir).is_dir():
+        from atlas_ab.run.claim import park
+
+        park(Path(output_dir))
     if output_dir and (Path(output_dir) / "manifest.json").exists():
         # the invocation's time, not the resolution's: Hydra resolves this once to create the
         # folder and the session again to find it (and remove it if the resume is refused)

@@ -93,7 +93,7 @@ def workload_plan(name: str, overrides: list[str]) -> Plan:
     import yaml
     from tokenizers import Tokenizer
 
-    from atlas_ab.config.structured import WorkloadConfig
+    from atlas_ab.config.structured import SamplingConfig, WorkloadConfig
     from atlas_ab.config.paths import PACKAGE_DIR
     from atlas_ab.workload.documents import build_workload
 
@@ -109,6 +109,7 @@ def workload_plan(name: str, overrides: list[str]) -> Plan:
             raise AtlasError(f"--set {o!r}: expected KEY=VALUE with KEY one of {', '.join(names)}")
         cfg[key] = int(value) if value.lstrip("-").isdigit() else value
     tok_path = PACKAGE_DIR / "models" / "default" / "tokenizer.json"
+    cfg["sampling"] = SamplingConfig(**(cfg.get("sampling") or {}))
     wl = build_workload(WorkloadConfig(**cfg), tok_path)
     tok = Tokenizer.from_file(str(tok_path))
     convs = [Conversation(d.doc_id, [tok.decode(c, skip_special_tokens=False) for c in d.chunks],
@@ -439,8 +440,9 @@ def collect(args) -> int:
     from atlas_ab.ingest.records import Record
     from atlas_ab.ingest.units import Where
     from atlas_ab.ingest.write import check_out
+    from atlas_ab.atomic import write_json
     from atlas_ab.run.provenance import code_identity, now
-    from atlas_ab.run.store import MANIFEST, write_json_atomic
+    from atlas_ab.run.store import MANIFEST
 
     out = Path(args.out)
     if args.prompts:
@@ -491,7 +493,7 @@ def collect(args) -> int:
             "started": (old or {}).get("started") or now(), "resumed": bool(done)}
     manifest = {"schema": 1, "status": "running", **base, "levers": {}, "telemetry": None, "shards": [],
                 "rows": {"steps": 0, "events": 0}, "finished": None}
-    write_json_atomic(mf, manifest)
+    write_json(mf, manifest)
 
     bar = None
     if not args.no_progress and sys.stderr.isatty():

@@ -14,6 +14,10 @@ import pyarrow as pa
 #: Version of the run-directory layout written into every manifest.
 MANIFEST_SCHEMA = 1
 
+#: A manifest shard entry: the key of each table's row count (its file is under the table's name,
+#: its sha256 under "sha256"); the analysis checks both at load.
+SHARD_ROWS = {"steps": "rows", "events": "event_rows", "counts": "count_rows"}
+
 #: Drafter row spaces (proposers/rowspace.py has their rules).
 ROW_SPACES = ("compact", "dense")
 #: Turn classes every figure is reported by: turn 0 is cold, turns >= 1 are warm.
@@ -66,6 +70,19 @@ STEP_COLUMNS: tuple[Column, ...] = (
            nullable=True),
     Column("drafter_rows", _I32, False, "drafter KV rows at propose time (after catch-up)"),
     Column("fed_rows", _I32, False, "rows the catch-up feed wrote before this propose"),
+    Column("accept_prob", pa.list_(_F32), False, "sampled runs: per drafted depth i (length k), the probability "
+                                                 "that the verifier accepts the draft it was given, "
+                                                 "min(1, p_i(x_i) / q_i(x_i)) (greedy drafts: p_i(x_i)); null "
+                                                 "items past depth accept_len+1 in replay runs (the target's "
+                                                 "distribution there is not stored); null in greedy runs",
+           nullable=True),
+    Column("alpha1", _F32, False, "sampled runs: the exact expected acceptance at depth 1, "
+                                  "sum_x min(p_1(x), q_1(x)), which does not depend on the draft drawn; null "
+                                  "when gated and in greedy runs", nullable=True),
+    Column("pit", pa.list_(_F32), False, "sampled runs: the randomized PIT F(y-) + V p(y) of each committed "
+                                         "token (aligned with `committed`), Uniform(0, 1) when the sampler is "
+                                         "lossless (the distributional gate); null in greedy runs",
+           nullable=True),
 )
 
 EVENT_COLUMNS: tuple[Column, ...] = (

@@ -216,10 +216,14 @@ def test_incomplete_and_mismatch(capsys, tmp_path, good, seeds_runs):
 
 
 def test_debris_shard_is_ignored_with_a_warning(capsys, tmp_path, good, seeds_runs):
-    r = write_run(tmp_path / "r", good, "refeed_on")
+    r = write_run(tmp_path / "r", good, "refeed_on", status="running")
     pq.write_table(pa.table({"doc_id": [0]}), r / "steps/part-00099.parquet")  # a crash's leftover
-    code, _, err = run_cli(capsys, "compare", seeds_runs[0], r, "--bootstrap", "0")
+    code, _, err = run_cli(capsys, "compare", seeds_runs[0], r, "--bootstrap", "0", "--allow-incomplete")
     assert code == 0 and "part-00099.parquet: not listed in manifest.json shards; ignored" in err
+    # in a complete run the same file means the manifest and the files disagree: refused
+    c = write_run(tmp_path / "c", good, "refeed_on")
+    pq.write_table(pa.table({"doc_id": [0]}), c / "steps/part-00099.parquet")
+    one_error(capsys, "compare", seeds_runs[0], c, must=("part-00099.parquet", "not listed"))
 
 
 def test_external_run_without_manifest(capsys, tmp_path, good, seeds_runs):

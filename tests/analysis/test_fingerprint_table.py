@@ -187,18 +187,19 @@ def write_run(root, events: pd.DataFrame | None, row_space="compact", debris=Fal
         pq.write_table(pa.Table.from_pandas(events, schema=EVENT_SCHEMA, preserve_index=False),
                        root / "events/part-00000.parquet")
         shard["events"] = "events/part-00000.parquet"
-    if debris:  # a crashed shard the manifest does not list: must be ignored
+    if debris:  # a crashed shard the manifest does not list (an unfinished run): must be ignored
         pq.write_table(pa.Table.from_pandas(events.iloc[:5], schema=EVENT_SCHEMA, preserve_index=False),
                        root / "events/part-00001.parquet")
     (root / "manifest.json").write_text(json.dumps(
-        {"schema": 1, "status": "complete", "arm": "t", "row_space": row_space, "shards": [shard]}))
+        {"schema": 1, "status": "running" if debris else "complete", "arm": "t", "row_space": row_space,
+         "shards": [shard]}))
     return root
 
 
 def test_reader_round_trips_64_bit_fingerprints_and_null_fp2(tmp_path):
     events = simulate_events()
     write_run(tmp_path, events, debris=True)
-    got, manifest = read_events(tmp_path)
+    got, manifest = read_events(tmp_path, allow_incomplete=True)
     assert manifest["row_space"] == "compact"
     assert len(got) == len(events)  # the unlisted shard was ignored
     assert got["fp"].astype("int64").tolist() == events["fp"].tolist()  # no float rounding

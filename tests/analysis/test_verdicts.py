@@ -227,9 +227,9 @@ def test_the_analysis_clusters_by_the_manifests_map(tmp_path):
 # -- faults ----------------------------------------------------------------------------
 
 def test_disk_full_fails_the_run_cleans_its_debris_and_resume_completes(tmp_path, monkeypatch):
-    import atlas_ab.run.store as store
+    import atlas_ab.atomic as atomic
 
-    real = store.write_table_atomic
+    real = atomic.write_table
     calls = {"n": 0}
 
     def full(path, table):
@@ -240,14 +240,14 @@ def test_disk_full_fails_the_run_cleans_its_debris_and_resume_completes(tmp_path
             raise OSError(errno.ENOSPC, "No space left on device", str(tmp))
         return real(path, table)
 
-    monkeypatch.setattr(store, "write_table_atomic", full)
+    monkeypatch.setattr(atomic, "write_table", full)
     d = tmp_path / "r"
     with pytest.raises(AtlasError, match="No space left on device"):
         run(cfg_of(*BASE, "+arm=refeed_on"), d)
     m = manifest(d)
     assert m["status"] == "failed" and "No space left" in m["error"]
     assert not list(d.rglob("*.tmp"))
-    monkeypatch.setattr(store, "write_table_atomic", real)
+    monkeypatch.setattr(atomic, "write_table", real)
     m = run(cfg_of(*BASE, "+arm=refeed_on", f"runner.resume={d}"), d)
     assert m["status"] == "complete" and len(m["shards"]) == 2
 
@@ -285,6 +285,7 @@ def test_thread_count_does_not_change_the_numbers():
 
     from atlas_ab.config.structured import ArmConfig
     from atlas_ab.speculative.loop import Wave
+    from atlas_ab.speculative.targets import LiveTarget
     from tests.helpers.tiny import tiny_docs, tiny_models
 
     trunk, mtp = tiny_models(hidden=64)
@@ -296,7 +297,8 @@ def test_thread_count_does_not_change_the_numbers():
         for n in (1, 2):
             torch.set_num_threads(n)
             arm = ArmConfig(catchup=True, refeed=True)
-            trace = Wave(trunk, MTPProposer(trunk, mtp, "compact", True), arm, tiny_docs(n=4, turns=2), 8).run()
+            trace = Wave(LiveTarget(trunk), MTPProposer(trunk, mtp, "compact", True), arm, tiny_docs(n=4, turns=2),
+                         8).run()
             tables.append(trace.steps.table().drop(list(TIMING_COLUMNS)))
     finally:
         torch.set_num_threads(before)

@@ -8,6 +8,7 @@ from atlas_ab.analysis.fingerprints import fingerprint_table
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.speculative.gate import check
 from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.proposers.ring import Ring
 from atlas_ab.telemetry.fingerprint import fingerprint_rows
@@ -30,7 +31,7 @@ def docs():
 def run(models, arm, docs, inspect=None):
     trunk, mtp = models
     prop = MTPProposer(trunk, mtp, arm.row_space, arm.refeed)
-    wave = Wave(trunk, prop, arm, docs, G, fingerprint_rows=fingerprint_rows)
+    wave = Wave(LiveTarget(trunk), prop, arm, docs, G, fingerprint_rows=fingerprint_rows)
     if inspect is not None:
         wave.on_step = lambda *a: inspect(wave, prop)
     trace = wave.run()

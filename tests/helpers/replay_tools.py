@@ -31,7 +31,7 @@ def tables(trace):
 
 def run(models, arm, docs, G, target=None, draft=None, inspect=None):
     """One wave of `arm`; target None = live. Returns (steps, events, trace, wave)."""
-    wave = Wave(target if target is not None else models[0], proposer(models, arm, draft), arm, docs, G,
+    wave = Wave(target if target is not None else LiveTarget(models[0]), proposer(models, arm, draft), arm, docs, G,
                 fingerprint_rows=fingerprint_rows)
     if inspect is not None:
         wave.on_step = lambda *a: inspect(wave)

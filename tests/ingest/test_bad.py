@@ -133,7 +133,7 @@ def test_existing_run_refused_and_manifest_complete_last(tmp_path, capsys, monke
 
     def boom(path, table):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(w, "write_table_atomic", boom)
+    monkeypatch.setattr(w, "write_table", boom)
     one_error(capsys, ["ingest", "vllm", f, "--out", tmp_path / "crash"], ["No space left on device"])
     assert json.loads((tmp_path / "crash" / "manifest.json").read_text())["status"] == "running"
     with pytest.raises(Exception, match="not 'complete'"):

@@ -13,7 +13,8 @@ from atlas_ab import AtlasError
 from atlas_ab.run.session import acceptance_summary, run
 from atlas_ab.config.paths import PACKAGE_ROOT, resolve_path
 from atlas_ab.config.paths import CONF_DIR
-from atlas_ab.run.store import RunStore, aggregate_gate, config_diff, write_table_atomic
+from atlas_ab.atomic import write_table
+from atlas_ab.run.store import RunStore, aggregate_gate, config_diff
 
 FAKE = "runner.engine._target_=tests.helpers.fakerunner.FakeRunner"
 BASE = [FAKE, "workload=tiny", "runner.device=cpu", "runner.batch_width=1", "runner.progress=false"]
@@ -104,7 +105,7 @@ def test_launcher_configs_compose():
 
 def test_atomic_writes_leave_no_tmp(tmp_path):
     t = pa.table({"x": [1, 2]})
-    write_table_atomic(tmp_path / "a.parquet", t)
+    write_table(tmp_path / "a.parquet", t)
     assert pq.read_table(tmp_path / "a.parquet").equals(t) and not list(tmp_path.glob("*.tmp"))
 
 

@@ -174,6 +174,7 @@ def test_wave_with_fast_kernels_equals_torch_wave():
 
     from atlas_ab.config.structured import ArmConfig
     from atlas_ab.speculative.gate import check
+    from atlas_ab.speculative.targets import LiveTarget
     from atlas_ab.speculative.loop import Wave
     from atlas_ab.proposers.mtp_head import MTPProposer
     from tests.helpers.tiny import tiny_docs, tiny_models
@@ -185,8 +186,8 @@ def test_wave_with_fast_kernels_equals_torch_wave():
     out = {}
     for backend in ("torch", "triton"):
         with kernels.use(backend):
-            trace = Wave(trunk, MTPProposer(trunk, mtp, arm.row_space, arm.refeed, graphs=True), arm, docs, 6,
-                         graphs=True).run()
+            trace = Wave(LiveTarget(trunk, graphs=True), MTPProposer(trunk, mtp, arm.row_space, arm.refeed,
+                                                                          graphs=True), arm, docs, 6).run()
             gate = check(trunk, docs, trace.generated, 6, [0, 1])
         assert gate.passed and gate.divergences == 0
         out[backend] = trace.steps.table().to_pandas().drop(columns=list(TIMING_COLUMNS))

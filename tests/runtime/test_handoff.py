@@ -73,7 +73,7 @@ def test_the_levers_compose_validate_and_round_trip_the_env():
 def test_bad_lever_values_are_one_line():
     with pytest.raises(AtlasError, match="handoff_norm='after' must be one of checkpoint, pre, post"):
         validate_arm(ArmConfig(handoff_norm="after"))
-    with pytest.raises(AtlasError, match="recycle_norm apply to the MTP proposer only"):
+    with pytest.raises(AtlasError, match="recycle_norm applies to the MTP proposer only"):
         validate_arm(ArmConfig(proposer="draft_model", recycle_norm="post"))
 
 

@@ -237,6 +237,7 @@ def test_a_mimo_wave_runs_the_levers_losslessly(tmp_path, arm):
     from atlas_ab.config.structured import ArmConfig, validate_arm
     from atlas_ab.speculative.gate import check
     from atlas_ab.speculative.loop import Wave
+    from atlas_ab.speculative.targets import LiveTarget
     from atlas_ab.runtime.layouts import handoff_in_effect
     from atlas_ab.telemetry.fingerprint import fingerprint_rows
     from tests.helpers.tiny import tiny_docs
@@ -247,7 +248,7 @@ def test_a_mimo_wave_runs_the_levers_losslessly(tmp_path, arm):
     docs = tiny_docs(n=3, turns=2, chunk=10)
     prop = MTPProposer(ck.trunk, ck.mtp, a.row_space, a.refeed,
                        **handoff_in_effect(ck.layout, a.handoff_norm, a.recycle_norm)["in_effect"])
-    trace = Wave(ck.trunk, prop, a, docs, 8, fingerprint_rows=fingerprint_rows).run()
+    trace = Wave(LiveTarget(ck.trunk), prop, a, docs, 8, fingerprint_rows=fingerprint_rows).run()
     gate = check(ck.trunk, docs, trace.generated, 8, [0, 1, 2])
     assert gate.passed and gate.divergences == 0 and gate.checked_tokens == 3 * 2 * 8
     steps = trace.steps.table().to_pandas()

@@ -7,6 +7,7 @@ import torch
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.speculative.gate import check
 from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.proposers.draft_model import DraftModelProposer
 from atlas_ab.proposers.mtp_head import MTPProposer
 from tests.helpers.tiny import tiny_docs, tiny_draft, tiny_models
@@ -23,7 +24,7 @@ def models():
 def run(models, arm, docs, draft=None):
     trunk, mtp = models
     prop = DraftModelProposer(draft) if draft is not None else MTPProposer(trunk, mtp, arm.row_space, arm.refeed)
-    return Wave(trunk, prop, arm, docs, G).run()
+    return Wave(LiveTarget(trunk), prop, arm, docs, G).run()
 
 
 @pytest.mark.parametrize("B", [1, 8])
@@ -84,7 +85,7 @@ def test_one_host_read_per_step(models, monkeypatch, mode):
     docs = tiny_docs(n=4, turns=1, chunk=10)
     arm = ArmConfig(num_drafts=2, fingerprints=False)
     target = ReplayTarget(greedy(models[0], docs, G, extend=EXTEND, keep_hiddens=True), "cpu") \
-        if mode == "replay" else models[0]
+        if mode == "replay" else LiveTarget(models[0])
     counter = HostReads(monkeypatch)
     with counter:
         trace = Wave(target, MTPProposer(*models, arm.row_space, arm.refeed), arm, docs, G).run()
@@ -138,6 +139,6 @@ def test_static_shape_steps_match_dynamic_ones(models, arm):
     for graphs in (False, True):
         prop = (DraftModelProposer(tiny_draft(trunk), graphs=graphs) if arm.proposer == "draft_model"
                 else MTPProposer(trunk, mtp, arm.row_space, arm.refeed, graphs=graphs))
-        t = Wave(trunk, prop, arm, docs, G, graphs=graphs).run().steps.table().to_pandas()
+        t = Wave(LiveTarget(trunk, graphs), prop, arm, docs, G).run().steps.table().to_pandas()
         out.append(t.drop(columns=list(TIMING_COLUMNS)))
     pd.testing.assert_frame_equal(out[0], out[1], check_exact=False, atol=1e-5)

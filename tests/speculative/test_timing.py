@@ -90,8 +90,8 @@ def test_the_loop_times_each_kinds_first_step_apart(models, monkeypatch):
         return real(self, vtok, *a)
     monkeypatch.setattr(LiveTarget, "verify", verify)
     arm = ArmConfig(num_drafts=2, draft_conf=1.0)
-    t = Wave(trunk, MTPProposer(trunk, mtp, arm.row_space, arm.refeed), arm, tiny_docs(n=1, turns=1, chunk=10),
-             12).run().steps.table().to_pandas()
+    t = Wave(LiveTarget(trunk), MTPProposer(trunk, mtp, arm.row_space, arm.refeed), arm,
+             tiny_docs(n=1, turns=1, chunk=10), 12).run().steps.table().to_pandas()
     warm = t.warmup_ms.notna().to_numpy()
     assert np.flatnonzero(warm).tolist() == [0, 3, 7]          # first serial, first verify, the new key
     assert (t.step_ms.isna().to_numpy() == warm).all()         # each step timed exactly one way
@@ -101,8 +101,8 @@ def test_the_loop_times_each_kinds_first_step_apart(models, monkeypatch):
 def test_replay_and_live_time_differently(models):
     trunk, mtp = models
     arm = ArmConfig(num_drafts=2)
-    t = Wave(trunk, MTPProposer(trunk, mtp, arm.row_space, arm.refeed), arm, tiny_docs(n=2, turns=2, chunk=10),
-             8).run().steps.table().to_pandas()
+    t = Wave(LiveTarget(trunk), MTPProposer(trunk, mtp, arm.row_space, arm.refeed), arm,
+             tiny_docs(n=2, turns=2, chunk=10), 8).run().steps.table().to_pandas()
     # batched: the wave's first step is both sequences' warm-up; the second turn's first verify is not
     assert t.warmup_ms.notna().sum() == 2 and (t[t.warmup_ms.notna()].step == 0).all()
     assert (t[t.warmup_ms.notna()].turn == 0).all() and t.step_ms.notna().sum() == len(t) - 2

@@ -5,6 +5,7 @@ from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, paired
 from atlas_ab.analysis.code_check import code_json, top_lines
 from atlas_ab.analysis.completions import check_texts, without_steps
+from atlas_ab.analysis.load import check_distinct
 
 
 def run(args) -> int:
@@ -13,7 +14,10 @@ def run(args) -> int:
         result = paired.oracle_probe(runs[0])
         out = {"kind": "oracle_probe", "run": str(runs[0].path), **result.to_dict()}
     elif len(args.runs) == 2:
+        if args.depth < 1:
+            raise AtlasError(f"--depth {args.depth}: the depth is a draft's position, 1 or more (up to the arms' K)")
         runs, mismatches = cli.load_runs(args.runs, args, columns=("position",))
+        check_distinct(runs)
         texts = check_texts(runs[0], runs[1], args.drop_differing)   # engine runs: the same text, or no pair
         if texts.note:
             cli.warn(texts.note)
