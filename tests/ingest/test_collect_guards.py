@@ -64,6 +64,7 @@ def test_pairs_and_mcnemar_refuse_requests_whose_texts_differ(tmp_path, capsys):
 def test_a_collected_run_names_the_provenance_it_checks(tmp_path, capsys):
     with FakeEngine("vllm") as fe:
         assert run(fe, tmp_path, "a") == 0
+    with FakeEngine("vllm", p_cond=(0.8, 0.85)) as fe:
         assert run(fe, tmp_path, "b") == 0
     capsys.readouterr()
     assert analysis(["mcnemar", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
