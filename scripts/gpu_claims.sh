@@ -34,6 +34,7 @@ L=(hydra/launcher=local_gpus)
 [ "$NG" -lt 2 ] && L=()
 nvidia-smi --query-gpu=index,name,memory.total --format=csv 2>&1 | tee -a $OUT/claims.log
 log "GPUs: $NG"
+log "code: $(python3 -m atlas_ab.run.provenance 2>&1)"   # the hash every run's manifest records as code.hash
 
 log "stage 1: train the second model (GPU $LAST) | claims on the shipped model, one GPU (GPU 0)"
 CUDA_VISIBLE_DEVICES=$LAST timeout 200 python3 -m atlas_ab.train.train --preset gpu --out $W/large \

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, criteria, plots
+from atlas_ab.analysis.code_check import code_of
 from atlas_ab.analysis.load import Run
 from atlas_ab.analysis.metrics import arm_metrics, rates
 from atlas_ab.config.prereg import Prereg, lock_status, locked_texts
@@ -220,11 +221,16 @@ def _descriptives(group: ModelRuns, out: Path, tag: str) -> tuple[list[str], dic
     if ungated is not None and gated:
         from atlas_ab.analysis.economics import economics
 
-        e = economics(ungated, gated)
-        plots.confidence_figure(e.bins, e.break_even, out / f"confidence_{tag}.png")
-        md += ["#### DRAFT_CONF economics (live, batch width 1)", "",
-               f"![acceptance by confidence bin](confidence_{tag}.png)", "", e.summary(), ""]
-        data["economics"] = e.to_dict()
+        md += ["#### DRAFT_CONF economics (live, batch width 1)", ""]
+        try:
+            e = economics(ungated, gated)
+        except AtlasError as ex:      # step times that are not the steps' own: say so, draw nothing
+            md += [f"Not computed: {ex}", ""]
+            data["economics"] = {"refused": str(ex)}
+        else:
+            plots.confidence_figure(e.bins, e.break_even, out / f"confidence_{tag}.png")
+            md += [f"![acceptance by confidence bin](confidence_{tag}.png)", "", e.summary(), ""]
+            data["economics"] = e.to_dict()
     topk = group.arm("shadow_topk_4")
     if topk is not None:
         from atlas_ab.analysis.coverage import topk_coverage
@@ -245,18 +251,19 @@ def _descriptives(group: ModelRuns, out: Path, tag: str) -> tuple[list[str], dic
     return md, data
 
 
-def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0) -> dict:
+def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0, mismatches: tuple[str, ...] = ()) -> dict:
     if not runs:
         raise AtlasError("claims needs the runs of the claims sweeps")
     out.mkdir(parents=True, exist_ok=True)
     groups = group_by_model(runs)
-    md = ["# The seeds' claims, settled", "",
+    md = [f"> **WARNING: {m}** (compared anyway: --allow-mismatch)" for m in mismatches] + ([""] if mismatches else [])
+    md += ["# The seeds' claims, settled", "",
           "Every question has a pre-registration under `analysis/prereg/claims_*.yaml`, written and committed "
           "before its runs and locked by the study before its first step (the hash below is the one every run "
           "of the study carries). Verdicts: MET / NOT MET / UNDERPOWERED (a null that the sample could not "
           "have shown is not evidence). Regenerate with `python -m atlas_ab.analysis claims RUN... --out DIR`.",
           ""]
-    data: dict = {"models": {}}
+    data: dict = {"models": {}, **({"mismatches": list(mismatches)} if mismatches else {})}
     judged = {g.label: _judge_all(g, B, seed) for g in groups}
     names = sorted({pr.name for js in judged.values() for pr, _, _ in js})
     md += ["## Verdicts at each model size", ""]
@@ -282,15 +289,16 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0) -> di
             tag += f"_t{temperature(g.runs[0]):g}".replace(".", "")
         gd: dict = {"runs": [{"arm": r.arm, "path": str(r.path), "manifest": str(r.path / "manifest.json"),
                               "model_hash": r.hash("model"), "workload_hash": r.hash("workload"),
-                              "mode": (r.manifest or {}).get("mode"), "gate": r.gate_status} for r in g.runs],
+                              "mode": (r.manifest or {}).get("mode"), "gate": r.gate_status,
+                              "code": code_of(r).to_dict()} for r in g.runs],
                     "questions": {}}
         facts = workload_facts(g)
         gd["workload"] = facts
         md += [f"## {g.label}", "", "Workloads (every clustered sd clusters by source file):", ""]
         md += _facts_table(facts) + ["", "Runs (each one's manifest is `<run>/manifest.json`):", ""]
-        md += _table(["arm", "run", "mode", "gate", "workload.hash"],
+        md += _table(["arm", "run", "mode", "gate", "workload.hash", "code"],
                      [[r.arm, f"`{r.path}`", (r.manifest or {}).get("mode", "?"), r.gate_status,
-                       f"`{(r.hash('workload') or '')[:19]}`"] for r in g.runs]) + [""]
+                       f"`{(r.hash('workload') or '')[:19]}`", code_of(r).short] for r in g.runs]) + [""]
         items = []
         for pr, j, why in judged[g.label]:
             md += [f"### {pr.name}", "", f"- hypothesis: {pr.hypothesis}", f"- criterion: {pr.criterion()}",

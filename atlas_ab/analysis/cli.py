@@ -11,6 +11,7 @@ import numpy as np
 
 from atlas_ab import AtlasError
 
+from atlas_ab.analysis.code_check import check_code
 from atlas_ab.analysis.load import Run, check_provenance, load_run, unchecked_provenance
 
 PROG = "atlas_ab.analysis"
@@ -25,7 +26,8 @@ def add_run_flags(p: argparse.ArgumentParser, mismatch: bool = True) -> None:
                    help="analyse runs whose manifest status is not 'complete'")
     if mismatch:
         p.add_argument("--allow-mismatch", action="store_true",
-                       help="compare runs whose workload.hash or model.hash differ (stated in the output)")
+                       help="compare runs whose workload.hash, model.hash or code.hash differ, or whose code is "
+                            "unknown (stated at the top of the output)")
 
 
 def add_two_runs(p: argparse.ArgumentParser, metric: str, metrics_help: str) -> None:
@@ -78,6 +80,7 @@ def load_runs(paths, args, columns=(), optional=()) -> tuple[list[Run], list[str
     mismatches = []
     if len(runs) > 1:
         mismatches = check_provenance(runs, getattr(args, "allow_mismatch", False))
+        mismatches += check_code(runs, getattr(args, "allow_mismatch", False))
         for w in unchecked_provenance(runs):
             warn(w)
     for m in mismatches:

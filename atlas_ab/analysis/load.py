@@ -331,9 +331,22 @@ def provenance_mismatches(runs: list[Run]) -> list[str]:
 
 
 def unchecked_provenance(runs: list[Run]) -> list[str]:
-    # an engine run (atlas_ab/ingest) has a manifest but no hash of the served weights
-    return [f"{r.path}: no workload.hash/model.hash ({'no manifest' if r.manifest is None else 'not in its manifest'}); "
-            "provenance unchecked" for r in runs if r.hash("workload") is None or r.hash("model") is None]
+    """One line per run missing a hash, naming exactly which is missing and which is checked."""
+    out = []
+    for r in runs:
+        missing = [s for s in ("workload", "model") if r.hash(s) is None]
+        if not missing:
+            continue
+        if r.manifest is None:
+            why = "no manifest"
+        elif r.manifest.get("telemetry") is not None:   # an engine run: the served weights are not ours to hash
+            why = "an engine run" + (": the served weights are not hashed" if "model" in missing else "")
+        else:
+            why = "not in its manifest"
+        checked = [f"{s}.hash checked" for s in ("workload", "model") if s not in missing]
+        out.append(f"{r.path}: no {' or '.join(s + '.hash' for s in missing)} ({why}); "
+                   + ", ".join(checked + [f"{' and '.join(missing)} unchecked"]))
+    return out
 
 
 def check_provenance(runs: list[Run], allow_mismatch: bool) -> list[str]:

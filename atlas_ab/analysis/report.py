@@ -20,6 +20,7 @@ import pandas as pd
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, criteria, paired, plots
+from atlas_ab.analysis.code_check import code_of
 from atlas_ab.analysis.comparison import Comparison, compare_runs, headline_metrics
 from atlas_ab.analysis.criteria import Judgement, Verdict
 from atlas_ab.analysis.load import Run
@@ -307,15 +308,20 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
                  "turns": plots.turn_figure(cells, out / "turns.png")})
 
     md = []
+    if mismatches:    # at the top: what follows compares arms that may not be comparable
+        md += ["> **WARNING: Provenance mismatch, compared anyway (--allow-mismatch):**", ">"]
+        md += [f"> - {m}" for m in mismatches] + [""]
     for j in judged:
         if j.warning():
             md += [f"> {j.warning()}", ""]
     md += [f"# Acceptance report: {' vs '.join(r.arm for r in ordered)}", "",
            f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `python -m atlas_ab.analysis report`.",
            "", "## Runs", ""]
-    md += _table(["arm", "run directory", "status", "gate", "K", "steps", "clusters", "workload.hash", "model.hash"],
+    md += _table(["arm", "run directory", "status", "gate", "K", "steps", "clusters", "workload.hash", "model.hash",
+                  "code"],
                  [[r.arm, f"`{r.path}`", r.status, r.gate_status, str(r.K), f"{len(r.steps):,}",
-                   _clusters(c), f"`{r.hash('workload')}`", f"`{r.hash('model')}`"] for r, c in zip(ordered, cells)])
+                   _clusters(c), f"`{r.hash('workload')}`", f"`{r.hash('model')}`", code_of(r).short]
+                  for r, c in zip(ordered, cells)])
     tels = [(r, r.telemetry) for r in ordered if r.telemetry is not None]
     if tels:  # ingested engine runs: say what their grain could not give (atlas_ab/ingest/grain.py)
         md += ["", "## Engine telemetry", ""]
@@ -323,9 +329,6 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
             md.append(f"- {r.arm}: {t.source} ({t.format}), grain {t.grain}, clusters {t.clusters or 'none'}")
             md += [f"  - not available: {k}: {v}" for k, v in t.not_available.items()]
             md += [f"  - note: {n}" for n in t.notes]
-    if mismatches:
-        md += ["", "**Provenance mismatch, compared anyway (--allow-mismatch):**", ""]
-        md += [f"- {m}" for m in mismatches]
     if judged:
         md += ["", "## Pre-registered verdicts", ""]
         for j in judged:
@@ -369,8 +372,8 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
     path.write_text("\n".join(md))
     data = {"report": str(path), "figures": {k: str(v) for k, v in figs.items()},
             "runs": [{"arm": r.arm, "path": str(r.path), "status": r.status, "gate": r.gate_status, "K": r.K,
-                      "steps": len(r.steps), "workload_hash": r.hash("workload"), "model_hash": r.hash("model")}
-                     for r in ordered],
+                      "steps": len(r.steps), "workload_hash": r.hash("workload"), "model_hash": r.hash("model"),
+                      "code": code_of(r).to_dict()} for r in ordered],
             "mismatches": list(mismatches), "verdicts": [j.to_dict() for j in judged],
             "comparisons": [c.to_dict() for c in comps], "turn_class_deltas": class_data,
             "arms": {a.arm: a.to_dict() for a in arms},

@@ -69,8 +69,9 @@ def simulate_steps(n: int, p_cond=(0.61, 0.686), K: int | None = None, n_docs: i
 
 def write_run(root: str | Path, steps: pd.DataFrame, arm: str, shards: int = 1, status: str = "complete",
               workload_hash: str = "sha256:workload", model_hash: str = "sha256:model",
-              manifest: bool = True) -> Path:
-    """Write steps as Parquet shards plus a manifest, per docs/telemetry.md."""
+              manifest: bool = True, code_hash: str | None = "sha256:code") -> Path:
+    """Write steps as Parquet shards plus a manifest, per docs/telemetry.md (code_hash None: a
+    manifest without `code`, as runs made before code hashes were recorded)."""
     root = Path(root)
     (root / "steps").mkdir(parents=True, exist_ok=True)
     listed = []
@@ -86,5 +87,6 @@ def write_run(root: str | Path, steps: pd.DataFrame, arm: str, shards: int = 1, 
             "schema": 1, "status": status, "arm": arm, "levers": {},
             "model": {"name": "synthetic", "hash": model_hash},
             "workload": {"hash": workload_hash},
+            **({"code": {"hash": code_hash, "commit": None}} if code_hash is not None else {}),
             "shards": listed, "rows": {"steps": len(steps), "events": 0}}, indent=1))
     return root

@@ -45,7 +45,7 @@ from atlas_ab.analysis.metrics import (
 )
 from atlas_ab.analysis.stats import Difference, Rate, compare_sums, estimate, format_delta
 from atlas_ab.telemetry.grain import Telemetry, from_manifest
-from atlas_ab.telemetry.schema import COUNT_NAMES
+from atlas_ab.telemetry.schema import REQUIRED_COUNT
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def load_units(path, allow_incomplete: bool = False) -> UnitRun:
         except (pa.ArrowException, OSError) as e:
             raise AtlasError(f"{root / rel}: unreadable Parquet ({e.__class__.__name__})") from None
         check_written(root / rel, shard, "counts", len(df))
-        missing = [c for c in COUNT_NAMES if c not in df.columns]
+        missing = [c for c in REQUIRED_COUNT if c not in df.columns]
         if missing:
             raise AtlasError(f"{root / rel}: missing column {missing[0]!r} (written by an older ingest: ingest "
                              "the engine's files again)")

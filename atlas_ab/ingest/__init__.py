@@ -117,6 +117,7 @@ def file_hashes(paths) -> list[dict]:
 def ingest(source: str, paths, out, arm: str | None = None, k: int | None = None, base: dict | None = None,
            own_running: bool = False, strict: bool = False) -> IngestResult:
     """Read one source's files and write the run directory `out`."""
+    from atlas_ab.ingest.completions import REQUEST_SOURCES, completion_hashes
     from atlas_ab.ingest.tables import build, counts_table, steps_table
     from atlas_ab.ingest.write import check_out, write_run
 
@@ -145,7 +146,12 @@ def ingest(source: str, paths, out, arm: str | None = None, k: int | None = None
     # say where the counters came from (keep the engine's name in `format`), and what was not read
     tel = Telemetry(**{**t.telemetry.__dict__, "source": source, "ignored": ignored})
     steps = steps_table(t.steps) if t.steps is not None else None
-    write_run(out, tel, arm, steps=steps, counts=counts_table(t.counts), base=base, own_running=own_running)
+    counts = t.counts
+    if source in REQUEST_SOURCES:   # each request's text, hashed: pairing checks the arms decoded the same
+        texts = completion_hashes(paths)
+        counts = counts.assign(completion_sha256=[texts.get((d, tn))
+                                                  for d, tn in zip(counts["doc_id"], counts["turn"])])
+    write_run(out, tel, arm, steps=steps, counts=counts_table(counts), base=base, own_running=own_running)
     K = int(t.steps["k"].max()) if t.steps is not None else max((u.K or 0) for u in units)
     return IngestResult(out, arm, tel, len(units) - len(t.dropped), len(t.dropped),
                         0 if steps is None else steps.num_rows, K, warnings)

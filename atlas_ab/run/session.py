@@ -32,7 +32,7 @@ from atlas_ab.config.levers import arm_from_env, env_report, resolved_levers
 from atlas_ab.config.paths import resolve_path
 from atlas_ab.config.prereg import load_prereg, lock
 from atlas_ab.run.progress import Progress
-from atlas_ab.run.provenance import git_info, host, versions
+from atlas_ab.run.provenance import code_identity, host, versions
 from atlas_ab.run.store import RunStore, write_failed_manifest
 from atlas_ab.telemetry.acceptance import histogram_rates, step_histogram
 
@@ -202,7 +202,7 @@ class RunSession:
                 "engine": engine_name(make_engine),
                 "study": {"name": c.study.name, "arms": list(c.study.arms)} if c.study.name else None,
                 "preregs": preregs,
-                "git": git_info(), "versions": versions(), "host": {**host(), "threads": threads},
+                "code": code_identity(), "versions": versions(), "host": {**host(), "threads": threads},
                 # the device this job claimed (cuda:N of the job's view; CUDA_VISIBLE_DEVICES as set)
                 "device_claim": {"device": self.claim.device, "job": self.job.num,
                                  "visible": os.environ.get("CUDA_VISIBLE_DEVICES")},
@@ -212,7 +212,8 @@ class RunSession:
             })
             if resuming:
                 check = {"model.hash": info.model.get("hash"), "workload.hash": info.workload.get("hash"),
-                         "replay.hash": (info.replay or {}).get("hash")}
+                         "replay.hash": (info.replay or {}).get("hash"),
+                         "code.hash": base["code"]["hash"]}   # waves of one run ran one code
                 store.resume(base["config"], check, preregs)
                 log.info("resuming %s (%s, device %s, %d threads): %d of %d waves already stored", run_dir,
                          engine_name(make_engine), self.claim.device, threads, len(store.done_waves()), len(waves))

@@ -21,11 +21,11 @@ CATCHUP (`_catchup`), REFEED and SHIFT (`_ring_after_verify`), RING_PREFILL
 The target side (the turn prefill and the verify) is the wave's `target`
 (targets.py): the trunk's forwards in live mode, a stored trajectory in
 replay mode. Everything else here is the same code in both modes; only live
-mode times its steps (`step_ms` is null in replay).
+mode times its steps (`step_ms` is null in replay; each kind's first step in a wave is warm-up,
+timed apart in `warmup_ms`: timing.py).
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,9 +34,9 @@ import torch
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.base import RowFeed
 from atlas_ab.proposers.ring import Ring, gap_keys
-from atlas_ab.runtime.graphs import capture_seconds
 from atlas_ab.speculative.host_read import StepRead, read_step
 from atlas_ab.speculative.sampling import SamplingPlan
+from atlas_ab.speculative.timing import StepTimer
 from atlas_ab.speculative.verify import CoupledVerify, GreedyVerify, SampledVerify
 from atlas_ab.telemetry.events import EventLog
 from atlas_ab.telemetry.records import StepBlocks
@@ -93,6 +93,7 @@ class Wave:
         self.ring = Ring(B, arm.ring_size, H, self.device, self.dtype) if arm.has_ring else None
         self.ev = EventLog(fingerprint_rows) if arm.fingerprints_on else None
         self.trace = WaveTrace(StepBlocks(self.K, arm.shadow_topk), self.ev, [[] for _ in range(B)])
+        self.timer = StepTimer(self.target.live)   # step_ms, with each kind's warm-up kept apart
         self.turn = 0
         self.verifier = verifier(plan, self.target, self._t(self.doc_ids), self.K)
         self.step_no = np.zeros(B, dtype=np.int64)
@@ -183,7 +184,7 @@ class Wave:
 
     # ----------------------------------------------------------------- step
     def _step(self, active: np.ndarray) -> None:
-        t0, c0 = time.perf_counter(), capture_seconds()
+        self.timer.start()
         B, K, arm = self.B, self.K, self.arm
         n = self.kv_len.copy()                      # position of the last committed token
         pos = n[:, None] + np.arange(K + 1)[None, :]
@@ -228,10 +229,11 @@ class Wave:
             self._ring_after_verify(active, n, a_eff, h.gated, v.vh)
         # dropped (gated) drafts were never verified: their rows go as rejected ones do
         self.proposer.after_verify(np.where(h.gated, 0, a_eff), active)
-        self._record(h, act, n, c, rows_at_propose, fed, t0, c0)
+        self._record(h, act, n, c, rows_at_propose, fed, all_gated)
 
-    def _record(self, h: StepRead, act, n, c, rows_at_propose, fed, t0, c0) -> None:
+    def _record(self, h: StepRead, act, n, c, rows_at_propose, fed, serial: bool) -> None:
         """The step's telemetry rows (active sequences) and the running counts."""
+        step_ms, warmup_ms = self.timer.stop("serial" if serial else "verify")
         k = np.where(h.gated[act], 0, self.K)
         extra = {}
         if h.oracle is not None:
@@ -245,8 +247,7 @@ class Wave:
             doc_id=self.doc_ids[act], turn=np.full(len(act), self.turn), step=self.step_no[act], k=k,
             accept_len=h.acc[act], arm=[self.arm.name], seq=act, position=n[act], drafts=h.drafts[act],
             target=h.target[act], conf=h.conf[act], gated=h.gated[act], n_committed=c[act],
-            step_ms=np.full(len(act), (time.perf_counter() - t0 - (capture_seconds() - c0)) * 1e3
-                            if self.target.live else np.nan),
+            step_ms=np.full(len(act), step_ms), warmup_ms=np.full(len(act), warmup_ms),
             drafter_rows=rows_at_propose[act], fed_rows=fed[act], **extra)
         self.step_no[act] += 1
         self.trace.n_tokens += int(c.sum())

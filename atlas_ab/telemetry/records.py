@@ -52,6 +52,7 @@ class StepBlocks:
             "conf": fixed(col["conf"], pa.float32()), "gated": pa.array(col["gated"], pa.bool_()),
             "committed": ragged(col["target"], col["n_committed"], pa.int32()),
             "step_ms": pa.array(col["step_ms"], pa.float32(), mask=np.isnan(col["step_ms"])),  # null: replay
+            "warmup_ms": pa.array(col["warmup_ms"], pa.float32(), mask=np.isnan(col["warmup_ms"])),  # null: not warm-up
             "drafter_rows": pa.array(col["drafter_rows"], pa.int32()),
             "fed_rows": pa.array(col["fed_rows"], pa.int32()),
         }

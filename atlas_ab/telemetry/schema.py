@@ -62,7 +62,12 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("committed", pa.list_(_I32), False, "tokens this step committed (accepted drafts + bonus, cut at "
                                                "the turn's end)"),
     Column("step_ms", _F32, False, "wall time of the batched step this row belongs to (live mode only; "
-                                   "null in replay runs, which carry no engine timing)", nullable=True),
+                                   "null in replay runs, which carry no engine timing, and on warm-up steps: "
+                                   "`warmup_ms`)", nullable=True),
+    Column("warmup_ms", _F32, False, "wall time of a warm-up step: the wave's first step of its kind (verify, "
+                                     "serial decode) or one that first ran a static step (a CUDA-graph capture); its "
+                                     "`step_ms` is then null (speculative/timing.py). Null otherwise and in replay",
+           nullable=True),
     Column("drafter_rows", _I32, False, "drafter KV rows at propose time (after catch-up)"),
     Column("fed_rows", _I32, False, "rows the catch-up feed wrote before this propose"),
     Column("accept_prob", pa.list_(_F32), False, "sampled runs: per drafted depth i (length k), the probability "
@@ -134,13 +139,20 @@ COUNT_COLUMNS: tuple[Column, ...] = (
     Column("n_recorded", _I64, True, "steps the source counted when that count may include steps without a draft "
                                      "(k = 0); then n_steps is null", nullable=True),
     Column("zero_max", _I64, True, "with n_recorded: at most this many of them carried no draft", nullable=True),
+    Column("completion_sha256", pa.string(), False, "sha256 of the completion's text, where the record carries "
+                                                    "it and a (doc_id, turn): two runs pair only requests whose "
+                                                    "texts are equal (ingest/completions.py)", nullable=True),
 )
 
 STEP_SCHEMA = pa.schema([pa.field(c.name, c.type) for c in STEP_COLUMNS])
 COUNT_SCHEMA = pa.schema([pa.field(c.name, c.type) for c in COUNT_COLUMNS])
 COUNT_NAMES = tuple(c.name for c in COUNT_COLUMNS)
+#: What a counts table must hold to be read (runs ingested before completion hashes lack them).
+REQUIRED_COUNT = tuple(c.name for c in COUNT_COLUMNS if c.required)
 EVENT_SCHEMA = pa.schema([pa.field(c.name, c.type) for c in EVENT_COLUMNS])
 
+#: The step columns that hold wall times: they differ between two runs of the same steps.
+TIMING_COLUMNS = ("step_ms", "warmup_ms")
 #: Columns every steps table must hold (the analysis needs nothing else).
 REQUIRED_STEP = tuple(c.name for c in STEP_COLUMNS if c.required)
 EVENT_NAMES = tuple(c.name for c in EVENT_COLUMNS)

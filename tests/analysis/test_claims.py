@@ -38,7 +38,11 @@ def test_the_claims_report_answers_every_question_and_regenerates_exactly(sweeps
     for q in ("claims_q1_cliff", "claims_q2_prefill_warm", "claims_q2_prefill_cold", "claims_q3_refeed",
               "claims_q3_refeed_prefill", "claims_q4_shift", "claims_q5_draft_conf", "claims_q6_ring_prefill"):
         assert f"### {q}" in md
+    # step times are not guaranteed on a shared CPU: economics may refuse them (and then draws no figure)
+    timing_refused = "Not computed: " in md and "warm-up inside step_ms?" in md
     for fig in ("difference_", "depth_", "turns_", "confidence_", "coverage_"):
+        if fig == "confidence_" and timing_refused:
+            continue
         assert any(p.name.startswith(fig) for p in (tmp_path / "a").glob("*.png")), fig
     assert "The fingerprint table of refeed_on" in md and "DRAFT_CONF economics" in md
     facts = {f["study"]: f for g in json.loads((tmp_path / "a" / "report.json").read_text())["models"].values()

@@ -24,6 +24,7 @@ from atlas_ab.config.store import check_keys
 from atlas_ab.errors import one_line
 from atlas_ab.run.session import run
 from atlas_ab.run.store import RunStore
+from atlas_ab.telemetry.schema import TIMING_COLUMNS
 
 FAKE = "runner.engine._target_=tests.helpers.fakerunner.FakeRunner"
 BASE = [FAKE, "workload=tiny", "runner.device=cpu", "runner.batch_width=2", "runner.progress=false"]
@@ -379,7 +380,7 @@ def test_thread_count_does_not_change_the_numbers():
             arm = ArmConfig(catchup=True, refeed=True)
             trace = Wave(LiveTarget(trunk), MTPProposer(trunk, mtp, "compact", True), arm, tiny_docs(n=4, turns=2),
                          8).run()
-            tables.append(trace.steps.table().drop(["step_ms"]))
+            tables.append(trace.steps.table().drop(list(TIMING_COLUMNS)))
     finally:
         torch.set_num_threads(before)
     assert tables[0].equals(tables[1])

@@ -32,8 +32,9 @@ def test_vllm_ab_end_to_end(tmp_path, capsys):
     with FakeEngine("vllm", p_cond=(0.8, 0.85)) as fe:
         assert run(fe, tmp_path, "refeed_on", "--stream") == 0
     capsys.readouterr()
-    # greedy, n = 1, bounded retries (2 x 503 then fine), multi-turn conversations
-    assert len(sent) == 8 + 2 and all(b["temperature"] == 0 and b["n"] == 1 for b in sent)
+    # greedy, n = 1, a fixed seed, bounded retries (2 x 503 then fine), the greedy probe (2), multi-turn
+    assert len(sent) == 8 + 2 + 2 and all(b["temperature"] == 0 and b["n"] == 1 and b["seed"] == 0 for b in sent)
+    assert sent[2] == sent[3] and sent[2]["max_tokens"] == 30          # the same request twice
     turn1 = [b for b in sent if len(b["messages"]) == 3]
     assert len(turn1) == 4
     first = json.dumps(turn1[0]["messages"][:1])
@@ -60,7 +61,7 @@ def test_vllm_ab_end_to_end(tmp_path, capsys):
 
 
 def test_resume_after_the_server_died(tmp_path, capsys):
-    with FakeEngine("vllm", fail_after=3) as fe:
+    with FakeEngine("vllm", fail_after=2 + 3) as fe:   # the greedy probe, then 3 answers
         code = run(fe, tmp_path, "arm", "--retries", "0", "--concurrency", "1")
     one_error(capsys, code, ["HTTP 500", "engine died"])
     m = json.loads((tmp_path / "arm" / "manifest.json").read_text())
@@ -72,7 +73,7 @@ def test_resume_after_the_server_died(tmp_path, capsys):
         resent = fe.requests
     with FakeEngine("vllm") as fe:
         assert run(fe, tmp_path, "whole") == 0
-    assert len(resent) == 5  # only what was missing
+    assert len(resent) == 2 + 5  # the probe again (the server may have restarted), then only what was missing
     a, b = load_run(tmp_path / "arm", optional=("position",)), load_run(tmp_path / "whole", optional=("position",))
     cols = ["doc_id", "turn", "step", "k", "accept_len", "position"]
     assert a.steps[cols].equals(b.steps[cols])
@@ -83,8 +84,8 @@ def test_refusals(tmp_path, capsys):
         one_error(capsys, run(fe, tmp_path, "a"), ["metrics.speculative_decoding", "--per-request-spec-decode-metrics"])
     with FakeEngine("vllm", final_usage=False) as fe:
         one_error(capsys, run(fe, tmp_path, "b", "--stream"), ["without the final usage chunk"])
-    with FakeEngine("trtllm") as fe:  # cannot tell the engine from /v1/models
-        one_error(capsys, run(fe, tmp_path, "c"), ["owned_by='tensorrt_llm'", "--engine"])
+    with FakeEngine("vllm", owned_by="openai") as fe:  # cannot tell the engine from /v1/models
+        one_error(capsys, run(fe, tmp_path, "c"), ["owned_by='openai'", "--engine"])
     one_error(capsys, collect(["--url", "http://127.0.0.1:9/v1", "--arm", "d", "--out", str(tmp_path / "d"),
                                *SMALL]), ["cannot reach the server"])
 
@@ -115,7 +116,7 @@ def test_prompts_file(tmp_path, capsys):
         assert collect(["--url", fe.url, "--arm", "u", "--out", str(tmp_path / "u"), "--prompts", str(p),
                         "--max-tokens", "20", "--api", "completions", "--no-progress"]) == 0
         bodies = fe.requests
-    assert sorted(b["max_tokens"] for b in bodies) == [12, 20, 20]
+    assert sorted(b["max_tokens"] for b in bodies) == [12, 20, 20, 20, 20]   # the probe: doc 7's first turn twice
     assert any(b["prompt"].startswith("def f(x):") and "return x" in b["prompt"] for b in bodies)
     steps = load_run(tmp_path / "u").steps
     assert sorted(set(zip(steps["doc_id"], steps["turn"]))) == [(1, 0), (7, 0), (7, 1)]

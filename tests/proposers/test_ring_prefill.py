@@ -11,6 +11,7 @@ from atlas_ab.speculative.gate import check
 from atlas_ab.config.levers import arm_from_env, arm_to_env
 from tests.helpers.replay_tools import run
 from tests.helpers.tiny import tiny_docs, tiny_models
+from atlas_ab.telemetry.schema import TIMING_COLUMNS
 
 G = 10
 
@@ -68,7 +69,7 @@ def test_it_changes_nothing_where_no_turn_starts_with_a_full_rejection(models):
     for d in tiny_docs(n=12, turns=2, chunk=12, seed=1):
         off, _, _, w_off = run(models, arms[0], [d], G)
         on, _, _, _ = run(models, arms[1], [d], G)
-        cols = [c for c in off.columns if c != "step_ms"]
+        cols = [c for c in off.columns if c not in TIMING_COLUMNS]
         hole = sorted(holes(w_off, [d]))
         if not hole:
             clean += 1

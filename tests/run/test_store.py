@@ -133,14 +133,15 @@ def test_complete_run_manifest(tmp_path):
     assert sorted(p.name for p in (d / "steps").iterdir()) == [f"part-{i:05d}.parquet" for i in range(4)]
     assert all(s["events"] for s in m["shards"])  # refeed has a ring: fingerprints on
     assert m["rows"]["steps"] == sum(s["rows"] for s in m["shards"]) == steps_of(d).num_rows
-    for key in ("arm", "levers", "row_space", "proposer", "model", "workload", "git", "versions", "device",
+    for key in ("arm", "levers", "row_space", "proposer", "model", "workload", "code", "versions", "device",
                 "dtype", "seed", "started", "finished", "gate", "preregs", "config", "mode"):
         assert key in m, key
     assert m["levers"]["refeed"] and m["levers"]["fingerprints"] is True
     assert m["engine"] == "tests.helpers.fakerunner.FakeRunner"     # the class runner.engine._target_ named
     assert m["model"]["hash"].startswith("sha256:") and m["workload"]["hash"].startswith("sha256:")
     assert m["gate"]["passed"] is True and m["gate"]["checked_sequences"] == 4
-    assert set(m["git"]) == {"commit", "dirty"}
+    assert m["code"]["hash"].startswith("sha256:") and m["code"]["files"] > 100
+    assert set(m["code"]) == {"hash", "files", "commit", "commit_why"} and "git" not in m
     assert {"p1", "p2_uncond", "p2_cond", "tokens_per_step", "n_steps"} <= set(m["summary"])
     assert not list(d.rglob("*.tmp"))
 

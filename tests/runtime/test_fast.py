@@ -13,6 +13,7 @@ import torch
 from atlas_ab.runtime import kernels
 from atlas_ab.runtime.args import ModelArgs
 from atlas_ab.runtime.model import MTPModule, Transformer, fused, init_weights
+from atlas_ab.telemetry.schema import TIMING_COLUMNS
 
 pytestmark = pytest.mark.skipif(not kernels.triton_available(), reason="triton is not installed")
 DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -189,5 +190,5 @@ def test_wave_with_fast_kernels_equals_torch_wave():
                                                                           graphs=True), arm, docs, 6).run()
             gate = check(trunk, docs, trace.generated, 6, [0, 1])
         assert gate.passed and gate.divergences == 0
-        out[backend] = trace.steps.table().to_pandas().drop(columns=["step_ms"])
+        out[backend] = trace.steps.table().to_pandas().drop(columns=list(TIMING_COLUMNS))
     pd.testing.assert_frame_equal(out["triton"], out["torch"], check_exact=False, atol=1e-5)

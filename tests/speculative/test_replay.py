@@ -12,6 +12,7 @@ from atlas_ab.speculative.gate import replay_greedy
 from atlas_ab.speculative.replay_check import compare_live, replay_gate
 from atlas_ab.speculative.targets import UNKNOWN
 from atlas_ab.speculative.trajectory import EXTEND, greedy
+from atlas_ab.telemetry.schema import TIMING_COLUMNS
 from tests.helpers.replay_tools import RecordingTarget, harvest, replay_target, run
 from tests.helpers.tiny import tiny_docs, tiny_draft, tiny_models
 
@@ -81,8 +82,9 @@ def assert_steps_equal(live, rep, exact_floats):
     assert tail.map(lambda x: all(v == UNKNOWN for v in x)).all()
     assert (rep.target.map(len) == live.target.map(len)).all()
     assert (known_target(live) == known_target(rep)).all()
-    assert rep.step_ms.isna().all() and live.step_ms.notna().all()
-    same = [c for c in live.columns if c not in ("step_ms", "target", *FLOATS)]
+    assert rep[list(TIMING_COLUMNS)].isna().all().all()
+    assert (live.step_ms.notna() != live.warmup_ms.notna()).all()     # each live step timed one way
+    same = [c for c in live.columns if c not in (*TIMING_COLUMNS, "target", *FLOATS)]
     pd.testing.assert_frame_equal(live[same], rep[same])
     for c in FLOATS:
         a, b = live[c].dropna(), rep[c].dropna()

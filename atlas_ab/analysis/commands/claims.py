@@ -5,6 +5,7 @@ from pathlib import Path
 
 from atlas_ab.analysis import cli
 from atlas_ab.analysis.claims import OPTIONAL, build_claims, check_findings
+from atlas_ab.analysis.code_check import check_code
 from atlas_ab.analysis.load import load_run
 
 
@@ -15,7 +16,11 @@ def run(args) -> int:
     for r in runs:
         for w in r.warnings:
             cli.warn(w)
-    data = build_claims(runs, Path(args.out), B=args.bootstrap, seed=args.seed)
+    # every run of the report ran one code (runs made before code hashes: --allow-mismatch, said at its top)
+    mismatches = check_code(runs, args.allow_mismatch)
+    for m in mismatches:
+        cli.warn(m + " (allowed by --allow-mismatch)")
+    data = build_claims(runs, Path(args.out), B=args.bootstrap, seed=args.seed, mismatches=tuple(mismatches))
     if args.json:
         cli.emit_json(data)
     else:
@@ -40,6 +45,6 @@ def register(subparsers) -> None:
     p.add_argument("--findings", metavar="FILE",
                    help="check the workload numbers FILE's prose quotes ('N documents', 'N source files', "
                         "'N clusters') against the report's; exit 1 naming each that disagrees")
-    cli.add_run_flags(p, mismatch=False)
+    cli.add_run_flags(p)
     cli.add_boot_flags(p)
     p.set_defaults(func=run)

@@ -23,14 +23,23 @@ def run_export(args) -> int:
 
 
 def run_pairs(args) -> int:
+    from atlas_ab.analysis.code_check import check_code, code_json, top_lines
+    from atlas_ab.analysis.completions import check_texts, without_units
     from atlas_ab.analysis.load import check_provenance
     from atlas_ab.analysis.units import load_units, pairs
 
     a, b = (load_units(p, args.allow_incomplete) for p in (args.run_a, args.run_b))
-    for m in check_provenance([a, b], args.allow_mismatch):
+    mismatches = check_provenance([a, b], args.allow_mismatch) + check_code([a, b], args.allow_mismatch)
+    for m in mismatches:
         cli.warn(m + " (allowed by --allow-mismatch)")
+    texts = check_texts(a, b, args.drop_differing)      # pairs only requests that decoded one text
+    if texts.note:
+        cli.warn(texts.note)
+    a, b = without_units(a, texts.differ), without_units(b, texts.differ)
     res = pairs(a, b, args.metric, B=args.bootstrap, seed=args.seed)
-    return cli.emit(args, res.to_dict(), res.summary())
+    return cli.emit(args, {**res.to_dict(), "code": code_json([a, b]), "texts": texts.to_dict()},
+                    top_lines([a, b], mismatches) + "\n" + res.summary()
+                    + (f"\n{texts.note}" if texts.differ else ""))
 
 
 def register(subparsers) -> None:
@@ -60,4 +69,7 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser("pairs", help="two runs paired request by request on (doc_id, turn)")
     cli.add_two_runs(p, "p1", "p{i}, p{i}_cond, tokens_per_step, draft_acceptance_rate")
+    p.add_argument("--drop-differing", action="store_true",
+                   help="leave out (and count) requests whose completion texts differ between the runs "
+                        "(default: refuse them)")
     p.set_defaults(func=run_pairs)

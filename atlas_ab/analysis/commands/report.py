@@ -8,6 +8,7 @@ import datetime as _dt
 from pathlib import Path
 
 from atlas_ab.analysis import cli, criteria
+from atlas_ab.analysis.code_check import check_code, code_header, warning_lines
 from atlas_ab.analysis.load import check_provenance
 from atlas_ab.analysis.report import build_report
 from atlas_ab.config.paths import resolve_path
@@ -22,7 +23,8 @@ def _grain_report(args, paths, out, prereg) -> int:
     from atlas_ab.analysis.units import load_units
 
     runs = [load_units(p, args.allow_incomplete) for p in paths]
-    mismatches = check_provenance(runs, args.allow_mismatch) if len(runs) > 1 else []
+    mismatches = check_provenance(runs, args.allow_mismatch) + check_code(runs, args.allow_mismatch) \
+        if len(runs) > 1 else []
     reg = registrations({r.arm: r.manifest for r in runs}, prereg)[0] if prereg else None
     judged = reg is not None and (reg.status == "locked" or (reg.status == "unlocked" and args.evaluate_unlocked)
                                   or (reg.status == "changed" and args.evaluate_edited))
@@ -38,8 +40,11 @@ def _grain_report(args, paths, out, prereg) -> int:
     if args.json:
         cli.emit_json(rep.data)
     else:
+        for w in warning_lines(mismatches):
+            print(w)
         if rep.verdict:
             print(rep.verdict.summary())
+        print(code_header(runs))
         print(f"report: {rep.path}")
     return NO_VERDICT if reg is not None and not judged else 0
 
@@ -59,10 +64,13 @@ def run(args) -> int:
     if args.json:
         cli.emit_json(rep.data)
     else:
+        for w in warning_lines(mismatches):
+            print(w)
         for j in rep.judged:
             print(j.summary())
         if not rep.judged:
             print("no pre-registration to judge (none locked by the runs' study, none given)")
+        print(code_header(runs))
         print(f"report: {rep.path}")
     return NO_VERDICT if any(j.origin in ("unlocked", "changed") for j in rep.judged) else 0
 
