@@ -129,7 +129,7 @@ def _imported(*argv) -> tuple[subprocess.CompletedProcess, set[str]]:
     top-level packages it imported."""
     r = subprocess.run([sys.executable, "-X", "importtime", "-m", "atlas_ab.analysis", *map(str, argv)], cwd=ROOT,
                        capture_output=True, text=True)
-    lines = [l.rsplit("|", 1)[-1].strip() for l in r.stderr.splitlines() if l.startswith("import time:")]
+    lines = [line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")]
     return r, {m.split(".")[0] for m in lines} | set(lines)
 
 
