@@ -12,6 +12,8 @@ from atlas_ab.config.levers import arm_from_env, arm_to_env
 from tests.helpers.replay_tools import run
 from tests.helpers.tiny import tiny_docs, tiny_models
 
+pytestmark = pytest.mark.float_sensitive
+
 G = 10
 
 
@@ -72,6 +74,7 @@ def test_it_changes_nothing_where_no_turn_starts_with_a_full_rejection(models):
         hole = sorted(holes(w_off, [d]))
         if not hole:
             clean += 1
+            # bit for bit: the lever's ring row is never read on a clean turn, so the same kernels run the same shapes
             assert off[cols].equals(on[cols])
             continue
         holed += 1

@@ -11,6 +11,8 @@ from atlas_ab.proposers.draft_model import DraftModelProposer
 from atlas_ab.proposers.mtp_head import MTPProposer
 from tests.helpers.tiny import tiny_docs, tiny_draft, tiny_models
 
+pytestmark = pytest.mark.float_sensitive
+
 G = 8
 
 

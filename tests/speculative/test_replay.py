@@ -150,6 +150,7 @@ def test_replay_of_the_live_runs_own_target_is_bit_identical(models, draft, docs
     live, live_ev, _, wave = run(models, arm, docs, G, target=rec, draft=draft)
     traj = harvest(rec, wave, G, EXTEND)
     rep, rep_ev, trace, _ = run(models, arm, docs, G, target=replay_target(traj), draft=draft)
+    # bit for bit: the drafter is handed the very tensors live computed, and runs the same shapes on them
     assert_steps_equal(live, rep, exact_floats=True)
     if live_ev is not None:
         pd.testing.assert_frame_equal(live_ev, rep_ev)
