@@ -96,7 +96,7 @@ def test_the_manifest_records_the_declared_and_the_run_handoff(tmp_path, mimo_di
     from atlas_ab.config.paths import CONF_DIR
     from atlas_ab.run.session import run
     over = ["model=path", f"model.path={mimo_dir}", "workload=tiny", "workload.n_docs=2", "runner.device=cpu",
-            "runner.progress=false"] + ([f"+arm={arm}"] if arm else [])
+            "runner.progress=false", "runner.threads=1"] + ([f"+arm={arm}"] if arm else [])   # conftest's one thread
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=over)
     m = run(cfg, tmp_path / "run", out=open("/dev/null", "w"))

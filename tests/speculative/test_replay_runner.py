@@ -19,7 +19,8 @@ from atlas_ab.run.session import run
 from atlas_ab.speculative.trajectory import Trajectory
 from atlas_ab.speculative.trajectory_store import TrajectoryStore, wave_file
 
-BASE = ["workload=tiny", "runner.device=cpu", "runner.batch_width=2", "runner.progress=false"]
+# one torch thread, as tests/conftest.py sets for every test: the default (every core) spins on a shared machine
+BASE = ["workload=tiny", "runner.device=cpu", "runner.batch_width=2", "runner.progress=false", "runner.threads=1"]
 
 
 def cfg_of(*overrides):
