@@ -6,13 +6,12 @@ import json
 import math
 import sys
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from atlas_ab import AtlasError
 
-from atlas_ab.analysis.code_check import check_code
-from atlas_ab.analysis.load import Run, check_provenance, load_run, unchecked_provenance
+if TYPE_CHECKING:
+    from atlas_ab.analysis.load import Run
 
 PROG = "atlas_ab.analysis"
 
@@ -72,6 +71,10 @@ def expand(paths) -> list[Path]:
 
 def load_runs(paths, args, columns=(), optional=()) -> tuple[list[Run], list[str]]:
     """Load runs, print their warnings, and check they measured the same thing."""
+    # here, not at the top: verbs that load no run (power) need no pandas or pyarrow
+    from atlas_ab.analysis.code_check import check_code
+    from atlas_ab.analysis.load import check_provenance, load_run, unchecked_provenance
+
     runs = [load_run(p, columns=columns, optional=optional, allow_incomplete=args.allow_incomplete)
             for p in expand(paths)]
     for r in runs:
@@ -94,7 +97,8 @@ def _clean(x):
         return {str(k): _clean(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_clean(v) for v in x]
-    if isinstance(x, np.generic):
+    np = sys.modules.get("numpy")      # not imported by power: without numpy there is no numpy scalar
+    if np is not None and isinstance(x, np.generic):
         x = x.item()
     if isinstance(x, float) and not math.isfinite(x):
         return None

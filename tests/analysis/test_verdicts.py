@@ -350,23 +350,28 @@ def test_a_second_resume_of_the_same_run_is_refused_in_one_line(tmp_path, monkey
     assert run(cfg_of(*BASE, "+arm=baseline", f"runner.resume={d}"), d)["status"] == "complete"
 
 
-def test_threads_default_to_this_jobs_share_of_the_cores():
+def test_threads_default_to_this_jobs_share_of_the_cores(monkeypatch):
+    import os
+
     from atlas_ab.run.device import thread_count, usable_cores
 
     assert thread_count(3) == 3
-    assert thread_count(0, busy=0) == usable_cores()
-    assert thread_count(0, side_by_side=usable_cores() * 4, busy=0) == 1
-    assert thread_count(0, busy=usable_cores()) == 1 == thread_count(0, busy=10 * usable_cores())
-    if usable_cores() >= 2:
-        assert thread_count(0, busy=1) == usable_cores() - 1
+    # what the machine did a minute ago does not count: a load average lags the cores by that long
+    monkeypatch.setattr(os, "getloadavg", lambda: (10.0 * usable_cores(),) * 3)
+    assert thread_count(0) == usable_cores()
+    assert thread_count(0, side_by_side=2) == max(1, usable_cores() // 2)
+    assert thread_count(0, side_by_side=usable_cores() * 4) == 1
 
 
 def test_thread_count_does_not_change_the_numbers():
+    """1 vs 2 torch threads: the discrete outcomes are equal and the drafter's confidences agree to
+    rounding (a GEMM splits its sums by thread count; on an AVX2 CPU that moves the 7th digit)."""
     import torch
 
     from atlas_ab.config.structured import ArmConfig
     from atlas_ab.speculative.loop import Wave
     from atlas_ab.speculative.targets import LiveTarget
+    from tests.helpers.steps import assert_steps_match, lossy_variants, other_rounding
     from tests.helpers.tiny import tiny_docs, tiny_models
 
     trunk, mtp = tiny_models(hidden=64)
@@ -383,7 +388,11 @@ def test_thread_count_does_not_change_the_numbers():
             tables.append(trace.steps.table().drop(list(TIMING_COLUMNS)))
     finally:
         torch.set_num_threads(before)
-    assert tables[0].equals(tables[1])
+    assert_steps_match(tables[0], tables[1])
+    assert_steps_match(tables[0], other_rounding(tables[1]))        # another CPU's rounding passes
+    for name, bad in lossy_variants(tables[1]):                     # a lossy change fails
+        with pytest.raises(AssertionError):
+            assert_steps_match(tables[0], bad)
 
 
 # -- the newcomer's path -----------------------------------------------------------------

@@ -13,6 +13,8 @@ from tests.helpers.replay_tools import run
 from tests.helpers.tiny import tiny_docs, tiny_models
 from atlas_ab.telemetry.schema import TIMING_COLUMNS
 
+pytestmark = pytest.mark.float_sensitive
+
 G = 10
 
 
@@ -73,6 +75,7 @@ def test_it_changes_nothing_where_no_turn_starts_with_a_full_rejection(models):
         hole = sorted(holes(w_off, [d]))
         if not hole:
             clean += 1
+            # bit for bit: the lever's ring row is never read on a clean turn, so the same kernels run the same shapes
             assert off[cols].equals(on[cols])
             continue
         holed += 1

@@ -11,6 +11,8 @@ from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.proposers.rowspace import rows_to_trim
 from tests.helpers.tiny import tiny_models
 
+pytestmark = pytest.mark.float_sensitive
+
 
 def test_seed_examples_of_the_compact_trim():
     # The seeds' comment: "K=2: drafted 1, accepted 0 -> trim 1. accepted 1 -> trim 0.

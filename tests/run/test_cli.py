@@ -125,6 +125,7 @@ def _kill_resume_compare(tmp_path, base, env_killed):
     mk, mf = manifest(killed), manifest(full)
     assert mk["status"] == mf["status"] == "complete" and mk["resumed"] and not mf["resumed"]
     assert [s["wave"] for s in mk["shards"]] == list(range(mf["waves"]["total"]))
+    # bit for bit: both processes take the default thread count and run each wave in the same shapes
     assert steps_of(killed).equals(steps_of(full))
     assert mk["rows"] == mf["rows"] and mk["workload"]["hash"] == mf["workload"]["hash"]
     # the original config is kept; the resume's own is filed beside it

@@ -3,6 +3,8 @@
 import pytest
 import torch
 
+pytestmark = pytest.mark.float_sensitive
+
 transformers = pytest.importorskip("transformers")
 
 from atlas_ab.runtime import ModelArgs

@@ -14,6 +14,8 @@ from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.proposers.mtp_head import MTPProposer
 from tests.helpers.tiny import tiny_docs, tiny_models
 
+pytestmark = pytest.mark.float_sensitive
+
 G = 8
 
 

@@ -13,6 +13,8 @@ from atlas_ab.proposers.mtp_head import MTPProposer
 from tests.helpers.tiny import tiny_docs, tiny_draft, tiny_models
 from atlas_ab.telemetry.schema import TIMING_COLUMNS
 
+pytestmark = pytest.mark.float_sensitive
+
 G = 8
 
 
