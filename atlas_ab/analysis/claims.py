@@ -1,4 +1,4 @@
-"""The claims report: the seeds' claims (and one question they did not ask) settled by their
+"""The claims report: the reference engine's claims (and one question they did not ask) settled by their
 locked pre-registrations, on every model the study ran, in one Markdown report.
 
 Input: the run directories of the claims sweeps (`+study=claims`, `+study=claims_conf`), for one
@@ -22,8 +22,8 @@ from atlas_ab.analysis.load import Run
 from atlas_ab.analysis.metrics import arm_metrics, rates
 from atlas_ab.config.prereg import Prereg, lock_status, locked_texts
 
-#: What the seeds measured, per question (speculative.rs.txt, the notes on REFEED and its levers).
-SEEDS = {
+#: What the reference engine's studies measured, per question (docs/reference_engine.md).
+REFERENCE = {
     "claims_q1_cliff": "p2_cond 0.5265 -> 0.7196 with the target's true hidden, McNemar z = +18.4, "
                        "recovering 1.40x the p1 - p2_cond gap (dgx1, W4A4 27B)",
     "claims_q2_prefill_warm": "+0.086 p1 / +0.101 p2_uncond / +10.2% accepted tokens per verify step "
@@ -38,7 +38,7 @@ SEEDS = {
     "claims_q5_draft_conf": "verify ~35 ms vs decode+propose ~21 ms on a 35B MoE: a draft pays when "
                             "p(accept) >~ 0.66",
     "claims_q6_ring_prefill": "not asked",
-    **{f"claims_q7_refeed_sampled_{t}{d}": "not asked (the seeds verify greedily)"
+    **{f"claims_q7_refeed_sampled_{t}{d}": "not asked (the reference engine verifies greedily)"
        for t in ("t07", "t10") for d in ("", "_greedy_drafts")},
 }
 OPTIONAL = ("position", "oracle_hit2", "topk_ids", "target", "drafts")
@@ -173,21 +173,23 @@ def _judge_all(group: ModelRuns, B: int, seed: int) -> list[tuple[Prereg, criter
 
 
 def _variance_saving(pr: Prereg, group: ModelRuns, sd, B: int, seed: int) -> dict | None:
-    """An exact-probability metric's deciding sd against the realized metric's, the same sd kind on
-    the same runs: how many steps the exact probabilities saved."""
+    """An exact-probability metric's deciding sd against the realized metric's, the same estimand and
+    sd kind on the same runs: how many steps the exact probabilities saved."""
     from atlas_ab.analysis.metrics import parse_metric, realized
 
-    if pr.kind != "difference" or sd is None or parse_metric(pr.primary_metric)[0] not in ("expected", "alpha"):
+    spec = pr.spec
+    if pr.kind != "difference" or sd is None or parse_metric(spec.primary_metric)[0] not in ("expected", "alpha"):
         return None
-    other = realized(pr.primary_metric)
-    alt = criteria.estimate(replace(pr, primary_metric=other), group.arm(pr.control), group.arm(pr.treatment),
-                            B, seed)[1]
+    other = realized(spec.primary_metric)
+    twin = replace(pr, spec=replace(spec, primary_metric=other))
+    m = criteria.measure(twin, group.arm(spec.arms.control), group.arm(spec.arms.treatment), B, seed)
+    alt = criteria._effect(spec, m, spec.estimand, spec.decides)[1]
     if not alt:
         return None
     ratio = (sd / alt) ** 2
     return {"realized": other, "sd": sd, "realized_sd": alt, "variance_ratio": ratio,
-            "line": f"- exact acceptance probabilities: {pr.decides} sd {_fmt(sd)} against {_fmt(alt)} for the "
-                    f"realized {other} on the same runs: variance x{ratio:.3f}, so {other} would need "
+            "line": f"- exact acceptance probabilities: {spec.decides.value} sd {_fmt(sd)} against {_fmt(alt)} for "
+                    f"the realized {other} on the same runs: variance x{ratio:.3f}, so {other} would need "
                     f"{1 / ratio:.2f}x the steps for the same sd"}
 
 
@@ -243,7 +245,7 @@ def _descriptives(group: ModelRuns, out: Path, tag: str) -> tuple[list[str], dic
     refeed = group.arm("refeed_on")
     if refeed is not None and (refeed.path / "events").is_dir():
         fp = criteria._fingerprints(refeed)
-        md += ["#### The fingerprint table of refeed_on (the seeds' REFEED checks)", ""]
+        md += ["#### The fingerprint table of refeed_on (the reference engine's REFEED checks)", ""]
         md += _table(["row", "check", "matched", "checked"],
                      [[r["check"], r["description"], f"{r['matched']:,}", f"{r['checked']:,}"] for r in fp["rows"]])
         md.append("")
@@ -257,7 +259,7 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0, misma
     out.mkdir(parents=True, exist_ok=True)
     groups = group_by_model(runs)
     md = [f"> **WARNING: {m}** (compared anyway: --allow-mismatch)" for m in mismatches] + ([""] if mismatches else [])
-    md += ["# The seeds' claims, settled", "",
+    md += ["# The reference engine's claims, settled", "",
           "Every question has a pre-registration under `analysis/prereg/claims_*.yaml`, written and committed "
           "before its runs and locked by the study before its first step (the hash below is the one every run "
           "of the study carries). Verdicts: MET / NOT MET / UNDERPOWERED (a null that the sample could not "
@@ -267,7 +269,7 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0, misma
     judged = {g.label: _judge_all(g, B, seed) for g in groups}
     names = sorted({pr.name for js in judged.values() for pr, _, _ in js})
     md += ["## Verdicts at each model size", ""]
-    header = ["question"] + [g.label for g in groups] + ["the seeds"]
+    header = ["question"] + [g.label for g in groups] + ["the reference engine"]
     rows = []
     for n in names:
         row = [n]
@@ -279,7 +281,7 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0, misma
             v = j[1].verdict
             z = "" if v.sd is None or v.z != v.z else f", {v.z:+.1f} sd"
             row.append(f"**{v.status}** ({v.delta:+.4f}{z})")
-        row.append(SEEDS.get(n, ""))
+        row.append(REFERENCE.get(n, ""))
         rows.append(row)
     md += _table(header, rows) + [""]
     for g in groups:
@@ -303,7 +305,7 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0, misma
         for pr, j, why in judged[g.label]:
             md += [f"### {pr.name}", "", f"- hypothesis: {pr.hypothesis}", f"- criterion: {pr.criterion()}",
                    f"- pre-registration: `analysis/prereg/{pr.path.name}` (sha256 `{pr.sha256}`)",
-                   f"- the seeds: {SEEDS.get(pr.name, 'n/a')}"]
+                   f"- the reference engine: {REFERENCE.get(pr.name, 'n/a')}"]
             if j is None:
                 md += [f"- {why}", ""]
                 continue

@@ -71,8 +71,8 @@ def _align(a: DocSums, b: DocSums):
     out = []
     for s in (a, b):
         idx = np.searchsorted(docs, s.doc_id)
-        y = np.zeros(len(docs)); n = np.zeros(len(docs))
-        y[idx] = s.y; n[idx] = s.n
+        y, n = np.zeros(len(docs)), np.zeros(len(docs))
+        y[idx], n[idx] = s.y, s.n
         out.append((y, n))
     return docs, out
 

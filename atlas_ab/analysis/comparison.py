@@ -5,8 +5,17 @@ from dataclasses import dataclass, field
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.load import Run
-from atlas_ab.analysis.metrics import (EXPECTED_HEADLINE, HEADLINE, ArmMetrics, Cells, arm_metrics, canonical,
-                                       metric_depth, realized, require_depth)
+from atlas_ab.analysis.metrics import (
+    EXPECTED_HEADLINE,
+    HEADLINE,
+    ArmMetrics,
+    Cells,
+    arm_metrics,
+    canonical,
+    metric_depth,
+    realized,
+    require_depth,
+)
 from atlas_ab.analysis.stats import Difference, compare as compare_cells
 
 

@@ -1,6 +1,6 @@
 """DRAFT_CONF economics: when does verifying a propose pay, in this runner?
 
-The seeds' rule (speculative.rs.txt): a step that verifies K drafts costs `c_spec` and
+The reference engine's rule (docs/reference_engine.md): a step that verifies K drafts costs `c_spec` and
 commits 1 + accept_len tokens; a serial step costs `c_serial` and commits 1. Verifying a
 propose whose chain confidence is c pays when E[1 + accept_len | c] / c_spec >= 1 / c_serial,
 i.e. when E[1 + a | c] >= c_spec / c_serial (the break-even). So:

@@ -6,7 +6,7 @@ step); (b) between two runs, steps matched on (doc_id, turn, position).
 
 Orientation: b = second-only successes (oracle / run B hit, real / run A missed),
 c = first-only; z = (b - c)/sqrt(b + c) is positive when the second is better,
-which is how the seeds quote the oracle probe (McNemar z = +18.4). The exact
+which is how the reference engine's notes quote the oracle probe (McNemar z = +18.4). The exact
 test's statistic is min(b, c), a count, so only its p-value is reported.
 """
 from __future__ import annotations
@@ -222,7 +222,7 @@ class PairedDifference:
     the per-cluster sums of the paired differences d = y_treatment - y_control (CRV1 and a
     cluster bootstrap that resamples clusters with their pairs), so what the two arms share
     at a position cancels. `saved_vs_iid`: how much smaller that sd is than the unpaired
-    i.i.d. sd (the seeds' binomial sd, which assumes independent arms); `saved_vs_cluster`:
+    i.i.d. sd (the reference engine's binomial sd, which assumes independent arms); `saved_vs_cluster`:
     than the unpaired cluster sd of the difference, which already pairs the arms by document
     (the same document is one cluster in both), so with every step matched the two nearly
     agree: pairing by position then adds little beyond pairing by document (tested).

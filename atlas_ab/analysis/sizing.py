@@ -1,6 +1,6 @@
 """Power and sample size for a two-arm difference of rates.
 
-Unpooled normal approximation, the same sd the seeds' z uses:
+Unpooled normal approximation, the same sd the reference engine's z uses:
     sd(n) = sqrt( (p q + p' q') / n * deff ),   p' = p + delta,  q = 1 - p
     deff  = 1 + (m - 1) * ICC                   (m steps per document)
 A run "shows" z = delta / sd(n). It clears a threshold of z* sd with probability

@@ -1,6 +1,6 @@
 """Rates, their sds, and the difference between two arms.
 
-The seeds' convention: a difference is printed as `+0.027 (3.9 sd)`, where sd is
+The reference engine's convention: a difference is printed as `+0.027 (3.9 sd)`, where sd is
 the unpooled two-proportion sd sqrt(pA qA/nA + pB qB/nB) and z = delta / sd.
 Beside that (i.i.d.) sd every estimate carries the document-clustered sd, a
 document bootstrap, and the design effect (clustered variance / i.i.d. variance).
@@ -35,7 +35,7 @@ def few_clusters(G: int, unit: str = "document") -> str | None:
 
 
 def format_delta(delta: float, z: float) -> str:
-    """The seeds' form: `+0.027 (3.9 sd)` (sd count unsigned: the sign is on the delta)."""
+    """The reference engine's form: `+0.027 (3.9 sd)` (sd count unsigned: the sign is on the delta)."""
     zs = "n/a" if not math.isfinite(z) else f"{abs(z):.1f}"
     return f"{delta:+.3f} ({zs} sd)"
 
@@ -97,7 +97,7 @@ def rate(value: float, n: int, metric: str = "p", arm: str = "") -> Rate:
 
 @dataclass(frozen=True)
 class Difference:
-    """treatment - control for one metric. str() is the seeds' `+0.027 (3.9 sd)`."""
+    """treatment - control for one metric. str() is the reference engine's `+0.027 (3.9 sd)`."""
 
     metric: str
     control: Rate
@@ -178,7 +178,7 @@ class Difference:
 
 
 def difference(control: Rate, treatment: Rate) -> Difference:
-    """Unpooled two-sample difference (the seeds' sd): sqrt(sdA^2 + sdB^2)."""
+    """Unpooled two-sample difference (the reference engine's sd): sqrt(sdA^2 + sdB^2)."""
     return Difference(metric=treatment.metric, control=control, treatment=treatment,
                       delta=treatment.value - control.value,
                       sd=math.hypot(control.sd, treatment.sd), sd_kind=control.sd_kind)

@@ -17,7 +17,6 @@ from atlas_ab.atomic import write_table
 from atlas_ab.telemetry.schema import step_type
 
 
-
 def _layout(n: int, n_docs: int, turns: int) -> pd.DataFrame:
     """Spread n rows over n_docs x turns as evenly as possible, steps numbered per (doc, turn)."""
     cell = np.arange(n) % (n_docs * turns)

@@ -30,9 +30,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from atlas_ab import AtlasError
-from atlas_ab.config.structured import ArmConfig, ModelConfig, RunnerConfig, StudyConfig, WorkloadConfig
 from atlas_ab.config.paths import CONF_DIR  # noqa: F401  (the primary config's directory)
-
+from atlas_ab.config.structured import ArmConfig, ModelConfig, RunnerConfig, StudyConfig, WorkloadConfig
 
 
 @dataclass

@@ -39,7 +39,8 @@ class ArmConfig:
     oracle_p2: bool = False          # ORACLE_P2 (observational)
     fingerprints: Optional[bool] = None  # FINGERPRINTS; None = on iff the arm has a ring
     # Under a sampled workload (workload.sampling.temperature > 0); unset under greedy verification.
-    draft_policy: Optional[str] = None   # sampled (x ~ q, verified by min(1, p/q)) | greedy (argmax q, one-hot q); None = sampled
+    # sampled (x ~ q, verified by min(1, p/q)) | greedy (argmax q, one-hot q); None = sampled
+    draft_policy: Optional[str] = None
     draft_temperature: Optional[float] = None  # the drafter's q temperature; None = the target's
     ring_size: int = 64              # per-sequence catch-up ring capacity (labels)
     handoff_norm: str = "checkpoint"  # HANDOFF_NORM: checkpoint (as declared) | pre | post the trunk's final norm

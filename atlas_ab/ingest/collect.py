@@ -93,8 +93,8 @@ def workload_plan(name: str, overrides: list[str]) -> Plan:
     import yaml
     from tokenizers import Tokenizer
 
-    from atlas_ab.config.structured import SamplingConfig, WorkloadConfig
     from atlas_ab.config.paths import PACKAGE_DIR
+    from atlas_ab.config.structured import SamplingConfig, WorkloadConfig
     from atlas_ab.workload.documents import build_workload
 
     path = PACKAGE_DIR / "conf" / "workload" / f"{name}.yaml"
@@ -412,10 +412,11 @@ def read_raw(path: Path) -> dict[tuple[int, int], dict]:
     for i, line in enumerate(lines):
         try:
             rec = json.loads(line)
-        except ValueError:
+        except ValueError as e:
             if i == len(lines) - 1:
                 break
-            raise AtlasError(f"{path}: line {i + 1}: not JSON (not a torn last line): remove the run to start over")
+            raise AtlasError(f"{path}: line {i + 1}: not JSON (not a torn last line): "
+                             "remove the run to start over") from e
         done[(rec["doc_id"], rec["turn"])] = rec
         good += len(line.encode("utf-8"))
     if good != path.stat().st_size:
@@ -436,11 +437,11 @@ def append_raw(path: Path, rec: dict, lock: threading.Lock) -> None:
 # ---- the run -------------------------------------------------------------------------------
 
 def collect(args) -> int:
+    from atlas_ab.atomic import write_json
     from atlas_ab.ingest import ingest
     from atlas_ab.ingest.records import Record
     from atlas_ab.ingest.units import Where
     from atlas_ab.ingest.write import check_out
-    from atlas_ab.atomic import write_json
     from atlas_ab.run.provenance import code_identity, now
     from atlas_ab.run.store import MANIFEST
 

@@ -19,16 +19,25 @@ import numpy as np
 import torch
 
 from atlas_ab import AtlasError
-from atlas_ab.config.structured import (ArmConfig, ModelConfig, RunnerConfig, WorkloadConfig, validate_arm,
-                                       validate_arm_sampling, validate_model, validate_runner, validate_workload)
+from atlas_ab.config.paths import PACKAGE_DIR, resolve_path
+from atlas_ab.config.structured import (
+    ArmConfig,
+    ModelConfig,
+    RunnerConfig,
+    WorkloadConfig,
+    validate_arm,
+    validate_arm_sampling,
+    validate_model,
+    validate_runner,
+    validate_workload,
+)
 from atlas_ab.run.engine import RunInfo, WaveResult
-from atlas_ab.speculative.gate import check
+from atlas_ab.run.store import aggregate_gate
 from atlas_ab.speculative import pit_gate
+from atlas_ab.speculative.gate import check
 from atlas_ab.speculative.loop import Wave
 from atlas_ab.speculative.sampling import plan_of
 from atlas_ab.speculative.targets import LiveTarget
-from atlas_ab.config.paths import PACKAGE_DIR, resolve_path
-from atlas_ab.run.store import aggregate_gate
 
 log = logging.getLogger(__name__)
 DEFAULT_TOKENIZER = PACKAGE_DIR / "models" / "default" / "tokenizer.json"
@@ -116,7 +125,8 @@ class Runner:
                    "mtp_layout": ck.layout.name if ck.layout is not None else None,
                    "handoff": self.handoff, "draft": self._draft_info},
             workload={"hash": self.workload.hash, **self.workload.info,
-                      "sampling": {k: getattr(workload.sampling, k) for k in ("temperature", "top_p", "top_k", "seed")}},
+                      "sampling": {k: getattr(workload.sampling, k)
+                                   for k in ("temperature", "top_p", "top_k", "seed")}},
             device=torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
             dtype=str(self.dtype).replace("torch.", ""),
             row_space=self.arm.row_space, proposer=self.arm.proposer,

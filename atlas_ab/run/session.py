@@ -22,15 +22,25 @@ from typing import Any, Callable, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from atlas_ab import AtlasError
-from atlas_ab.config.structured import (ArmConfig, ModelConfig, RunnerConfig, StudyConfig, WorkloadConfig, validate_arm,
-                             validate_arm_sampling, validate_model, validate_runner, validate_workload)
-from atlas_ab.config.store import check_keys
-from atlas_ab.run.device import DeviceClaim, set_threads, thread_count
-from atlas_ab.run.engine import Engine, RunInfo
-from atlas_ab.errors import one_line
 from atlas_ab.config.levers import arm_from_env, env_report, resolved_levers
 from atlas_ab.config.paths import resolve_path
 from atlas_ab.config.prereg import load_prereg, lock
+from atlas_ab.config.store import check_keys
+from atlas_ab.config.structured import (
+    ArmConfig,
+    ModelConfig,
+    RunnerConfig,
+    StudyConfig,
+    WorkloadConfig,
+    validate_arm,
+    validate_arm_sampling,
+    validate_model,
+    validate_runner,
+    validate_workload,
+)
+from atlas_ab.errors import one_line
+from atlas_ab.run.device import DeviceClaim, set_threads, thread_count
+from atlas_ab.run.engine import Engine, RunInfo
 from atlas_ab.run.progress import Progress
 from atlas_ab.run.provenance import code_identity, host, versions
 from atlas_ab.run.store import RunStore, write_failed_manifest
@@ -64,7 +74,7 @@ def configs(cfg: DictConfig, out=None) -> Configs:
     check_keys(cfg)
     c = Configs(*(OmegaConf.to_object(cfg[g]) for g in ("arm", "model", "workload", "runner", "study")))
     if c.arm.name == "env":
-        # +arm=env: the levers come from the seeds' ATLAS_MTP_* variables, parsed as the
+        # +arm=env: the levers come from the reference engine's ATLAS_MTP_* variables, parsed as the
         # engine parses them (clamps included), then checked like any arm.
         c.arm = arm_from_env(os.environ, name="env")
         for line in env_report(os.environ):

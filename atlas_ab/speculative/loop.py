@@ -131,7 +131,7 @@ class Wave:
         ar = torch.arange(B, device=self.device)
 
         # DRAFTER_PREFILL: context rows keys start-1 .. n_tok-2, i.e. (token k+1,
-        # hidden k). OFF keeps the seeds' behaviour: only a prefill that starts
+        # hidden k). OFF keeps the reference engine's behaviour: only a prefill that starts
         # at position 0 (the cold turn) prefills the drafter.
         if self.arm.drafter_prefill or t == 0:
             self._drafter_context(start, count, hid)
@@ -154,7 +154,7 @@ class Wave:
     def _drafter_context(self, start, count, hid) -> None:
         # Keys from start-1 (it pairs the pending token with the saved hidden),
         # never re-writing a key the drafter already holds. The dense space only
-        # appends at slot == key (the seeds refuse a feed that would leave a
+        # appends at slot == key (the reference engine refuses a feed that would leave a
         # hole), so a misaligned dense drafter is left as it is.
         drafter_rows, newest = self.proposer.drafter_rows(), self.proposer.last_pair_key()
         seqs, keys = [], []
@@ -258,7 +258,7 @@ class Wave:
     def _all_gated(self, gated: torch.Tensor, active: np.ndarray) -> bool:
         """DRAFT_CONF's decision, read before the verify: when every active sequence dropped its
         drafts, the step is a one-token decode, which is what gating saves. The read is the one
-        the engine's confidence path pays too (the seeds' `last_confidence`: a D2H per propose);
+        the engine's confidence path pays too (the reference engine's `last_confidence`: a D2H per propose);
         arms with DRAFT_CONF off never make it (the loop's one read per step stands)."""
         return bool(gated.cpu().numpy()[active].all())
 

@@ -27,12 +27,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from safetensors.torch import load as st_load
-from safetensors.torch import save as st_save
+from safetensors.torch import load as st_load, save as st_save
 
 from atlas_ab import AtlasError
-from atlas_ab.run.provenance import now
 from atlas_ab.atomic import write_bytes, write_json
+from atlas_ab.run.provenance import now
 from atlas_ab.speculative.trajectory import Trajectory
 
 log = logging.getLogger("atlas_ab")

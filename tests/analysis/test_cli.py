@@ -36,7 +36,7 @@ def one_error(capsys, *argv, must=()):
 
 @pytest.fixture(scope="module")
 def seeds_runs(tmp_path_factory):
-    """The seeds' powered A/B to the count (16 docs x 8 turns), as two run directories."""
+    """The reference engine's powered A/B to the count (16 docs x 8 turns), as two run directories."""
     d = tmp_path_factory.mktemp("seeds")
     off = write_run(d / "off", steps_from_counts({0: 4056, 1: 1995, 2: 4349}, seed=0), "catchup_on", shards=3)
     on = write_run(d / "on", steps_from_counts({0: 3775, 1: 1828, 2: 4497}, seed=1), "refeed_on")

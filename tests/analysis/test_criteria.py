@@ -48,7 +48,7 @@ def test_paired_difference_is_the_clustered_mean_of_pair_differences(tmp_path):
 
 
 def test_pairing_saves_sd_against_independent_arms_not_against_document_pairing(tmp_path):
-    """The seeds' binomial sd treats the arms as independent; two arms on one trajectory are
+    """The reference engine's binomial sd treats the arms as independent; two arms on one trajectory are
     not, and pairing their steps removes most of that sd. The cluster sd of the unpaired
     difference already pairs the arms by document (one cluster in both), so with every step
     matched it and the paired sd agree: pairing by position adds nothing beyond that."""

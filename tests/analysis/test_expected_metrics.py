@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis.metrics import (cell_counts, doc_sums, parse_metric, rates, realized, row_values)
+from atlas_ab.analysis.metrics import cell_counts, doc_sums, parse_metric, rates, realized, row_values
 from atlas_ab.analysis.stats import compare
 
 NAN = float("nan")

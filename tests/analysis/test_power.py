@@ -64,7 +64,7 @@ def _diff(p0, n0, p1, n1):
 
 def test_verdicts():
     pr = load_prereg(SHIPPED)
-    # the seeds' powered A/B: met at 3.9 sd
+    # the reference engine's powered A/B: met at 3.9 sd
     v = evaluate(pr, _diff(0.4182, 10_400, 0.4452, 10_100))
     assert v.status == "MET" and v.z == pytest.approx(3.9, abs=0.05)
     # n = 700 per arm: below the registered minimum

@@ -1,4 +1,4 @@
-"""The seeds' powered A/B to the digit, clustered vs i.i.d. uncertainty, the bootstrap."""
+"""The reference engine's powered A/B to the digit, clustered vs i.i.d. uncertainty, the bootstrap."""
 import math
 
 import numpy as np

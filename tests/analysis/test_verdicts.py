@@ -390,7 +390,7 @@ def test_thread_count_does_not_change_the_numbers():
         torch.set_num_threads(before)
     assert_steps_match(tables[0], tables[1])
     assert_steps_match(tables[0], other_rounding(tables[1]))        # another CPU's rounding passes
-    for name, bad in lossy_variants(tables[1]):                     # a lossy change fails
+    for _name, bad in lossy_variants(tables[1]):                     # a lossy change fails
         with pytest.raises(AssertionError):
             assert_steps_match(tables[0], bad)
 

@@ -16,7 +16,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
-
 # ---- synthetic steps of one request -------------------------------------------------------
 
 def chain_steps(seed_text: str, completion: int, K: int, p_cond, vary_k: bool = False):

@@ -7,12 +7,12 @@ import pandas as pd
 import pyarrow as pa
 import torch
 
-from atlas_ab.speculative.loop import Wave
 from atlas_ab.proposers.draft_model import DraftModelProposer
 from atlas_ab.proposers.mtp_head import MTPProposer
+from atlas_ab.speculative.loop import Wave
 from atlas_ab.speculative.targets import LiveTarget, ReplayTarget
-from atlas_ab.telemetry.fingerprint import fingerprint_rows
 from atlas_ab.speculative.trajectory import Trajectory
+from atlas_ab.telemetry.fingerprint import fingerprint_rows
 
 
 def proposer(models, arm, draft=None):

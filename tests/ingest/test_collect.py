@@ -65,7 +65,8 @@ def test_resume_after_the_server_died(tmp_path, capsys):
         code = run(fe, tmp_path, "arm", "--retries", "0", "--concurrency", "1")
     one_error(capsys, code, ["HTTP 500", "engine died"])
     m = json.loads((tmp_path / "arm" / "manifest.json").read_text())
-    assert m["status"] == "running" and len((tmp_path / "arm" / "raw" / "responses.jsonl").read_text().splitlines()) == 3
+    raw = (tmp_path / "arm" / "raw" / "responses.jsonl").read_text()
+    assert m["status"] == "running" and len(raw.splitlines()) == 3
     with FakeEngine("vllm") as fe:
         code = run(fe, tmp_path, "arm")
         one_error(capsys, code, ["unfinished collection", "--resume"])

@@ -224,7 +224,7 @@ def test_vllm_counters_with_varying_k_and_trtllm_positions(tmp_path):
     assert figure(c, "p2_cond").status == "refused" and figure(c, "tokens_per_step").value == 1 + 120 / 100
 
 
-# --- the seeds' engine log ---------------------------------------------------------------------
+# --- the reference engine log ---------------------------------------------------------------------
 
 def test_atlas_log_events_and_fingerprints(tmp_path, capsys):
     log = tmp_path / "serve.log"

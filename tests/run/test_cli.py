@@ -176,8 +176,8 @@ def test_joblib_two_arm_sweep_fake(tmp_path):
 def tiny_ckpt(tmp_path_factory):
     """A tiny MTP checkpoint with the embedded tokenizer (the real model may not be trained yet)."""
     torch = pytest.importorskip("torch")
-    from tests.helpers.tiny import tiny_models
     from atlas_ab.runtime import checkpoint
+    from tests.helpers.tiny import tiny_models
 
     d = tmp_path_factory.mktemp("ckpt")
     trunk, mtp = tiny_models(vocab=4096)
@@ -219,7 +219,7 @@ def test_real_joblib_two_arm_sweep(tmp_path, tiny_ckpt):
 
 
 def test_arm_env_takes_the_levers_from_atlas_mtp_variables(tmp_path):
-    """`+arm=env` runs what the engine would run under ATLAS_MTP_*: parsed and clamped as the seeds."""
+    """`+arm=env` runs what the engine would run under ATLAS_MTP_*: parsed and clamped as the reference engine."""
     env = {**_env(), "ATLAS_MTP_CATCHUP": "1", "ATLAS_MTP_REFEED_ACCEPTED": "1",
            "ATLAS_MTP_REFEED_SHIFT": "9", "ATLAS_MTP_SHADOW_TOPK": "12"}
     d = tmp_path / "env"

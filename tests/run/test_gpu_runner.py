@@ -3,10 +3,10 @@ import pytest
 import torch
 
 from atlas_ab.config.structured import ArmConfig
+from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.speculative.gate import check
 from atlas_ab.speculative.loop import Wave
 from atlas_ab.speculative.targets import LiveTarget
-from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.telemetry.fingerprint import fingerprint_rows
 from tests.helpers.tiny import tiny_docs, tiny_models
 
@@ -35,9 +35,10 @@ def test_gpu_wave_is_lossless_up_to_near_ties(models, arm, graphs):
     steps = trace.steps.table().to_pandas()
     assert (steps.accept_len <= steps.k).all() and steps.accept_len.max() >= 1
     if trace.events is not None:
-        from atlas_ab.analysis.fingerprints import fingerprint_table
         import pandas as pd
         import pyarrow as pa
+
+        from atlas_ab.analysis.fingerprints import fingerprint_table
         ev = trace.events.table().to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
         t = fingerprint_table(ev, "compact")
         assert all(r.ok for r in t.rows), t.summary()

@@ -10,10 +10,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from atlas_ab import AtlasError
-from atlas_ab.run.session import acceptance_summary, run
-from atlas_ab.config.paths import PACKAGE_ROOT, resolve_path
-from atlas_ab.config.paths import CONF_DIR
 from atlas_ab.atomic import write_table
+from atlas_ab.config.paths import CONF_DIR, PACKAGE_ROOT, resolve_path
+from atlas_ab.run.session import acceptance_summary, run
 from atlas_ab.run.store import RunStore, aggregate_gate, config_diff
 
 FAKE = "runner.engine._target_=tests.helpers.fakerunner.FakeRunner"
@@ -71,7 +70,7 @@ def test_groups_and_presets():
     assert all(d.model[k] is None for k in ("hidden_size", "num_hidden_layers", "vocab_size"))
     s = cfg_of("+study=refeed")
     assert list(s.study.arms) == ["catchup_on", "refeed_on"]
-    assert list(s.study.preregs) == ["analysis/prereg/refeed_p2_uncond.yaml"]
+    assert list(s.study.preregs) == ["refeed_p2_uncond"]
 
 
 @pytest.mark.parametrize("override,match", [

@@ -175,10 +175,10 @@ def test_wave_with_fast_kernels_equals_torch_wave():
     import pandas as pd
 
     from atlas_ab.config.structured import ArmConfig
-    from atlas_ab.speculative.gate import check
-    from atlas_ab.speculative.targets import LiveTarget
-    from atlas_ab.speculative.loop import Wave
     from atlas_ab.proposers.mtp_head import MTPProposer
+    from atlas_ab.speculative.gate import check
+    from atlas_ab.speculative.loop import Wave
+    from atlas_ab.speculative.targets import LiveTarget
     from tests.helpers.tiny import tiny_docs, tiny_models
 
     trunk, mtp = tiny_models()

@@ -12,8 +12,8 @@ import torch
 from omegaconf import OmegaConf
 
 from atlas_ab import AtlasError
-from atlas_ab.config.structured import ArmConfig, validate_arm
 from atlas_ab.config.levers import BY_NAME, arm_from_env, arm_to_env, compose_arm
+from atlas_ab.config.structured import ArmConfig, validate_arm
 from atlas_ab.runtime import checkpoint
 from tests.helpers.mtp_reference import DEEPSEEK, MIMO, deepseek_checkpoint, mimo_checkpoint
 from tests.runtime.test_layouts import PROMPTS, compare, our_drafts
@@ -65,7 +65,7 @@ def test_the_levers_compose_validate_and_round_trip_the_env():
         assert getattr(back, field) == value
     assert BY_NAME["handoff_norm"].env == "ATLAS_MTP_HANDOFF_NORM" and BY_NAME["handoff_norm"].ours
     assert BY_NAME["recycle_norm"].env == "ATLAS_MTP_RECYCLE_NORM" and BY_NAME["recycle_norm"].ours
-    # the env parse is exact, like the seeds' switches: anything else is the checkpoint's declaration
+    # the env parse is exact, like the reference engine's switches: anything else is the checkpoint's declaration
     for raw in ("POST", " post", "1", "", None):
         env = {} if raw is None else {"ATLAS_MTP_HANDOFF_NORM": raw}
         assert arm_from_env(env).handoff_norm == "checkpoint"

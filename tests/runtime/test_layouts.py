@@ -14,8 +14,18 @@ from atlas_ab import AtlasError
 from atlas_ab.proposers.base import RowFeed
 from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.runtime import checkpoint
-from tests.helpers.mtp_reference import (DEEPSEEK, MIMO, RefLayout, base_config, deepseek_checkpoint, llama_tensors,
-                           mimo_checkpoint, mtp_tensors, reference_drafts, write_checkpoint)
+from tests.helpers.mtp_reference import (
+    DEEPSEEK,
+    MIMO,
+    RefLayout,
+    base_config,
+    deepseek_checkpoint,
+    llama_tensors,
+    mimo_checkpoint,
+    mtp_tensors,
+    reference_drafts,
+    write_checkpoint,
+)
 
 pytestmark = pytest.mark.float_sensitive
 
@@ -237,10 +247,10 @@ def test_the_yaml_key_map_is_hashed(tmp_path):
 def test_a_mimo_wave_runs_the_levers_losslessly(tmp_path, arm):
     from atlas_ab.analysis.fingerprints import fingerprint_table
     from atlas_ab.config.structured import ArmConfig, validate_arm
+    from atlas_ab.runtime.layouts import handoff_in_effect
     from atlas_ab.speculative.gate import check
     from atlas_ab.speculative.loop import Wave
     from atlas_ab.speculative.targets import LiveTarget
-    from atlas_ab.runtime.layouts import handoff_in_effect
     from atlas_ab.telemetry.fingerprint import fingerprint_rows
     from tests.helpers.tiny import tiny_docs
 

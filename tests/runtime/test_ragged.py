@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from atlas_ab.runtime.args import ModelArgs
 from atlas_ab.runtime import model as model_mod
+from atlas_ab.runtime.args import ModelArgs
 from atlas_ab.runtime.model import MTPModule, Transformer, init_weights
 
 pytestmark = pytest.mark.float_sensitive

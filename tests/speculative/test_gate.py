@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from atlas_ab.config.structured import ArmConfig
+from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.speculative.gate import FORWARD_ERROR, check, forward_error, replay_greedy, resolution, trunk_in
 from atlas_ab.speculative.loop import Wave
 from atlas_ab.speculative.targets import LiveTarget
-from atlas_ab.proposers.mtp_head import MTPProposer
 from tests.helpers.tiny import tiny_docs, tiny_models
 
 pytestmark = pytest.mark.float_sensitive

@@ -104,7 +104,8 @@ def test_a_corrupt_trajectory_is_refused_in_one_line(tmp_path, cache):
 # -- the cache on its own: concurrency and atomicity --------------------------------------
 
 def tiny_trajectory(i: int) -> Trajectory:
-    return Trajectory(doc_ids=np.array([i]), tokens=np.arange(6, dtype=np.int32)[None], argmax=np.zeros((1, 6), np.int32),
+    return Trajectory(doc_ids=np.array([i]), tokens=np.arange(6, dtype=np.int32)[None],
+                      argmax=np.zeros((1, 6), np.int32),
                       hiddens=torch.full((1, 6, 4), float(i)), ext=np.zeros((1, 1, 8), np.int32),
                       gen_start=np.array([[3]]), margins=np.zeros((1, 6, 2), np.float32), gen_tokens=3)
 
