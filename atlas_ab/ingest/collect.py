@@ -53,6 +53,7 @@ class Conversation:
     doc_id: int
     turns: list[str]
     max_tokens: list[int]
+    ids: list[list[int]] | None = None      # the turns' token ids (our workload), for --token-ids
 
 
 @dataclass
@@ -94,7 +95,7 @@ def workload_plan(name: str, overrides: list[str]) -> Plan:
     wl = build_workload(WorkloadConfig(**cfg), tok_path)
     tok = Tokenizer.from_file(str(tok_path))
     convs = [Conversation(d.doc_id, [tok.decode(c, skip_special_tokens=False) for c in d.chunks],
-                          [wl.gen_tokens] * len(d.chunks)) for d in wl.docs]
+                          [wl.gen_tokens] * len(d.chunks), [list(c) for c in d.chunks]) for d in wl.docs]
     return Plan(convs, {"workload": name, "config": cfg, "hash": wl.hash, "tokenizer": str(tok_path)}, wl.hash)
 
 
@@ -188,6 +189,7 @@ class Client:
     retries: int = 3
     timeout: float = 600.0
     ignore_eos: bool = False
+    token_ids: bool = False        # prompts and replies as token ids: llama.cpp's own /completion
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -196,6 +198,9 @@ class Client:
         return u[:-3] if u.endswith("/v1") else u
 
     def body(self, messages: list[dict], max_tokens: int) -> dict:
+        if self.token_ids:   # no text round trip: the server sees exactly our tokens (and adds no BOS to ids)
+            return {"prompt": [i for m in messages for i in m["ids"]], "n_predict": max_tokens, "temperature": 0,
+                    "return_tokens": True, "cache_prompt": True, "ignore_eos": self.ignore_eos, "stream": False}
         b = {"model": self.model, "max_tokens": max_tokens, "temperature": 0, "n": 1, "stream": self.stream}
         if self.api == "chat":
             b["messages"] = messages
@@ -211,6 +216,7 @@ class Client:
 
     def call(self, messages: list[dict], max_tokens: int, where: str) -> tuple[dict, int, float]:
         path = "/chat/completions" if self.api == "chat" else "/completions"
+        url = self.root + "/completion" if self.token_ids else self.url.rstrip("/") + path
         body = self.body(messages, max_tokens)
         t0, last = time.perf_counter(), None
         for attempt in range(1, self.retries + 2):
@@ -219,7 +225,7 @@ class Client:
                     got = {"stream": _sse_chunks(http("POST", self.url.rstrip("/") + path, body, self.timeout,
                                                       stream=True))}
                 else:
-                    got = {"response": http("POST", self.url.rstrip("/") + path, body, self.timeout)}
+                    got = {"response": http("POST", url, body, self.timeout)}
                 if self.engine == "trtllm":
                     got["extra"] = {"perf_metrics": self.perf_entry(where)}
                 return got, attempt, time.perf_counter() - t0
@@ -253,6 +259,14 @@ def reply_text(got: dict) -> str:
         return "".join(parts)
     ch = ((got["response"] or {}).get("choices") or [{}])[0]
     return ((ch.get("message") or {}).get("content") or ch.get("text") or "") if isinstance(ch, dict) else ""
+
+
+def reply_ids(got: dict, max_tokens: int, where: str) -> list[int]:
+    """The reply's token ids (--token-ids: llama.cpp's /completion with return_tokens)."""
+    ids = (got.get("response") or {}).get("tokens")
+    if not isinstance(ids, list) or not all(isinstance(i, int) and i >= 0 for i in ids) or len(ids) > max_tokens:
+        raise AtlasError(f"{where}: field 'tokens': expected at most {max_tokens} token ids, got {str(ids)[:80]}")
+    return ids
 
 
 def probe(url: str, engine: str, timeout: float) -> dict:
@@ -341,10 +355,14 @@ def collect(args) -> int:
         print(f"{PROG}: note: trtllm: one request at a time, so each /perf_metrics entry is that request's",
               file=sys.stderr)
         concurrency = 1
+    if args.token_ids and (engine != "llamacpp" or args.prompts or args.stream):
+        raise AtlasError(f"--token-ids: llama.cpp only (its /completion takes and returns token ids), our "
+                         f"workload only, not streamed; got engine {engine}"
+                         + (", --prompts" if args.prompts else "") + (", --stream" if args.stream else ""))
     client = Client(args.url, engine, model, api=args.api, stream=args.stream, retries=args.retries,
-                    timeout=args.timeout, ignore_eos=args.ignore_eos)
+                    timeout=args.timeout, ignore_eos=args.ignore_eos, token_ids=args.token_ids)
     params = {"api": args.api, "model": model, "engine": engine, "stream": args.stream, "temperature": 0, "n": 1,
-              "ignore_eos": args.ignore_eos}
+              "ignore_eos": args.ignore_eos, **({"token_ids": True} if args.token_ids else {})}
     phash = prompts_hash(plan)
 
     mf = out / MANIFEST
@@ -392,8 +410,13 @@ def collect(args) -> int:
             if stop.is_set():
                 return
             user = {"role": "user", "content": chunk}
+            if client.token_ids:
+                user["ids"] = c.ids[t]
             if (c.doc_id, t) in done:
-                messages += [user, {"role": "assistant", "content": done[(c.doc_id, t)]["reply"]}]
+                got = done[(c.doc_id, t)]
+                messages += [user, {"role": "assistant", "content": got["reply"],
+                                    **({"ids": reply_ids(got, mt, f"{raw}: doc {c.doc_id} turn {t}")}
+                                       if client.token_ids else {})}]
                 continue
             where = f"doc {c.doc_id} turn {t}"
             got, attempts, secs = client.call(messages + [user], mt, where)
@@ -401,10 +424,13 @@ def collect(args) -> int:
                 check(got, c.doc_id, t, where)
             except AtlasError as e:
                 raise AtlasError(f"{e} [{HINT[engine]}]") from None
-            text = reply_text(got)
+            text = (got["response"].get("content") or "") if client.token_ids else reply_text(got)
+            reply = {"role": "assistant", "content": text}
+            if client.token_ids:      # (kept in the stored response itself: a resume reads them back)
+                reply["ids"] = reply_ids(got, mt, where)
             append_raw(raw, {"doc_id": c.doc_id, "turn": t, **got, "reply": text, "attempts": attempts,
                              "seconds": round(secs, 3)}, lock)
-            messages += [user, {"role": "assistant", "content": text}]
+            messages += [user, reply]
             if bar is not None:
                 with lock:
                     bar.update(1)
@@ -449,6 +475,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api", default="chat", choices=("chat", "completions"), help="endpoint to use")
     p.add_argument("--stream", action="store_true", help="stream answers (telemetry rides the final usage chunk)")
     p.add_argument("--ignore-eos", action="store_true", help="send ignore_eos: true (exactly max_tokens per turn)")
+    p.add_argument("--token-ids", action="store_true",
+                   help="llama.cpp: send our workload's token ids to /completion and continue each turn with the "
+                        "reply's ids (both sides see the same tokens; no text round trip)")
     p.add_argument("--concurrency", type=int, default=8, help="documents in flight (turns run in order)")
     p.add_argument("--retries", type=int, default=3, help="retries per request on connection errors, 429, 5xx")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
