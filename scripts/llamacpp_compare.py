@@ -38,6 +38,7 @@ PROG = "llamacpp_compare.py"
 class Request:
     doc_id: int
     turn: int
+    same_context: bool                # every earlier turn of the document came out the same
     same_completion: bool
     first_diff: int | None            # index into the turn's G tokens
     margin: float | None              # our top-1 minus top-2 logit at first_diff
@@ -57,15 +58,17 @@ class Comparison:
     def summarize(self) -> "Comparison":
         rs = self.requests
         tot = lambda f, i: int(sum(getattr(r, f)[i] for r in rs))  # noqa: E731
-        same = [r for r in rs if r.same_completion]
+        same = [r for r in rs if r.same_completion and r.same_context]
+        roots = [r for r in rs if r.same_context and not r.same_completion]
         self.totals = {
-            "requests": len(rs), "same_completion": len(same),
+            "requests": len(rs), "same_context": sum(r.same_context for r in rs), "same_completion": len(same),
+            # where the prompts were the same and the completions were not: the margins there
+            "divergences": [{"doc_id": r.doc_id, "turn": r.turn, "at": r.first_diff, "margin": r.margin} for r in roots],
             "ours": {"drafted": tot("ours", 0), "accepted": tot("ours", 1)},
             "ours_budgeted": {"drafted": tot("ours_budgeted", 0), "accepted": tot("ours_budgeted", 1)},
             "engine": {"drafted": tot("engine", 0), "accepted": tot("engine", 1)},
             "same_counts": sum(r.ours_budgeted == r.engine for r in rs),
             "same_counts_where_same_completion": sum(r.ours_budgeted == r.engine for r in same),
-            "divergence_margins": sorted(r.margin for r in rs if r.margin is not None),
         }
         return self
 
@@ -78,17 +81,21 @@ class Comparison:
         rate = lambda d: f"{d['accepted']:,} / {d['drafted']:,} = {d['accepted'] / max(d['drafted'], 1):.4f}"  # noqa: E731
         out = [f"requests {t['requests']}, K={self.K}, G={self.G}",
                f"same completion        {t['same_completion']} / {t['requests']}"
-               f" (our run == our greedy reference: {self.run_matches_reference})",
+               f" (our run == our greedy reference: {self.run_matches_reference}; the other "
+               f"{t['requests'] - t['same_context']} followed a divergence in an earlier turn)",
                f"accepted / drafted     ours {rate(t['ours'])}; ours budgeted {rate(t['ours_budgeted'])}; "
                f"llama.cpp {rate(t['engine'])}",
                f"same counts            {t['same_counts']} / {t['requests']} "
                f"({t['same_counts_where_same_completion']} / {t['same_completion']} where the completion agrees)"]
-        if t["divergence_margins"]:
-            out.append("margins at first divergence: " + ", ".join(f"{m:.4f}" for m in t["divergence_margins"]))
+        for d in t["divergences"]:
+            out.append(f"divergence: doc {d['doc_id']} turn {d['turn']} at token {d['at']}, our top-1 - top-2 "
+                       f"logit there {d['margin']}")
         bad = [r for r in self.requests if not r.same_completion or r.ours_budgeted != r.engine]
         for r in bad[:n_list]:
-            out.append(f"  doc {r.doc_id} turn {r.turn}: completion {'same' if r.same_completion else 'differs at ' + str(r.first_diff)}"
-                       f"; ours {r.ours_budgeted} llama.cpp {r.engine} (recorded {r.ours})")
+            what = "same" if r.same_completion else f"differs at {r.first_diff}"
+            ctx = "" if r.same_context else " (after an earlier divergence)"
+            out.append(f"  doc {r.doc_id} turn {r.turn}: completion {what}{ctx}; drafted, accepted: ours budgeted "
+                       f"{r.ours_budgeted}, llama.cpp {r.engine} (ours recorded {r.ours})")
         return out
 
 
@@ -169,12 +176,15 @@ def compare(ours: Path, engine: Path) -> Comparison:
     if set(eng) != set(counts):
         fail(f"the runs hold different requests: {len(counts)} ours, {len(eng)} llama.cpp's")
     ref, margins = reference(mo)
-    reqs = []
+    reqs, diverged = [], set()
     for key in sorted(counts):
         toks, ecounts = eng[key]
         diff = next((i for i, (a, b) in enumerate(zip(ref[key], toks)) if a != b),
                     None if len(toks) == len(ref[key]) else min(len(toks), len(ref[key])))
-        reqs.append(Request(key[0], key[1], diff is None, diff,
+        same_context = key[0] not in diverged
+        if diff is not None:
+            diverged.add(key[0])
+        reqs.append(Request(key[0], key[1], same_context, diff is None, diff,
                             None if diff is None or diff >= len(margins[key]) else round(margins[key][diff], 6),
                             counts[key][0], counts[key][1], ecounts))
     matches = all(committed[k] == ref[k][1:] for k in counts)

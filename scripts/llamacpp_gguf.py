@@ -17,7 +17,8 @@ none from llama.cpp either).
          blocks with RoPE on halves (NEOX), the hidden handed to the MTP layer taken BEFORE the
          final norm, x = eh_proj(cat[enorm(embed(tok)), hnorm(h)]), one dense decoder block,
          its pre-norm output recycled into the next draft, shared_head.norm + the trunk's
-         lm_head. The sliding window is declared but never applies (every layer global).
+         lm_head. A sliding window is declared (mimo2 needs one) that is never shorter than
+         the context, so every layer attends to every earlier position.
          What llama.cpp feeds that layer is its policy, not the checkpoint: docs/ingest.md.
 """
 from __future__ import annotations
@@ -167,9 +168,11 @@ def convert(kind: str, model_dir: Path, out: Path) -> dict[str, np.ndarray]:
         trunk_params(w, cfg, n + 1)
         w.add_nextn_predict_layers(1)
         w.add_expert_feed_forward_length(0)
-        # every layer global: mimo2 requires the window keys, a pattern of all-False uses none
+        # mimo2's KV cache needs a sliding-window layer (llama-model.cpp asserts is_swa_any): every
+        # layer is one, with a window as long as the positions, so no position is ever masked
         w.add_sliding_window(cfg["max_position_embeddings"])
-        w.add_sliding_window_pattern([False] * (n + 1))
+        w.add_sliding_window_pattern([True] * (n + 1))
+        w.add_rope_freq_base_swa(float(cfg["rope_theta"]))
     write(out, "mimo2", cfg, tok, tensors, params)
     return tensors
 
