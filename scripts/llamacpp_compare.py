@@ -29,8 +29,6 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 PROG = "llamacpp_compare.py"
 
 
@@ -55,9 +53,12 @@ class Comparison:
     run_matches_reference: bool       # our run committed exactly the reference greedy tokens
     totals: dict = field(default_factory=dict)
 
-    def summarize(self) -> "Comparison":
+    def summarize(self) -> Comparison:
         rs = self.requests
-        tot = lambda f, i: int(sum(getattr(r, f)[i] for r in rs))  # noqa: E731
+
+        def tot(f, i):
+            return int(sum(getattr(r, f)[i] for r in rs))
+
         same = [r for r in rs if r.same_completion and r.same_context]
         roots = [r for r in rs if r.same_context and not r.same_completion]
         self.totals = {
@@ -78,15 +79,17 @@ class Comparison:
 
     def lines(self, n_list: int = 10) -> list[str]:
         t = self.totals
-        rate = lambda d: f"{d['accepted']:,} / {d['drafted']:,} = {d['accepted'] / max(d['drafted'], 1):.4f}"  # noqa: E731
+        def rate(d):
+            return f"{d['accepted']:,} / {d['drafted']:,} = {d['accepted'] / max(d['drafted'], 1):.4f}"
+
         out = [f"requests {t['requests']}, K={self.K}, G={self.G}",
-               f"same completion        {t['same_completion']} / {t['requests']}"
-               f" (our run == our greedy reference: {self.run_matches_reference}; the other "
-               f"{t['requests'] - t['same_context']} followed a divergence in an earlier turn)",
-               f"accepted / drafted     ours {rate(t['ours'])}; ours budgeted {rate(t['ours_budgeted'])}; "
-               f"llama.cpp {rate(t['engine'])}",
-               f"same counts            {t['same_counts']} / {t['requests']} "
-               f"({t['same_counts_where_same_completion']} / {t['same_completion']} where the completion agrees)"]
+               (f"same completion        {t['same_completion']} / {t['requests']}"
+                f" (our run == our greedy reference: {self.run_matches_reference}; the other "
+                f"{t['requests'] - t['same_context']} followed a divergence in an earlier turn)"),
+               (f"accepted / drafted     ours {rate(t['ours'])}; ours budgeted {rate(t['ours_budgeted'])}; "
+                f"llama.cpp {rate(t['engine'])}"),
+               (f"same counts            {t['same_counts']} / {t['requests']} "
+                f"({t['same_counts_where_same_completion']} / {t['same_completion']} where the completion agrees)")]
         for d in t["divergences"]:
             out.append(f"divergence: doc {d['doc_id']} turn {d['turn']} at token {d['at']}, our top-1 - top-2 "
                        f"logit there {d['margin']}")

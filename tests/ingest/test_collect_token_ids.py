@@ -14,7 +14,7 @@ from atlas_ab.ingest.collect import main as collect
 from atlas_ab.workload.documents import build_workload
 
 SET = ["--set", "n_docs=2", "--set", "turns=3", "--set", "gen_tokens=5"]
-WL = dict(corpus="stdlib", split="heldout", n_docs=2, turns=3, chunk_tokens=64, gen_tokens=5, seed=0)
+WL = {"corpus": "stdlib", "split": "heldout", "n_docs": 2, "turns": 3, "chunk_tokens": 64, "gen_tokens": 5, "seed": 0}
 
 
 class LlamaServerStandIn:

@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-import llamacpp_compare  # noqa: E402
+import llamacpp_compare
 
 CURRENT = Path(os.environ.get("ATLAS_LLAMACPP_CACHE", Path.home() / ".cache/atlas_ab/llama.cpp")) / "current.json"
 BUILT = json.loads(CURRENT.read_text()) if CURRENT.is_file() else {}
@@ -79,7 +79,8 @@ def llama_server(log: Path, *model_args: str, timeout: float = 120.0):
 
 def run(args: list[str], timeout: float) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+                       check=False)
     assert p.returncode == 0, p.stderr[-3000:]
     return p.stdout
 
