@@ -71,6 +71,7 @@ class Conversation:
     doc_id: int
     turns: list[str]
     max_tokens: list[int]
+    ids: list[list[int]] | None = None      # the turns' token ids (our workload), for --token-ids
 
 
 @dataclass
@@ -113,7 +114,7 @@ def workload_plan(name: str, overrides: list[str]) -> Plan:
     wl = build_workload(WorkloadConfig(**cfg), tok_path)
     tok = Tokenizer.from_file(str(tok_path))
     convs = [Conversation(d.doc_id, [tok.decode(c, skip_special_tokens=False) for c in d.chunks],
-                          [wl.gen_tokens] * len(d.chunks)) for d in wl.docs]
+                          [wl.gen_tokens] * len(d.chunks), [list(c) for c in d.chunks]) for d in wl.docs]
     return Plan(convs, {"workload": name, "config": cfg, "hash": wl.hash, "tokenizer": str(tok_path)}, wl.hash)
 
 
@@ -210,6 +211,7 @@ class Client:
     retries: int = RETRIES
     timeout: float = TIMEOUT_S
     ignore_eos: bool = False
+    token_ids: bool = False        # prompts and replies as token ids: llama.cpp's own /completion
     lock: threading.Lock = field(default_factory=threading.Lock)
     waiting: dict = field(default_factory=dict)     # where -> when its request was sent (progress)
 
@@ -219,6 +221,10 @@ class Client:
         return u[:-3] if u.endswith("/v1") else u
 
     def body(self, messages: list[dict], max_tokens: int) -> dict:
+        if self.token_ids:   # no text round trip: the server sees exactly our tokens (and adds no BOS to ids)
+            return {"prompt": [i for m in messages for i in m["ids"]], "n_predict": max_tokens, "temperature": 0,
+                    "seed": SEED, "return_tokens": True, "cache_prompt": True, "ignore_eos": self.ignore_eos,
+                    "stream": False}
         # greedy in every request: temperature 0, one choice, and a fixed seed for any sampling default
         b = {"model": self.model, "max_tokens": max_tokens, "temperature": 0, "n": 1, "seed": SEED,
              "stream": self.stream}
@@ -236,15 +242,16 @@ class Client:
 
     def call(self, messages: list[dict], max_tokens: int, where: str) -> tuple[dict, int, float]:
         path = "/chat/completions" if self.api == "chat" else "/completions"
+        url = self.root + "/completion" if self.token_ids else self.url.rstrip("/") + path
         body = self.body(messages, max_tokens)
         t0 = time.perf_counter()
         self.waiting[where] = time.monotonic()
         try:
-            return self._attempts(path, body, where, t0)
+            return self._attempts(path, url, body, where, t0)
         finally:
             self.waiting.pop(where, None)
 
-    def _attempts(self, path: str, body: dict, where: str, t0: float) -> tuple[dict, int, float]:
+    def _attempts(self, path: str, url: str, body: dict, where: str, t0: float) -> tuple[dict, int, float]:
         last = None
         for attempt in range(1, self.retries + 2):
             try:
@@ -252,7 +259,7 @@ class Client:
                     got = {"stream": sse_payloads(http("POST", self.url.rstrip("/") + path, body, self.timeout,
                                                        stream=True), self.url.rstrip("/") + path)}
                 else:
-                    got = {"response": http("POST", self.url.rstrip("/") + path, body, self.timeout)}
+                    got = {"response": http("POST", url, body, self.timeout)}
                 if self.engine == "trtllm":
                     got["extra"] = {"perf_metrics": self.perf_entry(where)}
                 return got, attempt, time.perf_counter() - t0
@@ -289,6 +296,14 @@ class Client:
 
 def reply_text(got: dict) -> str:
     return completion_text(got.get("response"), got.get("stream")) or ""
+
+
+def reply_ids(got: dict, max_tokens: int, where: str) -> list[int]:
+    """The reply's token ids (--token-ids: llama.cpp's /completion with return_tokens)."""
+    ids = (got.get("response") or {}).get("tokens")
+    if not isinstance(ids, list) or not all(isinstance(i, int) and i >= 0 for i in ids) or len(ids) > max_tokens:
+        raise AtlasError(f"{where}: field 'tokens': expected at most {max_tokens} token ids, got {str(ids)[:80]}")
+    return ids
 
 
 def probe(url: str, engine: str, timeout: float) -> dict:
@@ -339,8 +354,10 @@ def check_greedy(client: Client, plan: Plan) -> dict:
     would not share a text and could not be paired. Returns the manifest's `probe`."""
     c = plan.conversations[0]
     messages, mt = [{"role": "user", "content": c.turns[0]}], min(c.max_tokens[0], 32)
-    texts = [reply_text(client.call(messages, mt, f"probe {i + 1} of 2 (doc {c.doc_id} turn 0)")[0])
-             for i in range(2)]
+    if client.token_ids:     # llama.cpp's /completion takes the turn's token ids
+        messages[0]["ids"] = c.ids[0]
+    answers = [client.call(messages, mt, f"probe {i + 1} of 2 (doc {c.doc_id} turn 0)")[0] for i in range(2)]
+    texts = [(a["response"].get("content") or "") if client.token_ids else reply_text(a) for a in answers]
     hashes = [text_sha256(t) for t in texts]
     if hashes[0] != hashes[1]:
         at = next((i for i, (x, y) in enumerate(zip(*texts)) if x != y), min(map(len, texts)))
@@ -461,10 +478,14 @@ def collect(args) -> int:
         print(f"{PROG}: note: trtllm: one request at a time, so each /perf_metrics entry is that request's",
               file=sys.stderr)
         concurrency = 1
+    if args.token_ids and (engine != "llamacpp" or args.prompts or args.stream):
+        raise AtlasError(f"--token-ids: llama.cpp only (its /completion takes and returns token ids), our "
+                         f"workload only, not streamed; got engine {engine}"
+                         + (", --prompts" if args.prompts else "") + (", --stream" if args.stream else ""))
     client = Client(args.url, engine, model, api=args.api, stream=args.stream, retries=args.retries,
-                    timeout=args.timeout, ignore_eos=args.ignore_eos)
+                    timeout=args.timeout, ignore_eos=args.ignore_eos, token_ids=args.token_ids)
     params = {"api": args.api, "model": model, "engine": engine, "stream": args.stream, "temperature": 0, "n": 1,
-              "seed": SEED, "ignore_eos": args.ignore_eos}
+              "seed": SEED, "ignore_eos": args.ignore_eos, **({"token_ids": True} if args.token_ids else {})}
     phash = prompts_hash(plan)
 
     mf = out / MANIFEST
@@ -514,8 +535,13 @@ def collect(args) -> int:
             if stop.is_set():
                 return
             user = {"role": "user", "content": chunk}
+            if client.token_ids:
+                user["ids"] = c.ids[t]
             if (c.doc_id, t) in done:
-                messages += [user, {"role": "assistant", "content": done[(c.doc_id, t)]["reply"]}]
+                got = done[(c.doc_id, t)]
+                messages += [user, {"role": "assistant", "content": got["reply"],
+                                    **({"ids": reply_ids(got, mt, f"{raw}: doc {c.doc_id} turn {t}")}
+                                       if client.token_ids else {})}]
                 continue
             where = f"doc {c.doc_id} turn {t}"
             got, attempts, secs = client.call(messages + [user], mt, where)
@@ -523,10 +549,13 @@ def collect(args) -> int:
                 check(got, c.doc_id, t, where)
             except AtlasError as e:
                 raise AtlasError(f"{e} [{HINT[engine]}]") from None
-            text = reply_text(got)
+            text = (got["response"].get("content") or "") if client.token_ids else reply_text(got)
+            reply = {"role": "assistant", "content": text}
+            if client.token_ids:      # (kept in the stored response itself: a resume reads them back)
+                reply["ids"] = reply_ids(got, mt, where)
             append_raw(raw, {"doc_id": c.doc_id, "turn": t, **got, "reply": text, "attempts": attempts,
                              "seconds": round(secs, 3)}, lock)
-            messages += [user, {"role": "assistant", "content": text}]
+            messages += [user, reply]
             if bar is not None:
                 with lock:
                     bar.update(1)
@@ -598,6 +627,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stream", action="store_true", help="stream answers (telemetry rides the final usage chunk; "
                                                          "not with sglang)")
     p.add_argument("--ignore-eos", action="store_true", help="send ignore_eos: true (exactly max_tokens per turn)")
+    p.add_argument("--token-ids", action="store_true",
+                   help="llama.cpp: send our workload's token ids to /completion and continue each turn with the "
+                        "reply's ids (both sides see the same tokens; no text round trip)")
     p.add_argument("--concurrency", type=POSITIVE_INT, default=8, help="documents in flight (turns run in order)")
     p.add_argument("--retries", type=COUNT, default=RETRIES,
                    help=f"retries per request on connection errors, 429, 5xx (default {RETRIES}; a timeout is "
