@@ -6,7 +6,7 @@ run met it. A goal the run did not measure is listed as such, never guessed.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from statistics import median
 from typing import Optional
 
@@ -25,7 +25,7 @@ class Goal:
 
     @property
     def met(self) -> Optional[bool]:
-        if self.measured is None:
+        if self.measured is None or self.target != self.target:      # nan target: shown, not judged
             return None
         return self.measured >= self.target if self.higher_is_better else self.measured <= self.target
 
@@ -66,7 +66,17 @@ def runner_goals(grid: list[dict], levers: dict) -> list[Goal]:
     ]
 
 
-def forward_goals(grid: list[dict]) -> list[Goal]:
-    """From bench_forward's grid rows (shape, ratio_new = forward / bound)."""
-    at = [r["ratio_new"] for r in grid if r["shape"] == "5.7B"]
-    return [Goal("forward / bound, 5.7B shape, B=16,64 K=1-3", 1.3, worst(at), detail="worst of the shapes measured")]
+def forward_goals(grid: list[dict], rated_grid: list[dict] | None = None) -> list[Goal]:
+    """From bench_forward's grid rows (shape, ratio_new = forward / bound). The bound at the copy
+    bandwidth this run measured is shown; the verdict is taken at the rated bandwidth when the
+    device has one (`rated_grid`: the same rows re-bounded there), since a copy that reads low makes
+    the measured bound loose and the goal easy."""
+    def at(rows):
+        return worst([r["ratio_new"] for r in rows if r["shape"] == "5.7B"])
+    shown = Goal("forward / bound at the measured copy bandwidth, 5.7B shape, B=16,64 K=1-3", 1.3, at(grid),
+                 detail="worst of the shapes measured" + ("; not the verdict (below)" if rated_grid else ""))
+    if not rated_grid:
+        return [shown]
+    return [replace(shown, target=float("nan")),
+            Goal("forward / bound at the rated bandwidth, 5.7B shape, B=16,64 K=1-3", 1.3, at(rated_grid),
+                 detail="worst of the shapes measured: the verdict")]
