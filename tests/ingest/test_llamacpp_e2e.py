@@ -33,8 +33,8 @@ pytestmark = [pytest.mark.llamacpp, pytest.mark.slow,
 K = 2
 WORKLOAD = {"n_docs": 3, "turns": 3}     # 9 requests: turns >= 1 exercise the server's prompt cache
 # A divergence is tolerated only where our top-1 led the top-2 by less than this (logits): the two
-# fp32 paths (ggml's kernels, torch's) split near-ties. Over the default workload, sequentially, the
-# one divergence was at 0.0015 (docs/ingest.md); 0.01 leaves room for another CPU's kernels.
+# fp32 paths (ggml's kernels, torch's) put that margin up to 0.0068 apart over 512 tokens, and the
+# default workload's divergences were at 0.0015 and 0.0027 (docs/ingest.md).
 NEAR_TIE = 0.01
 
 
