@@ -14,6 +14,7 @@ Hydra's entry point.
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -66,6 +67,8 @@ def main() -> int:
 
     # Let exceptions reach us instead of Hydra's multi-line report; we print one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    # A log line that cannot be written (run.log on a full disk) is dropped, not printed as a traceback.
+    logging.raiseExceptions = False
     entry = hydra.main(config_path=str(config_store.CONF_DIR), config_name="config", version_base="1.3")(task)
     # Hydra writes "Error executing job with overrides: [...]" to stderr before re-raising a
     # job's exception; the one line below replaces it.

@@ -19,14 +19,29 @@ def first_line(x) -> str:
     return lines[0] if lines else type(x).__name__
 
 
+def _atlas_cause(ex: BaseException) -> Optional[AtlasError]:
+    """The AtlasError a Hydra/OmegaConf error wraps (a resolver of ours raised it), if any."""
+    seen = set()
+    x = ex.__cause__ or ex.__context__
+    while x is not None and id(x) not in seen:
+        if isinstance(x, AtlasError):
+            return x
+        seen.add(id(x))
+        x = x.__cause__ or x.__context__
+    return None
+
+
 def one_line(ex: BaseException) -> Optional[str]:
     if isinstance(ex, AtlasError):
         return " ".join(str(ex).split())
     if type(ex).__module__.split(".")[0] not in ("hydra", "omegaconf"):
         if isinstance(ex, OSError):       # (Hydra's MissingConfigException is an IOError too)
-            where = ex.filename if ex.filename is not None else ""
-            return f"cannot write {where}: {ex.strerror or type(ex).__name__}"
+            where = f" {ex.filename}" if ex.filename is not None else ""
+            return f"cannot write{where}: {ex.strerror or type(ex).__name__}"
         return None
+    inner = _atlas_cause(ex)
+    if inner is not None:                 # "AtlasError raised while resolving interpolation: ..."
+        return one_line(inner)
     from hydra.errors import MissingConfigException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 

@@ -5,7 +5,7 @@
 Generates two synthetic runs (written as Parquet into a temp dir; not timed), then
 times each stage of what `compare` does: load (validation included), the cell
 counts (one bincount), every per-arm figure, and the comparison of every headline
-metric with binomial/delta sd, document-clustered sd and a document bootstrap.
+metric with binomial/delta se, document-clustered se and a document bootstrap.
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def main() -> None:
         timings["per-arm metrics"] = time.perf_counter() - t
         t = time.perf_counter()
         comp = compare_runs(runs[0], runs[1], "p2_uncond", B=args.bootstrap, seed=0)
-        timings["compare (4 metrics: binomial/delta, cluster sd, bootstrap)"] = time.perf_counter() - t
+        timings["compare (4 metrics: binomial/delta, cluster se, bootstrap)"] = time.perf_counter() - t
 
     total = sum(timings.values())
     for name, s in timings.items():

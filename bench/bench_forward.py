@@ -31,17 +31,18 @@ import time
 import torch
 import torch.nn.functional as F
 
-from goals import RATED_BYTES_PER_S, forward_goals, table as goals_table   # bench/goals.py (this folder is on sys.path)
 from atlas_ab.runtime import kernels
 from atlas_ab.runtime.args import ModelArgs
 from atlas_ab.runtime.graphs import StaticStep
-from atlas_ab.runtime.kernels.attention import attention, plan
 from atlas_ab.runtime.kernels import matmul
+from atlas_ab.runtime.kernels.attention import attention, plan
 from atlas_ab.runtime.kernels.matmul import SKINNY_MAX_ROWS, skinny_linear, use_matmul
 from atlas_ab.runtime.kernels.mlp import silu_mul
 from atlas_ab.runtime.kernels.norm import add_rmsnorm, rmsnorm
 from atlas_ab.runtime.kernels.rope import rope_write_kv
 from atlas_ab.runtime.model import MTPModule, Transformer, fused, init_weights, rope_table
+
+from goals import RATED_BYTES_PER_S, forward_goals, table as goals_table  # bench/goals.py (this folder is on sys.path)
 
 VOCAB = 4096
 SHAPES = {  # hidden, layers, heads, kv heads, intermediate, vocab
@@ -93,8 +94,8 @@ def machine_rates(dev, smoke: bool) -> dict:
     """Copy bandwidth (bytes read + written / s, a 2 GiB device-to-device copy) and the bf16
     matmul rate (FLOP/s, an 8192^3 matmul), both graphed, measured now. The matmul goes first and
     the copy is the best of three rounds: the H200 idles at a 345 MHz SM clock, and the run of
-    2026-11-29, which timed the copy first, got 2.77 TB/s (against 4.3 in NOTES, and 4.05 TB/s
-    that a matmul of the same run streamed)."""
+    2026-11-29, which timed the copy first, got 2.77 TB/s (against ~4.25 measured earlier,
+    bench/RESULTS.md, and 4.05 TB/s that a matmul of the same run streamed)."""
     reps = 3 if smoke else 20
     m = 64 if smoke else 8192
     dt = torch.float32 if smoke else torch.bfloat16
@@ -106,7 +107,7 @@ def machine_rates(dev, smoke: bool) -> dict:
     copies = []
     for n in ((1 << 20, 1 << 21) if smoke else (1 << 30, 2 << 30)):
         bufs = [torch.empty(n, dtype=torch.uint8, device=dev) for _ in range(2)]
-        copies += [2 * n / (graphed_ms(lambda: bufs[1].copy_(bufs[0]), dev, reps) / 1e3) for _ in range(5)]
+        copies += [2 * n / (graphed_ms(lambda b=bufs: b[1].copy_(b[0]), dev, reps) / 1e3) for _ in range(5)]
         bufs.clear()
     copy_bw = max(copies)
     # one tiny kernel inside a graph: the launch floor per kernel
@@ -170,7 +171,8 @@ def bounds(a: ModelArgs, B: int, T: int, kv_len: int, rates: dict, elt: int = 2)
     return dict(weight_bytes=w_bytes, kv_bytes=kv_bytes, act_bytes=act_bytes, flops=mm_flops + attn_flops,
                 weight_ms=w_bytes / rates["copy_bytes_per_s"] * 1e3, memory_ms=mem_ms, flop_ms=flop_ms,
                 bound_ms=max(mem_ms, flop_ms),
-                matmul_bound_ms=max((w_bytes + act_bytes) / rates["copy_bytes_per_s"], mm_flops / rates["matmul_flop_per_s"]) * 1e3,
+                matmul_bound_ms=max((w_bytes + act_bytes) / rates["copy_bytes_per_s"],
+                                    mm_flops / rates["matmul_flop_per_s"]) * 1e3,
                 attention_bound_ms=kv_bytes / rates["copy_bytes_per_s"] * 1e3)
 
 
@@ -220,7 +222,8 @@ def parts(trunk, kv, tok, pos, mm=F.linear):
     H, D = a.hidden_size, a.head_dim
     dev, dt = trunk.device, trunk.dtype
     layers = trunk.model.layers
-    W = [(fused(l.self_attn, "_qkv_w", (l.self_attn.q_proj.weight, l.self_attn.k_proj.weight, l.self_attn.v_proj.weight)),
+    W = [(fused(l.self_attn, "_qkv_w",
+                (l.self_attn.q_proj.weight, l.self_attn.k_proj.weight, l.self_attn.v_proj.weight)),
           l.self_attn.o_proj.weight, fused(l.mlp, "_gate_up_w", (l.mlp.gate_proj.weight, l.mlp.up_proj.weight)),
           l.mlp.down_proj.weight) for l in layers]
     h = torch.randn(B, T, H, device=dev, dtype=dt)
@@ -439,7 +442,7 @@ def tune_matmuls(trunk, mtp, shape, Ms, rates, dev, reps) -> tuple[list, dict]:
             x = torch.randn(M, w0.shape[1], device=dev, dtype=w0.dtype)
             wb = w0.numel() * w0.element_size()
 
-            def per_call(fn):
+            def per_call(fn, x=x, ws=ws):     # bound now: called within this iteration only
                 return graphed_ms(lambda: [fn(x, w) for w in ws], dev, reps) * 1e3 / len(ws)
             rec = dict(shape=shape, M=M, weight=name, N=w0.shape[0], K=w0.shape[1], calls=len(ws),
                        bound_us=wb / rates["copy_bytes_per_s"] * 1e6, cublas_us=per_call(F.linear))
@@ -515,7 +518,8 @@ def run_shape(shape, dev, dtype, rates, Bs, Ks, reps, kv_len, profile_it: bool) 
         d = dict(shape=shape, B=B, kv_len=kv_len,
                  draft_old_ms=graphed_ms(draft_fn(trunk, mtp, dkv, B, kv_len, dev, "torch"), dev, reps),
                  draft_new_ms=graphed_ms(draft_fn(trunk, mtp, dkv, B, kv_len, dev, "triton"), dev, reps),
-                 draft_new_cublas_ms=graphed_ms(draft_fn(trunk, mtp, dkv, B, kv_len, dev, "triton", "cublas"), dev, reps))
+                 draft_new_cublas_ms=graphed_ms(draft_fn(trunk, mtp, dkv, B, kv_len, dev, "triton", "cublas"),
+                                                dev, reps))
         drafts.append(d)
         log(f"{shape:6s} B={B:3d} MTP draft step: old {d['draft_old_ms']:.3f} ms  new {d['draft_new_ms']:.3f} ms "
               f"(cuBLAS only {d['draft_new_cublas_ms']:.3f})")
@@ -532,8 +536,9 @@ def fmt_row(r) -> str:
     p = r["parts_ms"]
     return (f"{r['shape']:6s} B={r['B']:3d} K={r['K']} old {r['old_ms']:7.3f} new {r['new_ms']:7.3f} ms "
             f"(x{r['speedup']:4.2f}; cuBLAS only {r['new_cublas_ms']:.3f})  bound {r['bound_ms']:6.3f} "
-            f"[w {r['weight_ms']:.3f} mem {r['memory_ms']:.3f} flop {r['flop_ms']:.3f}]  new/bound {r['ratio_new']:4.2f}"
-            f"  parts: mm {p['matmuls']:.3f} attn {p['attention']:.3f} ew {p['norms_rope_silu']:.3f} misc {p['misc']:.3f}")
+            f"[w {r['weight_ms']:.3f} mem {r['memory_ms']:.3f} flop {r['flop_ms']:.3f}]  "
+            f"new/bound {r['ratio_new']:4.2f}  parts: mm {p['matmuls']:.3f} attn {p['attention']:.3f} "
+            f"ew {p['norms_rope_silu']:.3f} misc {p['misc']:.3f}")
 
 
 def rebound(res) -> None:
@@ -566,7 +571,8 @@ def table(res) -> str:
              + (f" (rated {rated / 1e12:.2f} TB/s)" if rated else "") + ", bf16 matmul "
              f"{res['rates']['matmul_flop_per_s'] / 1e12:.0f} TFLOP/s, one tiny kernel in a graph "
              f"{res['rates']['graph_kernel_us']:.2f} us" + (f" ({res['rates_note']})" if res.get("rates_note") else ""),
-             "", "| shape | B | K | old ms | new ms | bound ms (mem / flop) | new/bound | old/bound | matmuls (bound) | "
+             "", "| shape | B | K | old ms | new ms | bound ms (mem / flop) | new/bound | old/bound | "
+             "matmuls (bound) | "
              "attention (bound) | norms+rope+silu | misc | launch floor | idle (profiler) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["grid"]:
@@ -598,7 +604,8 @@ def table(res) -> str:
             lines.append(f"| {r['shape']} | {r['B']} | {r['K']} | " + " | ".join(
                 f"{km.get(k, 0.0):.3f}" for k in ("matmul", "attention", "norm", "rope_kv_write", "silu_mul", "other"))
                 + f" | {pr['idle_ms']:.3f} | {pr['kernels_per_forward']:.0f} |")
-    lines += ["", "| shape | B | K | new ms | cuBLAS only | skinny kernel everywhere | matmuls alone: table / cuBLAS | pool 4x |",
+    lines += ["", "| shape | B | K | new ms | cuBLAS only | skinny kernel everywhere "
+              "| matmuls alone: table / cuBLAS | pool 4x |",
               "|---|---|---|---|---|---|---|---|"]
     for r in res["grid"]:
         sk, p4 = r.get("new_skinny_ms"), r.get("new_ms_pool_4x")
@@ -617,14 +624,17 @@ def table(res) -> str:
                      f"{m['cublas_us']:.1f} ({m['cublas_GBps']:.0f}) | {sk} |")
     for name, c in res.get("correctness", {}).items():
         lines.append(f"correctness {name} (bf16 vs an fp32 reference, B=4, 48 + 3 tokens): "
-                     + "; ".join(f"{k}: hidden rel err {c[k]['hidden_rel_err']:.4f}, argmax agree {c[k]['argmax_agree']:.3f}"
-                                 for k in ("old", "new")) + f"; new vs old {c['new_vs_old_hidden_rel']:.4f}")
+                     + "; ".join(f"{k}: hidden rel err {c[k]['hidden_rel_err']:.4f}, "
+                                 f"argmax agree {c[k]['argmax_agree']:.3f}" for k in ("old", "new"))
+                     + f"; new vs old {c['new_vs_old_hidden_rel']:.4f}")
     mem = res.get("memory")
     if mem:
-        lines.append(f"memory: KV bytes per slot: trunk {mem['kv_bytes_per_slot_trunk']}, MTP {mem['kv_bytes_per_slot_mtp']}")
+        lines.append(f"memory: KV bytes per slot: trunk {mem['kv_bytes_per_slot_trunk']}, "
+                     f"MTP {mem['kv_bytes_per_slot_mtp']}")
         for budget, m in mem.get("budgets", {}).items():
-            lines.append(f"memory: budget {budget} tokens: {m['bytes_per_sequence'] / 2**20:.1f} MiB per sequence, widest "
-                         f"batch {m['widest_batch']}, fits {m.get('fits')}, peak {m.get('peak_bytes', 0) / 2**30:.1f} GiB")
+            lines.append(f"memory: budget {budget} tokens: {m['bytes_per_sequence'] / 2**20:.1f} MiB per sequence, "
+                         f"widest batch {m['widest_batch']}, fits {m.get('fits')}, "
+                         f"peak {m.get('peak_bytes', 0) / 2**30:.1f} GiB")
     if res.get("skinny_table_py"):
         lines += ["", f"SKINNY_TABLES[{res['device']!r}] = " + repr(res["skinny_table_py"])]
     return "\n".join(lines)
@@ -681,9 +691,10 @@ def main(argv=None):
     res["rates"] = machine_rates(dev, a.smoke)
     r = res["rates"]
     rated = f" (rated {r['rated_bytes_per_s'] / 1e12:.2f})" if r.get("rated_bytes_per_s") else ""
-    log(f"copy {r['copy_bytes_per_s'] / 1e12:.2f} TB/s best of {len(r['copy_bytes_per_s_all'])}{rated}  matmul {r['matmul_flop_per_s'] / 1e12:.0f} TFLOP/s  "
-          f"graphed tiny kernel {r['graph_kernel_us']:.2f} us")
-    res["grid"], res["drafts"], res["matmuls"], res["skinny_table"], res["errors"], res["skipped"] = [], [], [], {}, {}, []
+    log(f"copy {r['copy_bytes_per_s'] / 1e12:.2f} TB/s best of {len(r['copy_bytes_per_s_all'])}{rated}  "
+        f"matmul {r['matmul_flop_per_s'] / 1e12:.0f} TFLOP/s  "
+        f"graphed tiny kernel {r['graph_kernel_us']:.2f} us")
+    res.update(grid=[], drafts=[], matmuls=[], skinny_table={}, errors={}, skipped=[])
     if not a.no_check:
         res["correctness"] = {}
         for s in (["smoke"] if a.smoke else ["preset", "0.77B", "5.7B"]):

@@ -16,8 +16,8 @@ import json
 
 import torch
 
-from atlas_ab.speculative.gate import forward_error
 from atlas_ab.config.paths import PACKAGE_DIR
+from atlas_ab.speculative.gate import forward_error
 
 
 def held_out_tokens(n_seq: int, n_tok: int) -> torch.Tensor:

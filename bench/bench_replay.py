@@ -28,10 +28,10 @@ import time
 
 import torch
 
-from atlas_ab.config.structured import ModelConfig, RunnerConfig, WorkloadConfig
 from atlas_ab.config.levers import compose_arm
-from atlas_ab.speculative.replay_check import compare_live, replay_gate
+from atlas_ab.config.structured import ModelConfig, RunnerConfig, WorkloadConfig
 from atlas_ab.run.runner import Runner
+from atlas_ab.speculative.replay_check import compare_live, replay_gate
 from atlas_ab.speculative.targets import ReplayTarget
 
 ARMS = ["catchup_on", "refeed_on", "drafter_prefill_on", "ring_prefill_on", "k3"]
@@ -42,10 +42,10 @@ def sync():
         torch.cuda.synchronize()
 
 
-def timed(f):
+def timed(f, *args):
     sync()
     t0 = time.perf_counter()
-    out = f()
+    out = f(*args)
     sync()
     return out, time.perf_counter() - t0
 
@@ -56,27 +56,27 @@ def live_arm(arm, model, wl, rc):
     steps = []
     for i in range(len(r.waves)):
         docs = r.docs_of(i)
-        trace, dt = timed(lambda: r._wave(r.trunk, docs))
+        trace, dt = timed(r._wave, r.trunk, docs)
         steps.append((trace.steps.table(), trace.generated))
         wave_s += dt
-        gate, dt = timed(lambda: r._live_gate(docs, trace))
+        gate, dt = timed(r._live_gate, docs, trace)
         assert gate["passed"], gate["first_divergence"]
         gate_s += dt
     return {"wave_s": wave_s, "gate_s": gate_s, "rows": sum(s.num_rows for s, _ in steps)}, steps
 
 
 def replay_arm(arm, model, wl, rc, live_steps):
-    r, init_s = timed(lambda: Runner(arm, model, wl, rc))
+    r, init_s = timed(Runner, arm, model, wl, rc)
     info = r.info.replay
     load_s = wave_s = check_s = 0.0
     rows = differ = left = 0
     for i in range(len(r.waves)):
         docs = r.docs_of(i)
-        traj, dt = timed(lambda: r.trajectories.load(i))
+        traj, dt = timed(r.trajectories.load, i)
         load_s += dt
-        trace, dt = timed(lambda: r._wave(ReplayTarget(traj, r.device), docs))
+        trace, dt = timed(r._wave, ReplayTarget(traj, r.device), docs)
         wave_s += dt
-        gate, dt = timed(lambda: replay_gate(traj, trace.generated))
+        gate, dt = timed(replay_gate, traj, trace.generated)
         assert gate["passed"], gate["first_divergence"]
         check_s += dt
         c = compare_live(traj, trace.steps.table(), *live_steps[i])

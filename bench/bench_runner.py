@@ -25,18 +25,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from atlas_ab.config.structured import ArmConfig, ModelConfig, WorkloadConfig
-from atlas_ab.speculative.loop import Wave
-from atlas_ab.proposers.draft_model import DraftModelProposer
-from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.analysis.metrics import cell_counts, rates
 from atlas_ab.config.paths import resolve_path
+from atlas_ab.config.structured import ArmConfig, ModelConfig, WorkloadConfig
+from atlas_ab.proposers.draft_model import DraftModelProposer
+from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.run.runner import DEFAULT_TOKENIZER
 from atlas_ab.runtime import checkpoint
 from atlas_ab.runtime.presets import random_checkpoint
+from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.telemetry.fingerprint import fingerprint_rows
 from atlas_ab.workload.documents import build_workload
-from goals import runner_goals, table as goals_table          # bench/goals.py (this folder is on sys.path)
+
+from goals import runner_goals, table as goals_table  # bench/goals.py (this folder is on sys.path)
 
 GRAPHS = torch.cuda.is_available()    # the runner's default on a GPU
 DEFAULT = "atlas_ab/models/default"
@@ -70,7 +72,7 @@ def run_wave(trunk, proposer, arm, docs, gen):
     sync(dev)
     t0 = time.perf_counter()
     fp = fingerprint_rows if arm.fingerprints_on else None
-    trace = Wave(trunk, proposer, arm, docs, gen, fingerprint_rows=fp, graphs=GRAPHS).run()
+    trace = Wave(LiveTarget(trunk, GRAPHS), proposer, arm, docs, gen, fingerprint_rows=fp).run()
     sync(dev)
     t1 = time.perf_counter()
     if trace.events is not None:
@@ -211,11 +213,12 @@ def main(argv=None):
         Bl = widths[-1] if smoke else 64
         docs = docs_all[:Bl]
 
-        def ratio(on_arm, off_arm, reps=2 if smoke else 5):
+        def ratio(on_arm, off_arm, reps=2 if smoke else 5, trunk=trunk, mtp=mtp, docs=docs):
             """Throughput with a lever on / off at the widest batch, after a warm-up of
             each (Triton's JIT, graph captures), alternating so drift hits both alike;
             medians of `reps` runs (one run is ~0.3 s on the GPU: noisy alone)."""
-            prop = lambda arm: MTPProposer(trunk, mtp, arm.row_space, arm.refeed, GRAPHS)
+            def prop(arm):
+                return MTPProposer(trunk, mtp, arm.row_space, arm.refeed, GRAPHS)
             wide = docs_all[:widths[-1]]
             for arm in (on_arm, off_arm):
                 run_wave(trunk, prop(arm), arm, docs[:8], 4)

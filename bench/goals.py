@@ -61,7 +61,8 @@ def runner_goals(grid: list[dict], levers: dict) -> list[Goal]:
              detail="worst of the shapes measured"),
         Goal("FINGERPRINTS on / off throughput", 0.95, median(alternations) if len(alternations) >= 5 else None,
              higher_is_better=True,
-             detail=f"median of {len(alternations)} alternations" + ("" if len(alternations) >= 5 else " (< 5: not judged)")),
+             detail=f"median of {len(alternations)} alternations"
+             + ("" if len(alternations) >= 5 else " (< 5: not judged)")),
     ]
 
 

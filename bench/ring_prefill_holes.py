@@ -18,8 +18,8 @@ import sys
 import pyarrow as pa
 import torch
 
-from atlas_ab.config.structured import ModelConfig, RunnerConfig, WorkloadConfig
 from atlas_ab.config.levers import compose_arm
+from atlas_ab.config.structured import ModelConfig, RunnerConfig, WorkloadConfig
 from atlas_ab.run.runner import Runner
 from atlas_ab.run.session import acceptance_summary
 

@@ -22,7 +22,8 @@ def runs(sweep: Path) -> dict[str, Path]:
 def steps(run: Path) -> pa.Table:
     m = json.loads((run / "manifest.json").read_text())
     t = pa.concat_tables([pq.read_table(run / s["steps"]) for s in m["shards"]])
-    return t.drop(["step_ms"]).sort_by([("doc_id", "ascending"), ("turn", "ascending"), ("step", "ascending")])
+    timing = [c for c in ("step_ms", "warmup_ms") if c in t.column_names]   # wall times differ run to run
+    return t.drop(timing).sort_by([("doc_id", "ascending"), ("turn", "ascending"), ("step", "ascending")])
 
 
 def span(sweep: Path) -> dict:

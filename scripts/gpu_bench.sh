@@ -19,6 +19,7 @@ W=/tmp/bench && mkdir -p $W
 log() { echo "[$(date +%T)] $*" | tee -a $OUT/bench.log; }
 side() { if [ "$NG" -gt 1 ]; then "$@" & else "$@"; fi; }
 nvidia-smi --query-gpu=index,name,clocks.sm,clocks.max.sm --format=csv 2>&1 | tee -a $OUT/bench.log
+log "code: $(python3 -m atlas_ab.run.provenance 2>&1)"   # the hash every run's manifest records as code.hash
 
 if [ -z "${ONLY_SWEEP:-}" ]; then
 log "A: bench_runner (GPU 0) | bench_forward, then the 5.7B runner grid (GPU $G1)"

@@ -13,8 +13,13 @@
 #   3. +study=claims on the second model (over every GPU)
 #   4. +study=claims_conf (live, batch width 1) for the models in CONF_MODELS, one GPU each;
 #      GPU0_EXTRA (a command) runs on GPU 0 beside the second model's sweep when set
-# Knobs: CONF_MODELS ("default large"), GPU0_EXTRA, CLAIMS_OVERRIDES / TRAIN_OVERRIDES (tiny dry
-# runs on the CPU), SKIP_WHEELS=1, CLAIMS_DIR.
+#   5. (SAMPLED=1) claims question 7, REFEED under sampling (issue 22): +study=claims_sampled and
+#      +study=claims_sampled_t10 for the models in SAMPLED_MODELS, then
+#      python -m atlas_ab.analysis claims <every sweep dir> --out DIR answers it beside the others
+# Knobs: CONF_MODELS ("default large"), SAMPLED, SAMPLED_MODELS ("default large"), GPU0_EXTRA,
+# SKIP_TWO_GPU=1 (no stage 2), SAMPLED_DEFAULT_ON_GPU0=1 (the shipped model's sampled studies on GPU 0
+# while GPU 1 trains), ONLY_SAMPLED=1 (stage 5 alone, over a $CLAIMS_DIR/large a previous call trained),
+# CLAIMS_OVERRIDES / TRAIN_OVERRIDES (tiny dry runs on the CPU), SKIP_WHEELS=1, CLAIMS_DIR.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 REPO=$PWD
@@ -31,6 +36,22 @@ L=(hydra/launcher=local_gpus)
 [ "$NG" -lt 2 ] && L=()
 nvidia-smi --query-gpu=index,name,memory.total --format=csv 2>&1 | tee -a $OUT/claims.log
 log "GPUs: $NG"
+log "code: $(python3 -m atlas_ab.run.provenance 2>&1)"   # the hash every run's manifest records as code.hash
+
+sampled_for() {   # stage 5 for one model: claims_sampled (T 0.7) and claims_sampled_t10 (T 1.0)
+  local m=$1; shift
+  local MODEL=()
+  [ $m != default ] && MODEL=(model=path model.path=$W/large)
+  [ $m != default ] && [ ! -f $W/large/model.safetensors ] && return
+  for s in claims_sampled claims_sampled_t10; do
+    S=$SECONDS
+    timeout 240 "${RUN[@]}" "$@" +study=$s "${MODEL[@]}" hydra.sweep.dir=$W/${m}_$s \
+      runner.trajectories=$W/traj_${m}_$s > $W/${m}_$s.log 2>&1
+    log "$s $m: exit $? in $((SECONDS - S)) s"
+  done
+}
+
+if [ -z "${ONLY_SAMPLED:-}" ]; then
 
 log "stage 1: train the second model (GPU $LAST) | claims on the shipped model, one GPU (GPU 0)"
 CUDA_VISIBLE_DEVICES=$LAST timeout 200 python3 -m atlas_ab.train.train --preset gpu --out $W/large \
@@ -41,10 +62,15 @@ S=$SECONDS
 CUDA_VISIBLE_DEVICES=0 timeout 300 "${RUN[@]}" +study=claims hydra.sweep.dir=$W/default_1gpu \
   runner.trajectories=$W/traj_1gpu > $W/default_1gpu.log 2>&1
 log "claims default, 1 GPU: exit $? in $((SECONDS - S)) s"
+if [ -n "${SAMPLED_DEFAULT_ON_GPU0:-}" ]; then
+  log "stage 5 (shipped model) on GPU 0 while the second model trains"
+  CUDA_VISIBLE_DEVICES=0 sampled_for default
+  pack sampled_default $W/default_claims_sampled $W/default_claims_sampled_t10
+fi
 wait $TRAIN; log "training: exit $?"; tail -3 $W/train_large.log | tee -a $OUT/claims.log
 pack claims_default $W/default_1gpu
 
-if [ "$NG" -ge 2 ]; then
+if [ "$NG" -ge 2 ] && [ -z "${SKIP_TWO_GPU:-}" ]; then
   log "stage 2: claims on the shipped model over $NG GPUs (issue #14)"
   S=$SECONDS
   timeout 200 "${RUN[@]}" "${L[@]}" +study=claims hydra.sweep.dir=$W/default_2gpu \
@@ -80,6 +106,16 @@ if [ -n "${GPU0_EXTRA:-}" ]; then
 fi
 for p in "${PIDS[@]}"; do wait $p; log "claims_conf job: exit $?"; done
 pack claims_conf $W/*_conf
+fi   # ONLY_SAMPLED
+
+if [ -n "${SAMPLED:-}" ]; then
+  # issue 22: does REFEED's gain survive sampling? T 0.7 and 1.0, sampled and greedy drafts, coupled replay
+  log "stage 5: claims_sampled (T 0.7) and claims_sampled_t10 (T 1.0) for: ${SAMPLED_MODELS:-default large}"
+  for m in ${SAMPLED_MODELS:-default large}; do
+    sampled_for $m "${L[@]}"
+  done
+  pack claims_sampled $W/*_claims_sampled $W/*_claims_sampled_t10
+fi
 mkdir -p $W/logs && cp $W/*.log $W/*.json $W/large/config.json $W/large/training.json $W/logs/ 2>/dev/null
 tar cJf $OUT/logs.tar.xz -C $W logs
 log "done"

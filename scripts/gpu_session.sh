@@ -7,6 +7,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee $OUT/gpu.txt
 python3 -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)" | tee -a $OUT/gpu.txt
+python3 -m atlas_ab.run.provenance 2>&1 | tee -a $OUT/gpu.txt   # the code hash the runs' manifests record
 echo "== gpu tests"; python3 -m pytest -q -p no:cacheprovider -m gpu tests/ 2>&1 | tee $OUT/gpu_tests.log | tail -8
 echo "== default run on the GPU"; ( time python3 -m atlas_ab +arm=refeed_on runner.progress=false hydra.run.dir=/tmp/run_refeed ) 2>&1 | tail -6 | tee $OUT/run.log
 python3 -m atlas_ab.analysis fingerprints /tmp/run_refeed 2>&1 | tail -8 | tee -a $OUT/run.log

@@ -64,7 +64,8 @@ class Comparison:
         self.totals = {
             "requests": len(rs), "same_context": sum(r.same_context for r in rs), "same_completion": len(same),
             # where the prompts were the same and the completions were not: the margins there
-            "divergences": [{"doc_id": r.doc_id, "turn": r.turn, "at": r.first_diff, "margin": r.margin} for r in roots],
+            "divergences": [{"doc_id": r.doc_id, "turn": r.turn, "at": r.first_diff, "margin": r.margin}
+                            for r in roots],
             "ours": {"drafted": tot("ours", 0), "accepted": tot("ours", 1)},
             "ours_budgeted": {"drafted": tot("ours_budgeted", 0), "accepted": tot("ours_budgeted", 1)},
             "engine": {"drafted": tot("engine", 0), "accepted": tot("engine", 1)},

@@ -10,7 +10,8 @@ before them wrote:
   runs/multirun/<date>/<time>  the last sweep's directory
 `python -m atlas_ab` commands get the tiny-workload overrides below appended (nothing else
 is changed), unless --as-written: then they run on their real workloads (the claims study alone
-is 13 arms x ~25,000 steps: many minutes on a CPU). Exit status: 0 when every command exited 0, else 1 with the failing command.
+is 13 arms x ~25,000 steps: many minutes on a CPU). Exit status: 0 when every command exited 0,
+else 1 with the failing command.
 """
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 """`python -m atlas_ab.analysis SUBCOMMAND ...`
 
 Each subcommand is a module of `atlas_ab.analysis.commands` with `register(subparsers)`,
-which sets `func(args) -> int` on its parser. Bad input is one line on stderr, exit 2.
+which sets `func(args) -> int` on its parser. Only the verb named is imported (a closed form
+like `power` loads no plotting or regression library); `--help` imports them all to list them.
+Bad input is one line on stderr, exit 2.
 """
 from __future__ import annotations
 
@@ -16,17 +18,20 @@ from atlas_ab.errors import closed_stdout, one_line
 SUBCOMMANDS = ["compare", "report", "mcnemar", "power", "fingerprints", "coverage", "ingest", "claims"]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; `only` registers that one verb (its module alone is imported)."""
     parser = argparse.ArgumentParser(prog=f"python -m {PROG}",
                                      description="Acceptance A/B analysis of atlas_ab runs (docs/telemetry.md).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in SUBCOMMANDS:
+    for name in SUBCOMMANDS if only is None else [only]:
         importlib.import_module(f"atlas_ab.analysis.commands.{name}").register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # a known verb first: import its module only; anything else gets the full parser's help or error
+    parser = build_parser(argv[0] if argv and argv[0] in SUBCOMMANDS else None)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

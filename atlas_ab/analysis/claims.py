@@ -1,4 +1,4 @@
-"""The claims report: the seeds' claims (and one question they did not ask) settled by their
+"""The claims report: the reference engine's claims (and one question they did not ask) settled by their
 locked pre-registrations, on every model the study ran, in one Markdown report.
 
 Input: the run directories of the claims sweeps (`+study=claims`, `+study=claims_conf`), for one
@@ -11,17 +11,19 @@ regenerating from the same runs reproduces every table.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, criteria, plots
+from atlas_ab.analysis.code_check import code_of
 from atlas_ab.analysis.load import Run
 from atlas_ab.analysis.metrics import arm_metrics, rates
-from atlas_ab.analysis.prereg import Prereg, from_lock, locked_preregs
+from atlas_ab.config.prereg import Prereg, lock_status, locked_texts
 
-#: What the seeds measured, per question (speculative.rs.txt, the notes on REFEED and its levers).
-SEEDS = {
+#: What the reference engine's studies measured, per question (docs/reference_engine.md).
+REFERENCE = {
     "claims_q1_cliff": "p2_cond 0.5265 -> 0.7196 with the target's true hidden, McNemar z = +18.4, "
                        "recovering 1.40x the p1 - p2_cond gap (dgx1, W4A4 27B)",
     "claims_q2_prefill_warm": "+0.086 p1 / +0.101 p2_uncond / +10.2% accepted tokens per verify step "
@@ -36,6 +38,8 @@ SEEDS = {
     "claims_q5_draft_conf": "verify ~35 ms vs decode+propose ~21 ms on a 35B MoE: a draft pays when "
                             "p(accept) >~ 0.66",
     "claims_q6_ring_prefill": "not asked",
+    **{f"claims_q7_refeed_sampled_{t}{d}": "not asked (the reference engine verifies greedily)"
+       for t in ("t07", "t10") for d in ("", "_greedy_drafts")},
 }
 OPTIONAL = ("position", "oracle_hit2", "topk_ids", "target", "drafts")
 
@@ -53,18 +57,27 @@ class ModelRuns:
         return self.runs[0].manifest or {}
 
 
+def temperature(run: Run) -> float:
+    """The run's sampling temperature (0: greedy verification, also for runs that predate sampling)."""
+    return float((((run.manifest or {}).get("workload") or {}).get("sampling") or {}).get("temperature") or 0.0)
+
+
 def group_by_model(runs: list[Run]) -> list[ModelRuns]:
-    groups: dict[str, list[Run]] = {}
+    """Runs by model, and within a model by sampling temperature (a sampled study's arms are the
+    greedy study's under another verification: one group each)."""
+    groups: dict[tuple, list[Run]] = {}
     for r in runs:
-        groups.setdefault(r.hash("model") or "unknown", []).append(r)
+        groups.setdefault((r.hash("model") or "unknown", temperature(r)), []).append(r)
     out = []
-    for h, rs in groups.items():
+    for (_h, temp), rs in groups.items():
         m = (rs[0].manifest or {}).get("model") or {}
         arch = m.get("architecture") or {}
         params = (m.get("params") or {}).get("total")
         name = Path(m["path"]).name if m.get("name") == "path" and m.get("path") else m.get("name", "?")
         label = (f"{name} (d={arch.get('hidden_size')}, {arch.get('num_hidden_layers')} layers, "
                  f"{params / 1e6:.1f}M params)" if params else str(name))
+        if temp:
+            label += f", sampled at T={temp:g}"
         for study in {((r.manifest or {}).get("study") or {}).get("name") for r in rs}:
             wl = {r.hash("workload") for r in rs if ((r.manifest or {}).get("study") or {}).get("name") == study}
             if len(wl) > 1:
@@ -75,7 +88,8 @@ def group_by_model(runs: list[Run]) -> list[ModelRuns]:
         if dup:
             raise AtlasError(f"model {label}: arm {sorted(dup)[0]!r} appears in more than one run")
         out.append(ModelRuns(label, tuple(sorted(rs, key=lambda r: r.arm))))
-    return sorted(out, key=lambda g: (g.manifest.get("model") or {}).get("params", {}).get("total", 0))
+    return sorted(out, key=lambda g: ((g.manifest.get("model") or {}).get("params", {}).get("total", 0),
+                                      temperature(g.runs[0])))
 
 
 def _fmt(v, digits=4) -> str:
@@ -89,20 +103,94 @@ def _table(header, rows) -> list[str]:
             + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
 
 
-def _judge_all(group: ModelRuns, B: int, seed: int) -> list[tuple[Prereg, criteria.Judgement | None, str]]:
+def workload_facts(group: ModelRuns) -> list[dict]:
+    """Per study of the group, the workload numbers its prose quotes (FINDINGS.md): documents,
+    source files (the cluster unit), turns, generated tokens per turn, verify steps per arm."""
     out = []
-    locked = locked_preregs([r.manifest for r in group.runs if r.manifest])
-    for name in sorted(locked):
-        pr = from_lock(locked[name])
+    studies: dict[str, list[Run]] = {}
+    for r in group.runs:
+        studies.setdefault(((r.manifest or {}).get("study") or {}).get("name") or "none", []).append(r)
+    for study, rs in sorted(studies.items()):
+        m = rs[0].manifest or {}
+        w, c = m.get("workload") or {}, (m.get("config") or {}).get("workload") or {}
+        docs = len(w["doc_cluster"]) if w.get("doc_cluster") is not None else c.get("n_docs")
+        files = w.get("n_clusters") if w.get("cluster_unit") == "source file" else docs
+        steps = [int((r.steps["k"] >= 1).sum()) for r in rs]
+        out.append({"study": study, "mode": m.get("mode"), "arms": len(rs), "documents": docs, "source_files": files,
+                    "turns": c.get("turns"), "gen_tokens": c.get("gen_tokens"),
+                    "verify_steps_per_arm": [min(steps), max(steps)]})
+    return out
+
+
+def _facts_table(facts: list[dict]) -> list[str]:
+    return _table(["study", "mode", "arms", "documents", "source files (clusters)", "turns x generated tokens",
+                   "verify steps per arm"],
+                  [[f["study"], f["mode"], f["arms"], f"{f['documents']:,}", f"{f['source_files']:,}",
+                    f"{f['turns']} x {f['gen_tokens']}",
+                    f"{f['verify_steps_per_arm'][0]:,} - {f['verify_steps_per_arm'][1]:,}"] for f in facts])
+
+
+#: Prose numbers check_findings holds to the report's workload facts: "N source files", "N clusters",
+#: "N documents" (the forms FINDINGS.md uses for them).
+_PROSE = {"source files": "source_files", "clusters": "source_files", "documents": "documents"}
+
+
+def check_findings(text: str, data: dict) -> list[str]:
+    """The workload numbers in a FINDINGS text that no model's workload in `data` (report.json) has."""
+    allowed: dict[str, set] = {k: set() for k in set(_PROSE.values())}
+    for g in data["models"].values():
+        for f in g.get("workload") or []:
+            for k in allowed:
+                allowed[k].add(f[k])
+    bad = []
+    for words, key in _PROSE.items():
+        for m in re.finditer(rf"\b(\d[\d,]*) {words}\b", text):
+            n = int(m.group(1).replace(",", ""))
+            if n not in allowed[key]:
+                bad.append(f"'{m.group(0)}': the report's workloads have {key.replace('_', ' ')} "
+                           f"{', '.join(str(x) for x in sorted(allowed[key])) or 'none'}")
+    return bad
+
+
+def _judge_all(group: ModelRuns, B: int, seed: int) -> list[tuple[Prereg, criteria.Judgement | None, str]]:
+    """Every text the group's runs locked, judged where every arm it names locked it."""
+    out = []
+    manifests = {r.arm: r.manifest for r in group.runs}
+    for pr in locked_texts(manifests):
         missing = [a for a in pr.arms if group.arm(a) is None]
         if missing:
             out.append((pr, None, f"not judged: arm {missing[0]} was not run for this model"))
+            continue
+        reg = lock_status(pr, manifests)
+        if reg.status != "locked":
+            out.append((pr, None, f"not judged: UNLOCKED: {reg.why}"))
             continue
         try:
             out.append((pr, criteria.judge(pr, list(group.runs), B=B, seed=seed), ""))
         except AtlasError as e:      # a question these runs cannot answer: say why, judge the rest
             out.append((pr, None, f"not judged: {e}"))
     return out
+
+
+def _variance_saving(pr: Prereg, group: ModelRuns, sd, B: int, seed: int) -> dict | None:
+    """An exact-probability metric's deciding sd against the realized metric's, the same estimand and
+    sd kind on the same runs: how many steps the exact probabilities saved."""
+    from atlas_ab.analysis.metrics import parse_metric, realized
+
+    spec = pr.spec
+    if pr.kind != "difference" or sd is None or parse_metric(spec.primary_metric)[0] not in ("expected", "alpha"):
+        return None
+    other = realized(spec.primary_metric)
+    twin = replace(pr, spec=replace(spec, primary_metric=other))
+    m = criteria.measure(twin, group.arm(spec.arms.control), group.arm(spec.arms.treatment), B, seed)
+    alt = criteria._effect(spec, m, spec.estimand, spec.decides)[1]
+    if not alt:
+        return None
+    ratio = (sd / alt) ** 2
+    return {"realized": other, "sd": sd, "realized_sd": alt, "variance_ratio": ratio,
+            "line": f"- exact acceptance probabilities: {spec.decides.value} sd {_fmt(sd)} against {_fmt(alt)} for "
+                    f"the realized {other} on the same runs: variance x{ratio:.3f}, so {other} would need "
+                    f"{1 / ratio:.2f}x the steps for the same sd"}
 
 
 def _descriptives(group: ModelRuns, out: Path, tag: str) -> tuple[list[str], dict]:
@@ -135,11 +223,16 @@ def _descriptives(group: ModelRuns, out: Path, tag: str) -> tuple[list[str], dic
     if ungated is not None and gated:
         from atlas_ab.analysis.economics import economics
 
-        e = economics(ungated, gated)
-        plots.confidence_figure(e.bins, e.break_even, out / f"confidence_{tag}.png")
-        md += ["#### DRAFT_CONF economics (live, batch width 1)", "",
-               f"![acceptance by confidence bin](confidence_{tag}.png)", "", e.summary(), ""]
-        data["economics"] = e.to_dict()
+        md += ["#### DRAFT_CONF economics (live, batch width 1)", ""]
+        try:
+            e = economics(ungated, gated)
+        except AtlasError as ex:      # step times that are not the steps' own: say so, draw nothing
+            md += [f"Not computed: {ex}", ""]
+            data["economics"] = {"refused": str(ex)}
+        else:
+            plots.confidence_figure(e.bins, e.break_even, out / f"confidence_{tag}.png")
+            md += [f"![acceptance by confidence bin](confidence_{tag}.png)", "", e.summary(), ""]
+            data["economics"] = e.to_dict()
     topk = group.arm("shadow_topk_4")
     if topk is not None:
         from atlas_ab.analysis.coverage import topk_coverage
@@ -152,7 +245,7 @@ def _descriptives(group: ModelRuns, out: Path, tag: str) -> tuple[list[str], dic
     refeed = group.arm("refeed_on")
     if refeed is not None and (refeed.path / "events").is_dir():
         fp = criteria._fingerprints(refeed)
-        md += ["#### The fingerprint table of refeed_on (the seeds' REFEED checks)", ""]
+        md += ["#### The fingerprint table of refeed_on (the reference engine's REFEED checks)", ""]
         md += _table(["row", "check", "matched", "checked"],
                      [[r["check"], r["description"], f"{r['matched']:,}", f"{r['checked']:,}"] for r in fp["rows"]])
         md.append("")
@@ -160,22 +253,23 @@ def _descriptives(group: ModelRuns, out: Path, tag: str) -> tuple[list[str], dic
     return md, data
 
 
-def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0) -> dict:
+def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0, mismatches: tuple[str, ...] = ()) -> dict:
     if not runs:
         raise AtlasError("claims needs the runs of the claims sweeps")
     out.mkdir(parents=True, exist_ok=True)
     groups = group_by_model(runs)
-    md = ["# The seeds' claims, settled", "",
+    md = [f"> **WARNING: {m}** (compared anyway: --allow-mismatch)" for m in mismatches] + ([""] if mismatches else [])
+    md += ["# The reference engine's claims, settled", "",
           "Every question has a pre-registration under `analysis/prereg/claims_*.yaml`, written and committed "
           "before its runs and locked by the study before its first step (the hash below is the one every run "
           "of the study carries). Verdicts: MET / NOT MET / UNDERPOWERED (a null that the sample could not "
           "have shown is not evidence). Regenerate with `python -m atlas_ab.analysis claims RUN... --out DIR`.",
           ""]
-    data: dict = {"models": {}}
+    data: dict = {"models": {}, **({"mismatches": list(mismatches)} if mismatches else {})}
     judged = {g.label: _judge_all(g, B, seed) for g in groups}
     names = sorted({pr.name for js in judged.values() for pr, _, _ in js})
     md += ["## Verdicts at each model size", ""]
-    header = ["question"] + [g.label for g in groups] + ["the seeds"]
+    header = ["question"] + [g.label for g in groups] + ["the reference engine"]
     rows = []
     for n in names:
         row = [n]
@@ -187,41 +281,56 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0) -> di
             v = j[1].verdict
             z = "" if v.sd is None or v.z != v.z else f", {v.z:+.1f} sd"
             row.append(f"**{v.status}** ({v.delta:+.4f}{z})")
-        row.append(SEEDS.get(n, ""))
+        row.append(REFERENCE.get(n, ""))
         rows.append(row)
     md += _table(header, rows) + [""]
     for g in groups:
         tag = "".join(ch for ch in g.label.split(" ")[0] if ch.isalnum()) or "model"
         tag = f"{tag}_{(g.manifest.get('model') or {}).get('params', {}).get('total', 0)}"
+        if temperature(g.runs[0]):
+            tag += f"_t{temperature(g.runs[0]):g}".replace(".", "")
         gd: dict = {"runs": [{"arm": r.arm, "path": str(r.path), "manifest": str(r.path / "manifest.json"),
                               "model_hash": r.hash("model"), "workload_hash": r.hash("workload"),
-                              "mode": (r.manifest or {}).get("mode"), "gate": r.gate_status} for r in g.runs],
+                              "mode": (r.manifest or {}).get("mode"), "gate": r.gate_status,
+                              "code": code_of(r).to_dict()} for r in g.runs],
                     "questions": {}}
-        md += [f"## {g.label}", "", "Runs (each one's manifest is `<run>/manifest.json`):", ""]
-        md += _table(["arm", "run", "mode", "gate", "workload.hash"],
+        facts = workload_facts(g)
+        gd["workload"] = facts
+        md += [f"## {g.label}", "", "Workloads (every clustered sd clusters by source file):", ""]
+        md += _facts_table(facts) + ["", "Runs (each one's manifest is `<run>/manifest.json`):", ""]
+        md += _table(["arm", "run", "mode", "gate", "workload.hash", "code"],
                      [[r.arm, f"`{r.path}`", (r.manifest or {}).get("mode", "?"), r.gate_status,
-                       f"`{(r.hash('workload') or '')[:19]}`"] for r in g.runs]) + [""]
+                       f"`{(r.hash('workload') or '')[:19]}`", code_of(r).short] for r in g.runs]) + [""]
         items = []
         for pr, j, why in judged[g.label]:
             md += [f"### {pr.name}", "", f"- hypothesis: {pr.hypothesis}", f"- criterion: {pr.criterion()}",
                    f"- pre-registration: `analysis/prereg/{pr.path.name}` (sha256 `{pr.sha256}`)",
-                   f"- the seeds: {SEEDS.get(pr.name, 'n/a')}"]
+                   f"- the reference engine: {REFERENCE.get(pr.name, 'n/a')}"]
             if j is None:
                 md += [f"- {why}", ""]
                 continue
             v = j.verdict
-            kind = "McNemar" if pr.kind == "oracle" else pr.decides
+            over = f" over {v.clusters}" if v.clusters else ""
             md += [f"- **{v.status}**: {v.reason}",
                    f"- estimate: {v.delta:+.4f}" + ("" if v.sd is None else
-                                                    f", {kind} sd {v.sd:.4f} ({v.z:+.1f} sd in the registered sense)")]
-            p = j.details.get("paired")
+                                                    f", {v.sd_kind} sd {v.sd:.4f}{over} ({v.z:+.1f} sd in the "
+                                                    "registered sense)")]
+            if j.sensitivity is not None:
+                md.append(f"- {j.sensitivity.line(v)}")
+            p = j.details.get("paired") if j.details.get("estimand") == "matched_positions" else None
             if p:
                 md.append(f"- paired on {p['n_pairs']:,} matched steps ({p['matched_share']:.0%} of the smaller "
                           f"arm's); unpaired i.i.d. sd {_fmt(p['unpaired_iid_sd'])}, unpaired cluster sd "
                           f"{_fmt(p['unpaired_cluster_sd'])}, paired sd {_fmt(p['sd'])}")
+            saving = _variance_saving(pr, g, v.sd, B, seed)
+            if saving:
+                md.append(saving["line"])
+                j.details["variance_saving"] = {k: x for k, x in saving.items() if k != "line"}
             md.append("")
             items += list(j.items)
-            gd["questions"][pr.name] = {"verdict": v.to_dict(), "details": j.details}
+            gd["questions"][pr.name] = {"verdict": v.to_dict(), "details": j.details,
+                                        "sensitivity": None if j.sensitivity is None else
+                                        {**j.sensitivity.to_dict(), "line": j.sensitivity.line(v)}}
         if items:
             plots.difference_figure(items, out / f"difference_{tag}.png")
             md += ["### The differences that decide", "", f"![paired differences with their thresholds]"

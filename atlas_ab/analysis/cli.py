@@ -6,12 +6,12 @@ import json
 import math
 import sys
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from atlas_ab import AtlasError
 
-from atlas_ab.analysis.load import Run, check_provenance, load_run, unchecked_provenance
+if TYPE_CHECKING:
+    from atlas_ab.analysis.load import Run
 
 PROG = "atlas_ab.analysis"
 
@@ -25,7 +25,8 @@ def add_run_flags(p: argparse.ArgumentParser, mismatch: bool = True) -> None:
                    help="analyse runs whose manifest status is not 'complete'")
     if mismatch:
         p.add_argument("--allow-mismatch", action="store_true",
-                       help="compare runs whose workload.hash or model.hash differ (stated in the output)")
+                       help="compare runs whose workload.hash, model.hash or code.hash differ, or whose code is "
+                            "unknown (stated at the top of the output)")
 
 
 def add_two_runs(p: argparse.ArgumentParser, metric: str, metrics_help: str) -> None:
@@ -70,6 +71,10 @@ def expand(paths) -> list[Path]:
 
 def load_runs(paths, args, columns=(), optional=()) -> tuple[list[Run], list[str]]:
     """Load runs, print their warnings, and check they measured the same thing."""
+    # here, not at the top: verbs that load no run (power) need no pandas or pyarrow
+    from atlas_ab.analysis.code_check import check_code
+    from atlas_ab.analysis.load import check_provenance, load_run, unchecked_provenance
+
     runs = [load_run(p, columns=columns, optional=optional, allow_incomplete=args.allow_incomplete)
             for p in expand(paths)]
     for r in runs:
@@ -78,6 +83,7 @@ def load_runs(paths, args, columns=(), optional=()) -> tuple[list[Run], list[str
     mismatches = []
     if len(runs) > 1:
         mismatches = check_provenance(runs, getattr(args, "allow_mismatch", False))
+        mismatches += check_code(runs, getattr(args, "allow_mismatch", False))
         for w in unchecked_provenance(runs):
             warn(w)
     for m in mismatches:
@@ -91,7 +97,8 @@ def _clean(x):
         return {str(k): _clean(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_clean(v) for v in x]
-    if isinstance(x, np.generic):
+    np = sys.modules.get("numpy")      # not imported by power: without numpy there is no numpy scalar
+    if np is not None and isinstance(x, np.generic):
         x = x.item()
     if isinstance(x, float) and not math.isfinite(x):
         return None

@@ -17,6 +17,7 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
+from statsmodels.regression.linear_model import WLS
 
 from atlas_ab.analysis.metrics import DocSums
 
@@ -52,8 +53,6 @@ def _crv1(means: np.ndarray, weights: np.ndarray, exog: np.ndarray, groups: np.n
     p = exog.shape[1]
     if G < 2 or keep.sum() < p:  # one document: no between-document variance to estimate
         return np.full(p, np.nan)
-    from statsmodels.regression.linear_model import WLS   # on first use: see analysis/__init__.py
-
     res = WLS(means[keep], exog[keep], weights=weights[keep]).fit(
         cov_type="cluster", cov_kwds={"groups": groups[keep], "use_correction": False})
     factor = G / (G - 1) * (n_rows - 1) / (n_rows - p)
@@ -72,8 +71,8 @@ def _align(a: DocSums, b: DocSums):
     out = []
     for s in (a, b):
         idx = np.searchsorted(docs, s.doc_id)
-        y = np.zeros(len(docs)); n = np.zeros(len(docs))
-        y[idx] = s.y; n[idx] = s.n
+        y, n = np.zeros(len(docs)), np.zeros(len(docs))
+        y[idx], n[idx] = s.y, s.n
         out.append((y, n))
     return docs, out
 

@@ -21,7 +21,6 @@ from atlas_ab.analysis.stats import binomial_sd
 from atlas_ab.telemetry.schema import TURN_CLASSES
 
 
-
 @dataclass(frozen=True)
 class CoverageCell:
     """Coverage at one (turn class, depth, j): `hits` of `n` steps had the target in the top j."""

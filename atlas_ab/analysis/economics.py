@@ -1,6 +1,6 @@
 """DRAFT_CONF economics: when does verifying a propose pay, in this runner?
 
-The seeds' rule (speculative.rs.txt): a step that verifies K drafts costs `c_spec` and
+The reference engine's rule (docs/reference_engine.md): a step that verifies K drafts costs `c_spec` and
 commits 1 + accept_len tokens; a serial step costs `c_serial` and commits 1. Verifying a
 propose whose chain confidence is c pays when E[1 + accept_len | c] / c_spec >= 1 / c_serial,
 i.e. when E[1 + a | c] >= c_spec / c_serial (the break-even). So:
@@ -9,9 +9,13 @@ i.e. when E[1 + a | c] >= c_spec / c_serial (the break-even). So:
   - the costs come from live runs at batch width 1, where a gated step really decodes one
     token: c_spec = the median wall time of its verify steps, c_serial of its serial steps;
   - tau* = the lowest confidence from which every bin pays;
-  - throughput (committed tokens per second of step time) per arm, with a document-clustered
-    sd (a ratio estimator, linearised), and the difference between two arms.
+  - throughput (committed tokens per second of step time) per arm, with a clustered sd (a ratio
+    estimator, linearised; clusters are the run's source files unless told otherwise), and the
+    difference between two arms, absolute and relative (stats.ratio_difference_sd).
 Timings exist only in live runs: a replay run carries no step time and is refused here.
+Warm-up steps (the first of each kind in a wave, or one that captured a graph: `warmup_ms`,
+speculative/timing.py) carry no `step_ms` and are left out of costs and throughput, tokens and
+time alike. A run whose step times still show a warm-up-sized outlier is refused (`outliers`).
 """
 from __future__ import annotations
 
@@ -23,9 +27,43 @@ import pandas as pd
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.load import Run, load_run
-from atlas_ab.analysis.stats import few_clusters
+from atlas_ab.analysis.stats import few_clusters, ratio_difference_sd
 
 BINS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0 + 1e-9)
+#: A step slower than OUTLIER_X times the median step of its kind (verify, serial) in its run is an
+#: outlier: steady steps stay within a few times their median, while a graph capture or first call
+#: costs ten times and more (the measured spreads are in the commit that set these).
+OUTLIER_X = 5.0
+#: Outliers refuse the run once they make this share of its step time: an isolated stall of the
+#: host is not worth a refusal, a cost that moves tokens/s by a percent is.
+OUTLIER_SHARE = 0.01
+
+
+def kind_of(k) -> np.ndarray:
+    return np.where(np.asarray(k) >= 1, "verify", "serial")
+
+
+def outliers(path, steps: pd.DataFrame) -> None:
+    """Refuse step times with a warm-up-sized outlier (see OUTLIER_X, OUTLIER_SHARE), naming the worst."""
+    s = steps[steps["step_ms"].notna()]
+    if s.empty:
+        return
+    ms = s["step_ms"].to_numpy(np.float64)
+    kind = kind_of(s["k"])
+    med = pd.Series(ms).groupby(kind).transform("median").to_numpy()
+    ratio = ms / med
+    out = ratio > OUTLIER_X
+    share = ms[out].sum() / ms.sum()
+    if out.any() and share >= OUTLIER_SHARE:
+        w = int(np.argmax(ratio))
+        r = s.iloc[w]
+        raise AtlasError(
+            f"{path}: doc {int(r['doc_id'])} turn {int(r['turn'])} step {int(r['step'])} took {ms[w]:.1f} ms, "
+            f"{ratio[w]:.0f}x the median {kind[w]} step ({med[w]:.3f} ms); {int(out.sum())} step(s) above "
+            f"{OUTLIER_X:g}x their kind's median make {share:.1%} of the step time: warm-up inside step_ms? "
+            + ("(a run made before warm-up was timed apart in warmup_ms: re-run it)" if "warmup_ms" not in s.columns
+               else "(its warm-up was timed apart: a busy host or a one-time cost outside it; re-run on an idle "
+                    "machine)"))
 
 
 def timed(run: Run) -> Run:
@@ -38,22 +76,30 @@ def timed(run: Run) -> Run:
     if bw is not None and bw != 1:
         raise AtlasError(f"{run.path}: batch width {bw}: a step's time is shared by its {bw} documents, so "
                          "tokens per second per document needs runner.batch_width=1")
-    full = load_run(run.path, columns=("step_ms", "committed", "conf"), allow_incomplete=run.status != "complete")
-    if full.steps["step_ms"].isna().any():
-        raise AtlasError(f"{run.path}: step_ms is null on {int(full.steps['step_ms'].isna().sum())} steps")
+    full = load_run(run.path, columns=("step_ms", "committed", "conf"), optional=("warmup_ms",),
+                    allow_incomplete=run.status != "complete")
+    s = full.steps
+    warm = s["warmup_ms"].notna() if "warmup_ms" in s.columns else pd.Series(False, index=s.index)
+    untimed = s["step_ms"].isna() & ~warm
+    if untimed.any():
+        raise AtlasError(f"{run.path}: step_ms is null on {int(untimed.sum())} step(s) that are not warm-up")
+    outliers(run.path, s)
     return full
 
 
 @dataclass(frozen=True)
 class Throughput:
-    """Committed tokens per second of step time, clustered by document."""
+    """Committed tokens per second of step time, clustered by the cluster unit."""
     arm: str
     tokens: int
     seconds: float
     n_steps: int
     n_clusters: int
     sd: float | None           # CRV1-style sd of the ratio (None: too few clusters)
-    per_doc: pd.DataFrame      # doc_id, tokens, seconds
+    per_cluster: pd.DataFrame  # cluster, tokens, seconds
+    cluster_unit: str = "document"
+    n_warmup: int = 0          # warm-up steps left out (their tokens and time)
+    warmup_seconds: float = 0.0
 
     @property
     def value(self) -> float:
@@ -61,18 +107,24 @@ class Throughput:
 
     def to_dict(self) -> dict:
         return {"arm": self.arm, "tokens_per_second": self.value, "sd": self.sd, "tokens": self.tokens,
-                "seconds": self.seconds, "n_steps": self.n_steps, "n_clusters": self.n_clusters}
+                "seconds": self.seconds, "n_steps": self.n_steps, "n_clusters": self.n_clusters,
+                "n_warmup": self.n_warmup, "warmup_seconds": self.warmup_seconds}
 
 
-def throughput(run: Run) -> Throughput:
+def throughput(run: Run, clusters: tuple | None = None) -> Throughput:
+    """`clusters`: (doc_id -> cluster map or None, unit), default the run's own (load.Run.clusters)."""
     full = timed(run)
-    s = full.steps
-    per_doc = pd.DataFrame({"doc_id": s["doc_id"], "tokens": s["committed"].map(len),
-                            "seconds": s["step_ms"].astype(np.float64) / 1e3}).groupby("doc_id").sum().reset_index()
-    T, S = per_doc["tokens"].to_numpy(float), per_doc["seconds"].to_numpy(float)
-    R, G = T.sum() / S.sum(), len(per_doc)
-    sd = None if few_clusters(G) else math.sqrt(G / (G - 1) * ((T - R * S) ** 2).sum()) / S.sum()
-    return Throughput(run.arm, int(T.sum()), float(S.sum()), len(s), G, sd, per_doc)
+    s = full.steps[full.steps["step_ms"].notna()]
+    warm = full.steps["warmup_ms"].dropna() if "warmup_ms" in full.steps.columns else pd.Series([], dtype=float)
+    cmap, unit = run.clusters if clusters is None else clusters
+    doc = s["doc_id"].to_numpy()
+    per = pd.DataFrame({"cluster": doc if cmap is None else np.asarray(cmap)[doc], "tokens": s["committed"].map(len),
+                        "seconds": s["step_ms"].astype(np.float64) / 1e3}).groupby("cluster").sum().reset_index()
+    T, S = per["tokens"].to_numpy(float), per["seconds"].to_numpy(float)
+    R, G = T.sum() / S.sum(), len(per)
+    sd = None if few_clusters(G, unit) else math.sqrt(G / (G - 1) * ((T - R * S) ** 2).sum()) / S.sum()
+    return Throughput(run.arm, int(T.sum()), float(S.sum()), len(s), G, sd, per, unit, len(warm),
+                      float(warm.sum()) / 1e3)
 
 
 @dataclass(frozen=True)
@@ -80,7 +132,9 @@ class ThroughputDifference:
     control: Throughput
     treatment: Throughput
     delta: float               # treatment - control, tokens/s
-    sd: float | None           # clustered by document (the same document in both arms is one cluster)
+    sd: float | None           # clustered (the same cluster in both arms is one cluster)
+    relative_sd: float | None = None   # the sd of `relative`, both arms' uncertainty (delta method)
+    n_clusters: int = 0
 
     @property
     def relative(self) -> float:
@@ -88,19 +142,20 @@ class ThroughputDifference:
 
     def to_dict(self) -> dict:
         return {"control": self.control.to_dict(), "treatment": self.treatment.to_dict(), "delta": self.delta,
-                "sd": self.sd, "relative": self.relative}
+                "sd": self.sd, "relative": self.relative, "relative_sd": self.relative_sd,
+                "n_clusters": self.n_clusters, "cluster_unit": self.control.cluster_unit}
 
 
-def throughput_difference(control: Run, treatment: Run) -> ThroughputDifference:
-    """The linearised ratio difference: z_g = (T_bg - R_b S_bg)/S_b - (T_ag - R_a S_ag)/S_a per
-    document g, sd = sqrt(G/(G-1) sum z_g^2)."""
-    a, b = throughput(control), throughput(treatment)
-    m = a.per_doc.merge(b.per_doc, on="doc_id", how="outer", suffixes=("_a", "_b")).fillna(0.0)
-    z = ((m["tokens_b"] - b.value * m["seconds_b"]) / b.seconds
-         - (m["tokens_a"] - a.value * m["seconds_a"]) / a.seconds).to_numpy()
+def throughput_difference(control: Run, treatment: Run, clusters: tuple | None = None) -> ThroughputDifference:
+    """The linearised ratio difference over clusters g present in either arm (stats.ratio_difference_sd):
+    absolute z_g = (T_bg - R_b S_bg)/S_b - (T_ag - R_a S_ag)/S_a, sd = sqrt(G/(G-1) sum z_g^2)."""
+    a, b = throughput(control, clusters), throughput(treatment, clusters)
+    m = a.per_cluster.merge(b.per_cluster, on="cluster", how="outer", suffixes=("_a", "_b")).fillna(0.0)
     G = len(m)
-    sd = None if few_clusters(G) else math.sqrt(G / (G - 1) * (z ** 2).sum())
-    return ThroughputDifference(a, b, b.value - a.value, sd)
+    sums = [m[c].to_numpy() for c in ("tokens_a", "seconds_a", "tokens_b", "seconds_b")]
+    few = few_clusters(G, a.cluster_unit)
+    return ThroughputDifference(a, b, b.value - a.value, None if few else ratio_difference_sd(*sums),
+                                None if few else ratio_difference_sd(*sums, relative=True), G)
 
 
 @dataclass(frozen=True)
@@ -126,9 +181,9 @@ class Economics:
         for r in self.bins.itertuples():
             lines.append(f"| [{r.lo:.1f}, {min(r.hi, 1.0):.1f}) | {r.n:,} | {r.tokens:.3f} | {r.p1:.3f} | "
                          f"{'yes' if r.pays else 'no'} |")
-        lines += ["", "| arm | tokens/s | sd | steps |", "|---|---|---|---|"]
-        lines += [f"| {t.arm} | {t.value:,.1f} | {t.sd:.1f} | {t.n_steps:,} |" if t.sd is not None else
-                  f"| {t.arm} | {t.value:,.1f} | n/a | {t.n_steps:,} |" for t in self.throughput]
+        lines += ["", "| arm | tokens/s | sd | steps | warm-up steps left out |", "|---|---|---|---|---|"]
+        lines += [f"| {t.arm} | {t.value:,.1f} | {'n/a' if t.sd is None else f'{t.sd:.1f}'} | {t.n_steps:,} | "
+                  f"{t.n_warmup:,} ({t.warmup_seconds * 1e3:,.1f} ms) |" for t in self.throughput]
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -160,6 +215,7 @@ def economics(ungated: Run, gated: list[Run]) -> Economics:
     spec, serial = [], []
     for r in [ungated, *gated]:
         s = timed(r).steps
+        s = s[s["step_ms"].notna()]          # warm-up steps cost what a first time costs
         spec.append(s.loc[s["k"] >= 1, "step_ms"].to_numpy())
         serial.append(s.loc[s["k"] == 0, "step_ms"].to_numpy())
     spec, serial = np.concatenate(spec), np.concatenate(serial)

@@ -1,4 +1,4 @@
-"""`fingerprints RUN`: the seeds' REFEED verification table, rebuilt from events.
+"""`fingerprints RUN`: the reference engine's REFEED verification table, rebuilt from events.
 
 The events (docs/telemetry.md, FINGERPRINTS) carry an FNV-1a fingerprint of
 every hidden that enters or leaves the catch-up ring, is fed to the drafter, or
@@ -12,10 +12,10 @@ sequence's ring spans its turns):
   e. feed(key k) == the target hidden consumed by the propose at position k + 1
 
 Rows a-c check the ring's own bookkeeping and are self-consistent even when
-the label convention is wrong (the seeds' `mtp_refeed_shift`): a uniformly
+the label convention is wrong (the reference engine's `mtp_refeed_shift`): a uniformly
 shifted ring still lands its copies, feeds what it holds, and computes
 label = key + 1. Row d sees a shift only where the propose's ring lookup does
-not share the writer's label arithmetic (in the seeds' engine it shares the
+not share the writer's label arithmetic (in the reference engine it shares the
 buffer offset formula and reads 100% regardless). Row e is the
 non-tautological one: it compares what the re-feed hands pair key k against
 what the drafter's own propose consumed for that pair, two different code

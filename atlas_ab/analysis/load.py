@@ -3,6 +3,8 @@
 Only the columns asked for are read (pyarrow column projection), because the
 step tables are large and the metrics need five integer columns. Every problem
 is one AtlasError line naming the file it was found in; nothing is dropped.
+The data read is the data written: each shard's row count and sha256 must be the ones its
+manifest lists, and a complete run's table directory holds exactly the files listed.
 """
 from __future__ import annotations
 
@@ -16,8 +18,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from atlas_ab import AtlasError
-from atlas_ab.ingest.grain import from_manifest, no_steps_line
-from atlas_ab.telemetry.schema import REQUIRED_STEP as REQUIRED, STEP_INT_TYPES as INT_TYPES
+from atlas_ab.atomic import sha256_file
+from atlas_ab.telemetry.grain import from_manifest, no_steps_line
+from atlas_ab.telemetry.schema import REQUIRED_STEP as REQUIRED, SHARD_ROWS, STEP_INT_TYPES as INT_TYPES
+
+#: Read whenever present: the exact-probability metrics' columns (metrics.EXPECTED_COLUMNS).
+EXPECTED_COLUMNS = ("accept_prob", "alpha1")
 
 NONNEGATIVE = REQUIRED
 
@@ -101,8 +107,9 @@ def read_manifest(root: Path, allow_incomplete: bool = False) -> dict | None:
 def shard_files(root: Path, manifest: dict | None, table: str = "steps") -> tuple[list[Path], list[str]]:
     """The Parquet shards of one table (`steps` or `events`) and warnings.
 
-    With a manifest that lists shards, exactly those files (a shard may have no
-    events file); anything else on disk is debris of a crash, ignored loudly."""
+    With a manifest that lists shards, exactly those files (a shard may have no events file).
+    Anything else on disk is refused in a `complete` run (its manifest and its files disagree)
+    and ignored loudly in an unfinished one (debris of a crash, which a resume overwrites)."""
     tdir = root / table
     on_disk = sorted(tdir.glob("*.parquet")) if tdir.is_dir() else []
     if manifest is None or "shards" not in manifest:
@@ -120,8 +127,43 @@ def shard_files(root: Path, manifest: dict | None, table: str = "steps") -> tupl
         listed.append(p)
     listed_real = {p.resolve() for p in listed}
     debris = [p for p in on_disk if p.resolve() not in listed_real]
+    if debris and manifest.get("status") == "complete":
+        raise AtlasError(f"{debris[0]}: not listed in the complete run's manifest.json shards "
+                         "(an entry was removed or a file added after the run): refused")
     warnings = [f"{p}: not listed in manifest.json shards; ignored" for p in debris]
     return listed, warnings
+
+
+def _shard_entries(root: Path, manifest: dict | None, table: str) -> dict[Path, dict]:
+    """The manifest's shard entry of each listed file of `table`, by resolved path."""
+    out = {}
+    for shard in (manifest or {}).get("shards") or []:
+        if isinstance(shard, dict) and shard.get(table):
+            out[(root / shard[table]).resolve()] = shard
+    return out
+
+
+def check_written(path: Path, shard: dict, table: str, rows: int) -> None:
+    """Refuse a shard file whose row count or sha256 is not the one its manifest entry lists."""
+    want = shard.get(SHARD_ROWS.get(table, ""))
+    if want is not None and int(want) != rows:
+        raise AtlasError(f"{path}: {rows} rows, but manifest.json lists {want} for it "
+                         "(the file was rewritten after the run): refused")
+    sha = (shard.get("sha256") or {}).get(table)
+    if sha is not None:
+        got = sha256_file(path)
+        if got != sha:
+            raise AtlasError(f"{path}: sha256 {got[:12]}, but manifest.json lists {sha[:12]} for it "
+                             "(the file was replaced or rewritten after the run): refused")
+
+
+def unhashed_line(root: Path, manifest: dict | None) -> str | None:
+    """The warning for a manifest written before shards carried a sha256 (None otherwise)."""
+    shards = [s for s in (manifest or {}).get("shards") or [] if isinstance(s, dict)]
+    if shards and not any(s.get("sha256") for s in shards):
+        return (f"{root}: manifest.json records no shard sha256 (written before shard hashes): "
+                "its shards' row counts are checked, their bytes are not")
+    return None
 
 
 def _check_shard(path: Path, table: pa.Table) -> None:
@@ -179,11 +221,17 @@ def read_shards(root: Path, manifest: dict | None, table: str, columns: list[str
         what = "steps/*.parquet shards" if table == "steps" else "fingerprint events (was FINGERPRINTS on?)"
         raise AtlasError(f"{root / table}: empty run (no {what})" if table == "steps" else
                          f"{root / table}: no {what}")
+    entries = _shard_entries(root, manifest, table)
+    unhashed = unhashed_line(root, manifest)
+    if unhashed:
+        warnings.append(unhashed)
     tables = []
     for f in files:
         t = _read_shard(f, list(columns), tuple(optional), tuple(integer))
         if check is not None:
             check(f, t)
+        if f.resolve() in entries:
+            check_written(f, entries[f.resolve()], table, t.num_rows)
         tables.append(t)
     return tables, files, warnings
 
@@ -232,11 +280,16 @@ def load_run(path: str | Path, columns: tuple[str, ...] = (), optional: tuple[st
     if tel is not None and "position" in columns and tel.why_not("position_pairing"):
         raise AtlasError(f"{root}: no step positions to pair on: {tel.why_not('position_pairing')}")
     want = list(REQUIRED) + [c for c in columns if c not in REQUIRED]
+    optional = tuple(optional) + EXPECTED_COLUMNS       # a sampled run's exact acceptance probabilities
     tables, files, warnings = read_shards(root, manifest, "steps", want, optional, integer=REQUIRED,
                                           check=_check_shard)
     lengths = [t.num_rows for t in tables]
     if sum(lengths) == 0:
         raise AtlasError(f"{root / 'steps'}: empty run (shards hold no rows)")
+    listed_rows = ((manifest or {}).get("rows") or {}).get("steps")
+    if (manifest or {}).get("status") == "complete" and listed_rows is not None and int(listed_rows) != sum(lengths):
+        raise AtlasError(f"{root / 'manifest.json'}: lists {listed_rows} step rows in all, but its shards hold "
+                         f"{sum(lengths)}: refused")
     table = pa.concat_tables(tables, promote_options="permissive")
     df = table.to_pandas()
     for c, dtype in INT_TYPES.items():
@@ -248,6 +301,19 @@ def load_run(path: str | Path, columns: tuple[str, ...] = (), optional: tuple[st
         warnings.append(f"{root}: the lossless gate checked no sequence (gate not run): nothing shows that "
                         "this run's drafts were verified losslessly")
     return replace(run, warnings=tuple(warnings))
+
+
+def check_distinct(runs: list[Run]) -> None:
+    """Refuse a comparison of a run with itself: the same directory, or two holding the same shards."""
+    for i, a in enumerate(runs):
+        for b in runs[i + 1:]:
+            if a.path.resolve() == b.path.resolve():
+                raise AtlasError(f"{a.path} is given twice: a comparison needs two different runs")
+            sha_a = [(s.get("sha256") or {}).get("steps") for s in (a.manifest or {}).get("shards") or []]
+            sha_b = [(s.get("sha256") or {}).get("steps") for s in (b.manifest or {}).get("shards") or []]
+            if sha_a and None not in sha_a and sha_a == sha_b:
+                raise AtlasError(f"{a.path} and {b.path} hold the same step shards (equal sha256): "
+                                 "a comparison needs two different runs")
 
 
 def provenance_mismatches(runs: list[Run]) -> list[str]:
@@ -265,9 +331,22 @@ def provenance_mismatches(runs: list[Run]) -> list[str]:
 
 
 def unchecked_provenance(runs: list[Run]) -> list[str]:
-    # an engine run (atlas_ab/ingest) has a manifest but no hash of the served weights
-    return [f"{r.path}: no workload.hash/model.hash ({'no manifest' if r.manifest is None else 'not in its manifest'}); "
-            "provenance unchecked" for r in runs if r.hash("workload") is None or r.hash("model") is None]
+    """One line per run missing a hash, naming exactly which is missing and which is checked."""
+    out = []
+    for r in runs:
+        missing = [s for s in ("workload", "model") if r.hash(s) is None]
+        if not missing:
+            continue
+        if r.manifest is None:
+            why = "no manifest"
+        elif r.manifest.get("telemetry") is not None:   # an engine run: the served weights are not ours to hash
+            why = "an engine run" + (": the served weights are not hashed" if "model" in missing else "")
+        else:
+            why = "not in its manifest"
+        checked = [f"{s}.hash checked" for s in ("workload", "model") if s not in missing]
+        out.append(f"{r.path}: no {' or '.join(s + '.hash' for s in missing)} ({why}); "
+                   + ", ".join(checked + [f"{' and '.join(missing)} unchecked"]))
+    return out
 
 
 def check_provenance(runs: list[Run], allow_mismatch: bool) -> list[str]:

@@ -6,7 +6,7 @@ step); (b) between two runs, steps matched on (doc_id, turn, position).
 
 Orientation: b = second-only successes (oracle / run B hit, real / run A missed),
 c = first-only; z = (b - c)/sqrt(b + c) is positive when the second is better,
-which is how the seeds quote the oracle probe (McNemar z = +18.4). The exact
+which is how the reference engine's notes quote the oracle probe (McNemar z = +18.4). The exact
 test's statistic is min(b, c), a count, so only its p-value is reported.
 """
 from __future__ import annotations
@@ -19,7 +19,11 @@ import pandas as pd
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 
 from atlas_ab import AtlasError
+from atlas_ab.analysis import cluster
 from atlas_ab.analysis.load import Run
+from atlas_ab.analysis.metrics import DocSums, row_values
+from atlas_ab.analysis.stats import few_clusters
+from atlas_ab.telemetry.acceptance import canonical
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,32 @@ def oracle_probe(run: Run) -> OracleProbe:
 KEY = ["doc_id", "turn", "position"]
 
 
+def _sampling(run: Run) -> tuple[bool, str | None]:
+    """(whether the run sampled its text, the trajectory it replayed) from its manifest."""
+    m = run.manifest or {}
+    s = (((m.get("config") or {}).get("workload") or {}).get("sampling") or {})
+    sampled = bool(s) and float(s.get("temperature") or 0.0) > 0.0
+    traj = (m.get("replay") or {}).get("hash") if m.get("mode") == "replay" else None
+    return sampled, traj
+
+
+def require_same_text(first: Run, second: Run) -> None:
+    """Steps pair by (doc_id, turn, position) only where both arms committed the same text there:
+    greedy runs do (one target trajectory), and so do sampled runs replaying one stored trajectory
+    (coupled replay); live sampled arms write different texts, so a position names two contexts."""
+    (sa, ta), (sb, tb) = _sampling(first), _sampling(second)
+    if not (sa or sb):
+        return
+    if ta is None or tb is None:
+        live = first.path if ta is None else second.path
+        raise AtlasError(f"{live}: a live sampled run commits its own text, so its steps do not pair by position "
+                         "with another arm's; run both arms with runner.mode=replay (one coupled trajectory) or "
+                         "compare them unpaired (compare, or a registration decided on the cluster sd)")
+    if ta != tb:
+        raise AtlasError(f"{first.path} vs {second.path}: the two sampled runs replayed different trajectories "
+                         f"({ta[:19]} vs {tb[:19]}), so their steps do not pair by position")
+
+
 def _outcomes(run: Run, depth: int) -> pd.DataFrame:
     if "position" not in run.steps.columns:
         raise AtlasError(f"{run.path}: no position column, so steps cannot be matched between runs")
@@ -169,6 +199,7 @@ def between_runs(first: Run, second: Run, depth: int = 2) -> McNemarResult:
     for r in (first, second):
         if r.K < depth:
             raise AtlasError(f"{r.path}: depth {depth} never observed (K={r.K})")
+    require_same_text(first, second)
     m = _outcomes(first, depth).merge(_outcomes(second, depth), on=KEY, suffixes=("_a", "_b"))
     if m.empty:
         raise AtlasError(f"{first.path} vs {second.path}: no step matched on (doc_id, turn, position) "
@@ -191,7 +222,7 @@ class PairedDifference:
     the per-cluster sums of the paired differences d = y_treatment - y_control (CRV1 and a
     cluster bootstrap that resamples clusters with their pairs), so what the two arms share
     at a position cancels. `saved_vs_iid`: how much smaller that sd is than the unpaired
-    i.i.d. sd (the seeds' binomial sd, which assumes independent arms); `saved_vs_cluster`:
+    i.i.d. sd (the reference engine's binomial sd, which assumes independent arms); `saved_vs_cluster`:
     than the unpaired cluster sd of the difference, which already pairs the arms by document
     (the same document is one cluster in both), so with every step matched the two nearly
     agree: pairing by position then adds little beyond pairing by document (tested).
@@ -212,6 +243,8 @@ class PairedDifference:
     cluster_note: str | None = None
     unpaired_iid_sd: float | None = None       # the unpaired difference's i.i.d. sd (binomial/delta)
     unpaired_cluster_sd: float | None = None   # and its cluster sd
+    n_discordant: int = 0                      # pairs whose outcomes differ (0: the arms agree at every pair)
+    cluster_unit: str = "document"
 
     @property
     def matched_share(self) -> float:
@@ -257,45 +290,33 @@ class PairedDifference:
         return d
 
 
-def _denominator(k: np.ndarray, a: np.ndarray, kind: str, i: int) -> np.ndarray:
-    if kind == "p":
-        return k >= i
-    if kind == "cond":
-        return (k >= i) & (a >= i - 1)
-    return k >= 1
-
-
-def _outcome(a: np.ndarray, kind: str, i: int) -> np.ndarray:
-    return (1 + a).astype(np.float64) if kind == "tokens" else (a >= i).astype(np.float64)
-
-
 def paired_difference(control: Run, treatment: Run, metric: str, B: int = 2000, seed: int = 0,
-                      unpaired=None) -> PairedDifference:
-    """`unpaired`: the unpaired stats.Difference of the same metric, for the sd pairing saved."""
-    """The paired difference of `metric` between two runs (see PairedDifference)."""
-    from atlas_ab.analysis import cluster
-    from atlas_ab.analysis.metrics import DocSums, canonical, parse_metric
-    from atlas_ab.analysis.stats import few_clusters
-
-    kind, i = parse_metric(metric)
-    cols = KEY + ["k", "accept_len"]
+                      unpaired=None, clusters: tuple | None = None) -> PairedDifference:
+    """The paired difference of `metric` between two runs (see PairedDifference). `unpaired`: the
+    unpaired stats.Difference of the same metric, for the sd pairing saved; `clusters`: (doc_id ->
+    cluster map or None, unit), default the control run's own (load.Run.clusters)."""
+    require_same_text(control, treatment)
     frames = []
     for r in (control, treatment):
         if "position" not in r.steps.columns:
             raise AtlasError(f"{r.path}: no position column, so steps cannot be paired between runs")
-        df = r.steps[cols]
-        keep = _denominator(df["k"].to_numpy(), df["accept_len"].to_numpy(), kind, i)
+        keep, y = row_values(r.steps, metric)
+        df = r.steps[KEY].assign(y=y)
+        dup = df[keep].duplicated(KEY)
+        if dup.any():           # a position twice would pair many-to-many: no such estimand
+            d = df[keep][dup].iloc[0]
+            raise AtlasError(f"{r.path}: duplicate (doc_id, turn, position) = ({d.doc_id}, {d.turn}, {d.position}) "
+                             f"in the denominator of {metric}, so its steps cannot be paired")
         frames.append((df[keep], int(keep.sum())))
     m = frames[0][0].merge(frames[1][0], on=KEY, suffixes=("_a", "_b"))
     if m.empty:
         raise AtlasError(f"{control.path} vs {treatment.path}: no step pairs on (doc_id, turn, position) "
                          f"in the denominator of {metric}")
-    ya = _outcome(m["accept_len_a"].to_numpy(), kind, i)
-    yb = _outcome(m["accept_len_b"].to_numpy(), kind, i)
+    ya, yb = m["y_a"].to_numpy(), m["y_b"].to_numpy()
     d = yb - ya
-    clusters, unit = control.clusters
+    cmap, unit = control.clusters if clusters is None else clusters
     doc = m["doc_id"].to_numpy()
-    unit_of = doc if clusters is None else np.asarray(clusters)[doc]
+    unit_of = doc if cmap is None else np.asarray(cmap)[doc]
     ids, inv = np.unique(unit_of, return_inverse=True)
     sums = DocSums(metric=metric, doc_id=ids, y=np.bincount(inv, weights=d), n=np.bincount(inv).astype(np.int64),
                    y2=np.bincount(inv, weights=d * d), unit=unit)
@@ -308,7 +329,8 @@ def paired_difference(control: Run, treatment: Run, metric: str, B: int = 2000, 
         bootstrap=cluster.bootstrap(sums, B=B, seed=seed) if B and not note else None,
         n_clusters=len(ids), cluster_note=note,
         unpaired_iid_sd=None if unpaired is None else unpaired.sd,
-        unpaired_cluster_sd=None if unpaired is None else unpaired.cluster_sd)
+        unpaired_cluster_sd=None if unpaired is None else unpaired.cluster_sd,
+        n_discordant=int(np.count_nonzero(d)), cluster_unit=unit)
 
 
 def mcnemar_by_depth(control: Run, treatment: Run) -> list[McNemarResult]:

@@ -2,10 +2,12 @@
 readable without the terminal, that judges the runs' pre-registrations.
 
 Which pre-registrations: by default the ones the runs' study locked before its first step
-(their text is in every manifest; all runs must carry the same hash). A `--prereg FILE`
-whose text differs from the locked one gets `PREREG CHANGED` and no verdict, naming both
-hashes and the changed fields; `--evaluate-edited` judges the edited file anyway and the
-report then says so at its very top. A file no study locked is judged, marked "not locked".
+(their text is in every manifest). A pre-registration is locked only if every arm it names
+holds its sha256 (config.prereg.registrations); arms that locked different texts are refused.
+A `--prereg FILE` whose name the study locked with another text gets `PREREG CHANGED` and no
+verdict, naming both hashes and the changed fields (`--evaluate-edited` judges it anyway); any
+other text not locked by every arm is `UNLOCKED` and gets no verdict (`--evaluate-unlocked`
+judges it anyway). Either way the report says so at its very top.
 Runs whose lossless gate checked nothing are refused for a verdict unless `allow_ungated`.
 """
 from __future__ import annotations
@@ -18,12 +20,13 @@ import pandas as pd
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, criteria, paired, plots
-from atlas_ab.analysis.criteria import Judgement
+from atlas_ab.analysis.code_check import code_of
 from atlas_ab.analysis.comparison import Comparison, compare_runs, headline_metrics
+from atlas_ab.analysis.criteria import Judgement, Verdict
 from atlas_ab.analysis.load import Run
 from atlas_ab.analysis.metrics import TURN_CLASSES, Cells, arm_metrics
-from atlas_ab.analysis.prereg import Prereg, Verdict, changed, from_lock, load_prereg, locked_preregs
 from atlas_ab.analysis.stats import compare as compare_cells, format_delta
+from atlas_ab.config.prereg import Prereg, Registration, registrations
 
 HEAD = [("n_verify", "n"), ("p1", "p1"), ("p2_uncond", "p2_uncond"), ("p2_cond", "p2_cond"),
         ("tokens_per_step", "tokens/step")]
@@ -33,17 +36,53 @@ HEAD = [("n_verify", "n"), ("p1", "p1"), ("p2_uncond", "p2_uncond"), ("p2_cond",
 class Judged:
     """One pre-registration as this report judged it."""
     prereg: Prereg
-    origin: str                      # locked | not locked | edited | changed
+    origin: str                      # locked | unlocked | changed (no verdict) | edited | evaluated unlocked
     judgement: Judgement
     locked_sha256: str | None = None
+    why: str = ""                    # unlocked: which arms did not lock it
 
     @property
     def verdict(self) -> Verdict:
         return self.judgement.verdict
 
+    @property
+    def locked(self) -> bool:
+        return self.origin == "locked"
+
+    def warning(self) -> str | None:
+        """The line the report opens with when this verdict is not the pre-registered one."""
+        name = f"`{self.prereg.path.name}` (sha256 `{self.prereg.sha256}`)"
+        if self.origin == "edited":
+            return (f"**WARNING: JUDGED AGAINST AN EDITED PRE-REGISTRATION.** `{self.prereg.path.name}` was locked at "
+                    f"sha256 `{self.locked_sha256}` when the study began; this report evaluated the edited text "
+                    f"(sha256 `{self.prereg.sha256}`) at the user's request (--evaluate-edited). Its verdict is not "
+                    "the pre-registered one.")
+        if self.origin == "evaluated unlocked":
+            return (f"**WARNING: UNLOCKED PRE-REGISTRATION, JUDGED AT THE USER'S REQUEST.** {name}: {self.why}. "
+                    "Its verdict is not a pre-registered one (--evaluate-unlocked).")
+        if self.origin == "unlocked":
+            return (f"**UNLOCKED PRE-REGISTRATION: NO VERDICT.** {name}: {self.why}. A text counts as locked only "
+                    "if every arm it names holds its sha256 (pass --evaluate-unlocked to judge it anyway).")
+        if self.origin == "changed":
+            return (f"**PREREG CHANGED: NO VERDICT.** {name} is not the text the study locked under that name "
+                    f"(sha256 `{self.locked_sha256}`).")
+        return None
+
+    def summary(self) -> str:
+        """What stdout says about it."""
+        j = self.judgement.summary()
+        if self.origin == "edited":
+            return "WARNING: judged against an EDITED pre-registration (--evaluate-edited)\n" + j
+        if self.origin == "evaluated unlocked":
+            return (f"WARNING: UNLOCKED pre-registration {self.prereg.path.name} ({self.why}), judged at the user's "
+                    "request (--evaluate-unlocked)\n" + j)
+        return j
+
     def to_dict(self) -> dict:
-        return {"origin": self.origin, "locked_sha256": self.locked_sha256, **self.verdict.to_dict(),
-                "details": self.judgement.details}
+        sens = self.judgement.sensitivity
+        return {"origin": self.origin, "locked": self.locked, "locked_sha256": self.locked_sha256,
+                **self.verdict.to_dict(), "details": self.judgement.details,
+                "sensitivity": None if sens is None else {**sens.to_dict(), "line": sens.line(self.verdict)}}
 
 
 @dataclass(frozen=True)
@@ -59,41 +98,30 @@ class Report:
         return self.judged[0].verdict if self.judged else None
 
 
-def preregs_to_judge(runs: list[Run], given: str | Path | None = None,
-                     evaluate_edited: bool = False) -> list[tuple[Prereg, str, Prereg | None]]:
-    """(the pre-registration to judge, its origin, the locked one it differs from or None)."""
-    locked = locked_preregs([r.manifest for r in runs if r.manifest])
-    arms = {r.arm for r in runs}
-    if given is None:
-        out = []
-        for entry in locked.values():
-            pr = from_lock(entry)
-            if set(pr.arms) <= arms:
-                out.append((pr, "locked", None))
-        return out
-    pr = load_prereg(given)
-    entry = locked.get(Path(given).name)
-    if entry is None:
-        return [(pr, "not locked", None)]
-    lk = from_lock(entry)
-    if lk.sha256 == pr.sha256:
-        return [(pr, "locked", None)]
-    return [(pr, "edited" if evaluate_edited else "changed", lk)]
+def preregs_to_judge(runs: list[Run], given: str | Path | None = None) -> list[Registration]:
+    """The pre-registrations to judge over `runs` and how the runs hold them (locked or not)."""
+    return registrations({r.arm: r.manifest for r in runs}, given)
 
 
-def judge(runs: list[Run], todo, B: int, seed: int, allow_ungated: bool) -> list[Judged]:
+def judge_registered(runs: list[Run], todo: list[Registration], B: int, seed: int, allow_ungated: bool,
+                     evaluate_edited: bool = False, evaluate_unlocked: bool = False) -> list[Judged]:
+    """Each registration's judgement: a verdict where it is locked (or the user asked), none otherwise."""
     out = []
-    for pr, origin, lk in todo:
+    for reg in todo:
+        pr = reg.prereg
         for name in pr.arms:
             r = next((r for r in runs if r.arm == name), None)
             if r is not None and r.gate_status == "not run" and not allow_ungated:
                 raise AtlasError(f"{r.path}: its lossless gate checked no sequence, so nothing shows its drafts "
                                  f"were verified losslessly; no verdict on it (pass --allow-ungated to judge anyway)")
-        if origin == "changed":
-            j = Judgement(changed(lk, pr))
+        lk = reg.locked.sha256 if reg.locked else None
+        if reg.status == "changed" and not evaluate_edited:
+            out.append(Judged(pr, "changed", Judgement(criteria.changed(reg.locked, pr)), lk))
+        elif reg.status == "unlocked" and not evaluate_unlocked:
+            out.append(Judged(pr, "unlocked", Judgement(criteria.unlocked(reg)), lk, reg.why))
         else:
-            j = criteria.judge(pr, runs, B=B, seed=seed)
-        out.append(Judged(pr, origin, j, lk.sha256 if lk else None))
+            origin = {"locked": "locked", "changed": "edited", "unlocked": "evaluated unlocked"}[reg.status]
+            out.append(Judged(pr, origin, criteria.judge(pr, runs, B=B, seed=seed), lk, reg.why))
     return out
 
 
@@ -141,6 +169,24 @@ def _uncertainty(comps: list[Comparison]) -> list[str]:
                          f"[{b.ci_low:+.4f}, {b.ci_high:+.4f}] sd {b.sd:.4f}" if b else none])
     return _table(["comparison", "metric", "delta", "i.i.d. sd", "cluster sd", "design effect",
                    "bootstrap 95% CI (clusters)"], rows)
+
+
+def _variance_saved(comps: list[Comparison]) -> list[str]:
+    """Sampled runs: each exact-probability metric's difference variance relative to the realized one."""
+    rows = [[f"{c.treatment.arm} - {c.control.arm}", m, v["realized"], f"{v['sd']:.4f}", f"{v['realized_sd']:.4f}",
+             v["sd_kind"], f"{v['ratio']:.3f}", f"{1 / v['ratio']:.2f}x" if v["ratio"] else "n/a"]
+            for c in comps for m, v in c.variance_ratios.items()]
+    if not rows:
+        return []
+    return ["", "## Exact acceptance probabilities", "",
+            "Under sampling the verifier's accept probability of every draft is known (`accept_prob`), so "
+            "`p{i}_expected` replaces depth i's accept coin by its probability and `alpha1` the whole depth-1 "
+            "outcome by sum_x min(p_1, q_1). Each estimates the realized metric beside it without that noise; "
+            "whether a difference's variance falls too depends on how the two arms' outcomes correlate, so the "
+            "ratio is measured on these runs (the variance of the difference; cluster sd where both have one, "
+            "and the paired sd where the arms pair, as coupled replays of one trajectory do).",
+            ""] + _table(["comparison", "metric", "estimates", "sd", "realized sd", "sd kind", "variance ratio",
+                          "steps the realized metric needs"], rows)
 
 
 def _by_class(arms) -> list[str]:
@@ -209,16 +255,16 @@ def _verdict_lines(j: Judged) -> list[str]:
              f"- criterion: {pr.criterion()}", f"- hypothesis: {pr.hypothesis}",
              f"- pre-registration: `{pr.path.name}` (sha256 `{pr.sha256}`; {j.origin}"
              + (f", locked sha256 `{j.locked_sha256}`" if j.locked_sha256 else "") + ")"]
-    if v.status == "PREREG CHANGED":
+    if v.status in ("PREREG CHANGED", "UNLOCKED"):
         return lines
-    if v.sd is not None:
-        lines.append(f"- observed: {format_delta(v.delta, v.z)} with the {pr.decides} sd {v.sd:.4f}")
-        if v.power_at_min_effect is not None:
-            lines.append(f"- power to detect the minimum effect ({pr.min_effect:g}) at {pr.threshold_sd:g} sd "
-                         f"given that sd: {v.power_at_min_effect:.2f}")
-    else:
-        lines.append(f"- observed: {v.delta:+.4f}; the {pr.decides} sd was not computed")
-    p = j.judgement.details.get("paired")
+    lines.append(f"- observed: {v.measured()}")
+    if v.sd is not None and v.power_at_min_effect is not None:
+        lines.append(f"- power to detect the minimum effect ({pr.spec.min_effect:g}) at {pr.spec.threshold_sd:g} sd "
+                     f"given that sd: {v.power_at_min_effect:.2f}")
+    if j.judgement.sensitivity is not None:
+        lines.append(f"- {j.judgement.sensitivity.line(v)}")
+    # the pairing behind a matched-positions estimand (whole-arm ones show it in the sensitivity line)
+    p = j.judgement.details.get("paired") if j.judgement.details.get("estimand") == "matched_positions" else None
     if p:
         saved = (f"; its sd is {p['saved_vs_iid']:.0%} below the unpaired i.i.d. sd and {p['saved_vs_cluster']:+.0%} "
                  "vs the unpaired cluster sd" if p.get("saved_vs_cluster") is not None else "")
@@ -229,7 +275,7 @@ def _verdict_lines(j: Judged) -> list[str]:
 
 def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B: int = 2000, seed: int = 0,
                  mismatches: tuple[str, ...] = (), evaluate_edited: bool = False,
-                 allow_ungated: bool = False) -> Report:
+                 allow_ungated: bool = False, evaluate_unlocked: bool = False) -> Report:
     """The report of `runs`; `prereg` is a file to judge instead of the locked ones."""
     if len(runs) < 1:
         raise AtlasError("report needs at least one run")
@@ -237,12 +283,13 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
     if len(set(names)) != len(names):
         raise AtlasError(f"two runs carry the same arm name ({', '.join(names)}); "
                          "a report needs distinct arms")
-    judged = judge(runs, preregs_to_judge(runs, prereg, evaluate_edited), B, seed, allow_ungated)
+    judged = judge_registered(runs, preregs_to_judge(runs, prereg), B, seed, allow_ungated, evaluate_edited,
+                              evaluate_unlocked)
     # the control: the first judged pre-registration's, else the first run
     first = judged[0].prereg if judged else None
     control = next((r for r in runs if first is not None and r.arm == first.arms[0]), runs[0])
     others = [r for r in runs if r is not control]
-    metric = first.primary_metric if first is not None and first.kind != "oracle" else \
+    metric = first.spec.primary_metric if first is not None and first.kind != "oracle" else \
         ("p2_uncond" if min(r.K for r in runs) >= 2 else "p1")
     comps = [compare_runs(control, t, metric, B=B, seed=seed, mismatches=mismatches) for t in others]
     probes = [paired.oracle_probe(r) for r in runs
@@ -261,18 +308,20 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
                  "turns": plots.turn_figure(cells, out / "turns.png")})
 
     md = []
-    edited = [j for j in judged if j.origin == "edited"]
-    for j in edited:
-        md += [f"> **WARNING: JUDGED AGAINST AN EDITED PRE-REGISTRATION.** `{j.prereg.path.name}` was locked at "
-               f"sha256 `{j.locked_sha256}` when the study began; this report evaluated the edited text "
-               f"(sha256 `{j.prereg.sha256}`) at the user's request (--evaluate-edited). Its verdict is not "
-               "the pre-registered one.", ""]
+    if mismatches:    # at the top: what follows compares arms that may not be comparable
+        md += ["> **WARNING: Provenance mismatch, compared anyway (--allow-mismatch):**", ">"]
+        md += [f"> - {m}" for m in mismatches] + [""]
+    for j in judged:
+        if j.warning():
+            md += [f"> {j.warning()}", ""]
     md += [f"# Acceptance report: {' vs '.join(r.arm for r in ordered)}", "",
            f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `python -m atlas_ab.analysis report`.",
            "", "## Runs", ""]
-    md += _table(["arm", "run directory", "status", "gate", "K", "steps", "clusters", "workload.hash", "model.hash"],
+    md += _table(["arm", "run directory", "status", "gate", "K", "steps", "clusters", "workload.hash", "model.hash",
+                  "code"],
                  [[r.arm, f"`{r.path}`", r.status, r.gate_status, str(r.K), f"{len(r.steps):,}",
-                   _clusters(c), f"`{r.hash('workload')}`", f"`{r.hash('model')}`"] for r, c in zip(ordered, cells)])
+                   _clusters(c), f"`{r.hash('workload')}`", f"`{r.hash('model')}`", code_of(r).short]
+                  for r, c in zip(ordered, cells)])
     tels = [(r, r.telemetry) for r in ordered if r.telemetry is not None]
     if tels:  # ingested engine runs: say what their grain could not give (atlas_ab/ingest/grain.py)
         md += ["", "## Engine telemetry", ""]
@@ -280,9 +329,6 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
             md.append(f"- {r.arm}: {t.source} ({t.format}), grain {t.grain}, clusters {t.clusters or 'none'}")
             md += [f"  - not available: {k}: {v}" for k, v in t.not_available.items()]
             md += [f"  - note: {n}" for n in t.notes]
-    if mismatches:
-        md += ["", "**Provenance mismatch, compared anyway (--allow-mismatch):**", ""]
-        md += [f"- {m}" for m in mismatches]
     if judged:
         md += ["", "## Pre-registered verdicts", ""]
         for j in judged:
@@ -305,6 +351,7 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
                "effect of a difference can fall below 1; under greedy verification both arms also commit the "
                "same text, so `mcnemar RUN_A RUN_B` pairs their steps position by position.", ""]
         md += _uncertainty(comps)
+        md += _variance_saved(comps)
     md += ["", "## Per depth", "", "![per-depth acceptance](depth.png)", ""] + _depths(arms)
     md += ["", "## Acceptance-length histogram", "", "![acceptance-length histogram](histogram.png)", ""]
     md += _histograms(arms)
@@ -325,8 +372,8 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
     path.write_text("\n".join(md))
     data = {"report": str(path), "figures": {k: str(v) for k, v in figs.items()},
             "runs": [{"arm": r.arm, "path": str(r.path), "status": r.status, "gate": r.gate_status, "K": r.K,
-                      "steps": len(r.steps), "workload_hash": r.hash("workload"), "model_hash": r.hash("model")}
-                     for r in ordered],
+                      "steps": len(r.steps), "workload_hash": r.hash("workload"), "model_hash": r.hash("model"),
+                      "code": code_of(r).to_dict()} for r in ordered],
             "mismatches": list(mismatches), "verdicts": [j.to_dict() for j in judged],
             "comparisons": [c.to_dict() for c in comps], "turn_class_deltas": class_data,
             "arms": {a.arm: a.to_dict() for a in arms},

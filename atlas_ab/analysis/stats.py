@@ -1,6 +1,6 @@
 """Rates, their sds, and the difference between two arms.
 
-The seeds' convention: a difference is printed as `+0.027 (3.9 sd)`, where sd is
+The reference engine's convention: a difference is printed as `+0.027 (3.9 sd)`, where sd is
 the unpooled two-proportion sd sqrt(pA qA/nA + pB qB/nB) and z = delta / sd.
 Beside that (i.i.d.) sd every estimate carries the document-clustered sd, a
 document bootstrap, and the design effect (clustered variance / i.i.d. variance).
@@ -35,7 +35,7 @@ def few_clusters(G: int, unit: str = "document") -> str | None:
 
 
 def format_delta(delta: float, z: float) -> str:
-    """The seeds' form: `+0.027 (3.9 sd)` (sd count unsigned: the sign is on the delta)."""
+    """The reference engine's form: `+0.027 (3.9 sd)` (sd count unsigned: the sign is on the delta)."""
     zs = "n/a" if not math.isfinite(z) else f"{abs(z):.1f}"
     return f"{delta:+.3f} ({zs} sd)"
 
@@ -97,7 +97,7 @@ def rate(value: float, n: int, metric: str = "p", arm: str = "") -> Rate:
 
 @dataclass(frozen=True)
 class Difference:
-    """treatment - control for one metric. str() is the seeds' `+0.027 (3.9 sd)`."""
+    """treatment - control for one metric. str() is the reference engine's `+0.027 (3.9 sd)`."""
 
     metric: str
     control: Rate
@@ -178,10 +178,45 @@ class Difference:
 
 
 def difference(control: Rate, treatment: Rate) -> Difference:
-    """Unpooled two-sample difference (the seeds' sd): sqrt(sdA^2 + sdB^2)."""
+    """Unpooled two-sample difference (the reference engine's sd): sqrt(sdA^2 + sdB^2)."""
     return Difference(metric=treatment.metric, control=control, treatment=treatment,
                       delta=treatment.value - control.value,
                       sd=math.hypot(control.sd, treatment.sd), sd_kind=control.sd_kind)
+
+
+def ratio_difference_sd(ta: np.ndarray, sa: np.ndarray, tb: np.ndarray, sb: np.ndarray,
+                        relative: bool = False) -> float:
+    """Clustered sd of b - a, or of b / a - 1 (`relative`), for two ratio estimators a = sum(ta) / sum(sa)
+    and b = sum(tb) / sum(sb) given per-cluster sums on one cluster index (zeros where an arm has
+    no step in a cluster). Delta method: each cluster's linearised contribution
+    u_g = (ta_g - a sa_g) / sum(sa), v_g = (tb_g - b sb_g) / sum(sb) to a and b; to b - a it is
+    v_g - u_g, to b / a - 1 it is (v_g - (b / a) u_g) / a, and the variance is G / (G - 1) times
+    the sum of their squares. The same cluster in both arms enters once, so their covariance is
+    counted; for independent arms the relative variance is (b/a)^2 (Var a / a^2 + Var b / b^2)."""
+    ta, sa, tb, sb = (np.asarray(x, dtype=np.float64) for x in (ta, sa, tb, sb))
+    a, b = ta.sum() / sa.sum(), tb.sum() / sb.sum()
+    u, v = (ta - a * sa) / sa.sum(), (tb - b * sb) / sb.sum()
+    z = (v - (b / a) * u) / a if relative else v - u
+    G = len(z)
+    return float(math.sqrt(G / (G - 1) * float((z ** 2).sum())))
+
+
+def relative_sd_independent(a: float, sd_a: float, b: float, sd_b: float) -> float:
+    """sd of b / a - 1 for independent estimates (delta method): |b/a| sqrt((sd_a/a)^2 + (sd_b/b)^2)."""
+    return abs(b / a) * math.hypot(sd_a / a, sd_b / b)
+
+
+def relative_cluster_sd(control: DocSums, treatment: DocSums) -> float:
+    """Clustered sd of treatment / control - 1 of one metric (ratio_difference_sd over the
+    clusters of either arm)."""
+    docs = np.union1d(control.doc_id, treatment.doc_id)
+    out = []
+    for s in (control, treatment):
+        idx = np.searchsorted(docs, s.doc_id)
+        y, n = np.zeros(len(docs)), np.zeros(len(docs))
+        y[idx], n[idx] = s.y, s.n
+        out += [y, n]
+    return ratio_difference_sd(*out, relative=True)
 
 
 def estimate(s: DocSums, arm: str = "", B: int = 2000, seed: int = 0) -> Rate:
@@ -189,19 +224,26 @@ def estimate(s: DocSums, arm: str = "", B: int = 2000, seed: int = 0) -> Rate:
     with at least MIN_CLUSTERS clusters)."""
     note = few_clusters(len(s.doc_id), s.unit)
     return Rate(metric=canonical(s.metric), arm=arm, value=s.value, n=s.N, sd=s.iid_sd,
-                sd_kind="binomial" if is_proportion(s.metric) else "delta",
+                sd_kind="n/a" if np.isnan(s.y2).any() else "binomial" if is_proportion(s.metric) else "delta",
                 cluster_sd=None if note else cluster.cluster_sd(s), n_clusters=len(s.doc_id),
                 bootstrap=cluster.bootstrap(s, B=B, seed=seed) if B and not note else None,
                 cluster_note=note)
 
 
 def compare(control: Cells, treatment: Cells, metric: str, B: int = 2000, seed: int = 0) -> Difference:
-    """treatment - control for one metric, with every sd (binomial/delta, cluster, bootstrap)."""
-    sa, sb = doc_sums(control, metric), doc_sums(treatment, metric)
-    for cells, s in ((control, sa), (treatment, sb)):
+    """treatment - control for one metric, with every sd (binomial/delta, cluster, bootstrap).
+    Either side may be a run's cells or its per-unit table (metrics.Units)."""
+    return compare_sums(doc_sums(control, metric), doc_sums(treatment, metric), control.arm, treatment.arm,
+                        B=B, seed=seed)
+
+
+def compare_sums(sa: DocSums, sb: DocSums, control_arm: str, treatment_arm: str, B: int = 2000,
+                 seed: int = 0) -> Difference:
+    """treatment - control from the two arms' per-cluster sums (the same cluster in both is one)."""
+    for arm, s in ((control_arm, sa), (treatment_arm, sb)):
         if s.N == 0:
-            raise AtlasError(f"{cells.arm}: no steps in the denominator of {metric}")
-    ra, rb = estimate(sa, control.arm, B, seed), estimate(sb, treatment.arm, B, seed)
+            raise AtlasError(f"{arm}: no steps in the denominator of {s.metric}")
+    ra, rb = estimate(sa, control_arm, B, seed), estimate(sb, treatment_arm, B, seed)
     d = difference(ra, rb)
     note = few_clusters(len(np.union1d(sa.doc_id, sb.doc_id)), sa.unit)
     return Difference(metric=d.metric, control=ra, treatment=rb, delta=d.delta, sd=d.sd,

@@ -12,10 +12,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from atlas_ab.atomic import write_table
 from atlas_ab.telemetry.schema import step_type
-
 
 
 def _layout(n: int, n_docs: int, turns: int) -> pd.DataFrame:
@@ -69,8 +68,9 @@ def simulate_steps(n: int, p_cond=(0.61, 0.686), K: int | None = None, n_docs: i
 
 def write_run(root: str | Path, steps: pd.DataFrame, arm: str, shards: int = 1, status: str = "complete",
               workload_hash: str = "sha256:workload", model_hash: str = "sha256:model",
-              manifest: bool = True) -> Path:
-    """Write steps as Parquet shards plus a manifest, per docs/telemetry.md."""
+              manifest: bool = True, code_hash: str | None = "sha256:code") -> Path:
+    """Write steps as Parquet shards plus a manifest, per docs/telemetry.md (code_hash None: a
+    manifest without `code`, as runs made before code hashes were recorded)."""
     root = Path(root)
     (root / "steps").mkdir(parents=True, exist_ok=True)
     listed = []
@@ -78,13 +78,14 @@ def write_run(root: str | Path, steps: pd.DataFrame, arm: str, shards: int = 1, 
         rel = f"steps/part-{i:05d}.parquet"
         chunk = steps.iloc[part] if len(part) < len(steps) else steps
         schema = pa.schema([(c, step_type(c) or pa.array(chunk[c]).type) for c in chunk.columns])
-        pq.write_table(pa.Table.from_pandas(chunk, schema=schema, preserve_index=False), root / rel)
-        listed.append({"steps": rel, "events": None, "rows": len(part),
+        sha = write_table(root / rel, pa.Table.from_pandas(chunk, schema=schema, preserve_index=False))
+        listed.append({"steps": rel, "events": None, "rows": len(part), "sha256": {"steps": sha},
                        "docs": sorted(int(d) for d in pd.unique(chunk["doc_id"]))})
     if manifest:
         (root / "manifest.json").write_text(json.dumps({
             "schema": 1, "status": status, "arm": arm, "levers": {},
             "model": {"name": "synthetic", "hash": model_hash},
             "workload": {"hash": workload_hash},
+            **({"code": {"hash": code_hash, "commit": None}} if code_hash is not None else {}),
             "shards": listed, "rows": {"steps": len(steps), "events": 0}}, indent=1))
     return root

@@ -4,10 +4,10 @@ Two ways to set a lever, with deliberately different strictness:
 
 * The Hydra path (`+arm=NAME`, `arm.<lever>=v`) is STRICT: a wrong key or type
   is rejected by the structured config, an out-of-range value or REFEED without
-  CATCHUP by `config.validate_arm`, each as a one-line error before anything
+  CATCHUP by `structured.validate_arm`, each as a one-line error before anything
   loads.
-* The env path (`arm_from_env`) parses `ATLAS_MTP_*` EXACTLY as the seeds'
-  engine does (speculative.rs), clamps and fall-backs included: an
+* The env path (`arm_from_env`) parses `ATLAS_MTP_*` EXACTLY as the reference
+  engine does (docs/reference_engine.md), clamps and fall-backs included: an
   unparsable DRAFT_CONF is 0, DRAFT_CONF=5 is 0.99, SHADOW_TOPK=99 is 8,
   REFEED_SHIFT=-9 is -4, a boolean is on only for the exact string "1". It
   answers "what would the engine run with this environment", so it never
@@ -19,22 +19,22 @@ shell-sourceable `ATLAS_MTP_*=value` lines, so the same arm can be handed to
 the real engine (`set -a; . <(python -m atlas_ab.config.levers env +arm=refeed_on); set +a`).
 `python -m atlas_ab.config.levers table` prints the table below as markdown.
 
-Notes on names the seeds do not fix:
+Notes on names the reference engine does not fix:
 * `ATLAS_MTP_NUM_DRAFTS` (K) is OURS: the engine derives K from its batch-width
   ladder and has no such variable. We parse it like SHADOW_TOPK (usize), clamp
   to [1, 8], and fall back to 2 (our default K) when unset or unparsable.
-* `ATLAS_MTP_DRAFTER_PREFILL` and `ATLAS_MTP_ORACLE_P2` are named in the seeds'
-  docs but their parse is not shown; we read them like the other switches
+* `ATLAS_MTP_DRAFTER_PREFILL` and `ATLAS_MTP_ORACLE_P2` are named in the reference
+  engine but their parse is not shown; we read them like the other switches
   (on only for exactly "1").
-* `ATLAS_MTP_RING_PREFILL` (RING_PREFILL) is OURS: the seeds never ring the
-  turn prefill's last hidden. Parsed like the seeds' switches (on only for "1").
+* `ATLAS_MTP_RING_PREFILL` (RING_PREFILL) is OURS: the reference engine never rings
+  the turn prefill's last hidden. Parsed like its switches (on only for "1").
 * The engine forces CATCHUP and REFEED off in multi-sequence MTP mode (its ring
   is single-sequence); this harness has a ring per sequence, so the env parse
   here does not model that force-off.
 * `ATLAS_MTP_HANDOFF_NORM` and `ATLAS_MTP_RECYCLE_NORM` are OURS: which hidden
   the MTP layer is handed (pre or post the trunk's final norm; pre or post the
   MTP layer's own norm for drafts 2+). The value is `checkpoint`, `pre` or
-  `post`, exactly (as the seeds' switches are exact); anything else, or unset,
+  `post`, exactly (as the engine's switches are exact); anything else, or unset,
   is `checkpoint` (what the checkpoint declares).
 * `proposer`, `row_space` and `ring_size` have no engine env var (they are
   properties of the model/engine build, not runtime switches); `env` prints them
@@ -49,7 +49,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from atlas_ab.config.structured import _RANGES, HANDOFF_CHOICES, ArmConfig
+from atlas_ab.config.structured import _RANGES, DRAFT_POLICIES, HANDOFF_CHOICES, MAX_TEMPERATURE, ArmConfig
 
 # ----------------------------------------------------------------------------
 # Rust `str::parse` grammars (no whitespace, ASCII digits only, no underscores).
@@ -119,7 +119,7 @@ def clamp(x, lo, hi):
 
 
 # ----------------------------------------------------------------------------
-# The seeds' per-lever parses.
+# The reference engine's per-lever parses.
 
 def env_switch(v: Optional[str]) -> bool:
     """CATCHUP / REFEED_ACCEPTED / REFEED_DEBUG: `ok().as_deref() == Some("1")`."""
@@ -152,7 +152,7 @@ def env_refeed_shift(v: Optional[str]) -> int:
 
 
 def env_num_drafts(v: Optional[str]) -> int:
-    """OURS (not in the seeds): usize parse, unset/unparsable -> 2, clamp [1, 8]."""
+    """OURS (not in the reference engine): usize parse, unset/unparsable -> 2, clamp [1, 8]."""
     n = parse_usize(v)
     return clamp(2 if n is None else n, 1, 8)
 
@@ -178,7 +178,7 @@ class Lever:
     env: Optional[str]              # the engine's env var (None: not an engine switch)
     parse: Optional[Callable[[Optional[str]], Any]]
     fmt: Optional[Callable[[Any], str]]
-    ours: bool                      # the env name / parse is ours, not the seeds'
+    ours: bool                      # the env name / parse is ours, not the reference engine's
     doc: str
 
 
@@ -205,7 +205,8 @@ LEVERS: tuple[Lever, ...] = (
     Lever("fingerprints", bool, None, "ATLAS_MTP_REFEED_DEBUG", env_switch, _fmt_bool, False,
           "FNV-1a fingerprints of ring/feed/propose hiddens (events/); default on iff the arm has a ring"),
     Lever("handoff_norm", str, HANDOFF_CHOICES, "ATLAS_MTP_HANDOFF_NORM", env_handoff, str, True,
-          "the target hidden the MTP layer is handed: as the checkpoint declares, or pre / post the trunk's final norm"),
+          "the target hidden the MTP layer is handed: as the checkpoint declares, "
+          "or pre / post the trunk's final norm"),
     Lever("recycle_norm", str, HANDOFF_CHOICES, "ATLAS_MTP_RECYCLE_NORM", env_handoff, str, True,
           "the drafter's own hidden for drafts 2+: as declared, or pre / post the MTP layer's final norm"),
     Lever("proposer", str, ("mtp", "draft_model"), None, None, None, False,
@@ -214,6 +215,11 @@ LEVERS: tuple[Lever, ...] = (
           "drafter row space: compact (Qwen MtpHead) or dense (GLM-5.3 head)"),
     Lever("ring_size", int, _RANGES["ring_size"], None, None, None, True,
           "per-sequence catch-up ring capacity (labels)"),
+    Lever("draft_policy", str, DRAFT_POLICIES, None, None, None, True,
+          "under a sampled workload: drafts drawn from the drafter's q (verified by min(1, p/q)) or its "
+          "argmax (verified as a one-hot q); unset = sampled"),
+    Lever("draft_temperature", float, (0.0, MAX_TEMPERATURE), None, None, None, True,
+          "under a sampled workload: the temperature of the drafter's q; unset = the target's"),
 )
 BY_NAME = {lv.name: lv for lv in LEVERS}
 # (tests/config/test_lever_cli.py checks that every ArmConfig field has its row here)
@@ -227,7 +233,7 @@ def resolved_levers(arm: ArmConfig) -> dict:
 
 
 def arm_from_env(environ: Mapping[str, str], name: str = "env") -> ArmConfig:
-    """The arm the engine would run under `environ`, parsed exactly as the seeds do (clamps included).
+    """The arm the reference engine would run under `environ`, parsed as it parses (clamps included).
 
     Unset variables take the engine's default (off / 0; K = 2). Not validated:
     REFEED without CATCHUP parses as given (the engine would run it without
@@ -245,8 +251,8 @@ _LOOKS_ON = {"true", "on", "yes", "y", "enable", "enabled", "t"}
 
 def env_report(environ: Mapping[str, str]) -> list[str]:
     """What `arm_from_env` read: each ATLAS_MTP_* variable, its value and what it became;
-    a warning where a value that reads as "on" to a person parsed as off (the seeds turn a
-    switch on for exactly "1": `ATLAS_MTP_CATCHUP=true` is OFF in the engine too)."""
+    a warning where a value that reads as "on" to a person parsed as off (the reference engine turns
+    a switch on for exactly "1": `ATLAS_MTP_CATCHUP=true` is OFF in the engine too)."""
     arm = arm_from_env(environ)
     lines = []
     for lv in LEVERS:
@@ -295,8 +301,8 @@ def compose_arm(overrides: list[str]) -> ArmConfig:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from atlas_ab.config.structured import validate_arm
     from atlas_ab.config.store import CONF_DIR, check_keys
+    from atlas_ab.config.structured import validate_arm
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="levers"):
         cfg = compose(config_name="config", overrides=overrides)
@@ -320,7 +326,7 @@ def build_parser():
     return p
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
     from atlas_ab.errors import closed_stdout, one_line
 
     args = build_parser().parse_args(argv)
@@ -344,4 +350,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

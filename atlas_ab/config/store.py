@@ -1,7 +1,7 @@
 """Hydra's ConfigStore registration, the `atlas.*` resolvers, and the strict key check.
 
 `AppConfig` is the root: `arm`, `model`, `workload`, `runner`, `study`, each a
-dataclass from `config.py`. The primary config (`atlas_ab/conf/config.yaml`)
+dataclass from `structured.py`. The primary config (`atlas_ab/conf/config.yaml`)
 starts its defaults list with `atlas_schema`, so every group file and every
 command-line override is merged onto typed, struct-mode nodes: an unknown key
 or a wrong type is an error at composition time, before anything loads.
@@ -30,9 +30,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from atlas_ab import AtlasError
-from atlas_ab.config.structured import ArmConfig, ModelConfig, RunnerConfig, StudyConfig, WorkloadConfig
 from atlas_ab.config.paths import CONF_DIR  # noqa: F401  (the primary config's directory)
-
+from atlas_ab.config.structured import ArmConfig, ModelConfig, RunnerConfig, StudyConfig, WorkloadConfig
 
 
 @dataclass
@@ -59,7 +58,15 @@ def _hydra_subdir(resume: Optional[str], output_dir: str) -> str:
     Resuming must not overwrite the original run's saved config (it is what the
     data was produced with), so a second invocation in the same directory saves
     its own under `.hydra/resume-<time>/`.
+
+    Hydra resolves this after creating the job's directory and before writing into it, so this
+    is where the job takes the directory's lock (run/claim.py): a directory another process is
+    writing, or one nobody can write, is refused here, before Hydra writes anything.
     """
+    if output_dir and Path(output_dir).is_dir():
+        from atlas_ab.run.claim import park
+
+        park(Path(output_dir))
     if output_dir and (Path(output_dir) / "manifest.json").exists():
         # the invocation's time, not the resolution's: Hydra resolves this once to create the
         # folder and the session again to find it (and remove it if the resume is refused)

@@ -1,8 +1,8 @@
 """Structured configs: arm (the levers), model, workload, runner, study, and their checks.
 
-These dataclasses are the schema Hydra validates against (`config_store.py` registers them):
+These dataclasses are the schema Hydra validates against (`store.py` registers them):
 a wrong type is rejected by OmegaConf, an unknown key (also one added with `+`) by
-`config_store.check_keys`, an out-of-range value or an impossible combination by the
+`store.check_keys`, an out-of-range value or an impossible combination by the
 `validate_*` functions below, all before any model loads. Each lever's meaning lives in
 `levers.py`.
 
@@ -38,6 +38,10 @@ class ArmConfig:
     shadow_topk: int = 0             # SHADOW_TOPK, in [0, 8]
     oracle_p2: bool = False          # ORACLE_P2 (observational)
     fingerprints: Optional[bool] = None  # FINGERPRINTS; None = on iff the arm has a ring
+    # Under a sampled workload (workload.sampling.temperature > 0); unset under greedy verification.
+    # sampled (x ~ q, verified by min(1, p/q)) | greedy (argmax q, one-hot q); None = sampled
+    draft_policy: Optional[str] = None
+    draft_temperature: Optional[float] = None  # the drafter's q temperature; None = the target's
     ring_size: int = 64              # per-sequence catch-up ring capacity (labels)
     handoff_norm: str = "checkpoint"  # HANDOFF_NORM: checkpoint (as declared) | pre | post the trunk's final norm
     recycle_norm: str = "checkpoint"  # RECYCLE_NORM: checkpoint | pre | post the MTP layer's own final norm
@@ -72,6 +76,20 @@ class ModelConfig:
 
 
 @dataclass
+class SamplingConfig:
+    """The target's sampling rule (speculative/distribution.py). temperature 0 is greedy verification,
+    the default, which never builds a distribution; the other fields then have no effect."""
+    temperature: float = 0.0    # 0 = greedy
+    top_p: float = 1.0          # nucleus mass kept, in (0, 1]; 1 = all
+    top_k: int = 0              # largest logits kept; 0 = all
+    seed: int = 0               # of every uniform a sampled run draws (speculative/uniforms.py)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass
 class WorkloadConfig:
     corpus: str = "stdlib"      # stdlib (Python source) | pydoc (language reference prose)
     split: str = "heldout"      # heldout | train
@@ -80,6 +98,14 @@ class WorkloadConfig:
     chunk_tokens: int = 64      # tokens appended to the context at each turn
     gen_tokens: int = 32        # tokens generated per turn (exactly)
     seed: int = 0
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+
+@dataclass
+class EngineTarget:
+    """`runner.engine`: the class Hydra instantiates (`_partial_`: the session passes the four configs)."""
+    _target_: str = "atlas_ab.run.runner.Runner"
+    _partial_: bool = True
 
 
 @dataclass
@@ -92,7 +118,8 @@ class RunnerConfig:
     threads: int = 0            # torch CPU threads; 0 = the cores this job may use (see device.py)
     progress: bool = True       # progress bar on a TTY (never affects results; ignored by resume's check)
     resume: Optional[str] = None  # PATH of an interrupted run to continue, or "auto" (this job's own dir)
-    impl: str = "atlas_ab.run.runner:Runner"  # the engine class driven (module:Class); tests plug a double here
+    # the engine class driven, built by Hydra's instantiate; tests plug a double in `_target_`
+    engine: EngineTarget = field(default_factory=EngineTarget)
     cuda_graphs: bool = True    # replay the verify and draft steps from CUDA graphs (GPU only)
     # live: the target verifies every step. replay: every arm replays one stored target-only greedy
     # trajectory per workload (built once, under `trajectories`); no trunk forward, no step timings.
@@ -111,6 +138,10 @@ class StudyConfig:
 
 #: handoff_norm / recycle_norm: what the checkpoint declares, or forced before / after the norm
 HANDOFF_CHOICES = ("checkpoint", "pre", "post")
+#: draft_policy: drafts drawn from q, or q's argmax (speculative/sampling.py)
+DRAFT_POLICIES = ("sampled", "greedy")
+#: The largest sampling temperature accepted (past it the target is ~uniform: a typo, not a study).
+MAX_TEMPERATURE = 10.0
 
 _RANGES = {
     "num_drafts": (1, 8),
@@ -152,10 +183,22 @@ def validate_arm(arm: ArmConfig) -> ArmConfig:
                     if getattr(arm, k)]
         mtp_only += [k for k in ("handoff_norm", "recycle_norm") if getattr(arm, k) != "checkpoint"]
         if mtp_only:
-            raise AtlasError(f"{where}: {', '.join(mtp_only)} apply to the MTP proposer only")
+            levers = ", ".join(mtp_only[:-1]) + " and " + mtp_only[-1] if len(mtp_only) > 1 else mtp_only[0]
+            verb = "apply" if len(mtp_only) > 1 else "applies"
+            raise AtlasError(f"{where}: {levers} {verb} to the MTP proposer only (proposer=draft_model has "
+                             f"no MTP head); set {'them' if len(mtp_only) > 1 else 'it'} off or use proposer=mtp")
     for key in ("handoff_norm", "recycle_norm"):
         if getattr(arm, key) not in HANDOFF_CHOICES:
             raise AtlasError(f"{where}: {key}={getattr(arm, key)!r} must be one of {', '.join(HANDOFF_CHOICES)}")
+    if arm.draft_policy is not None and arm.draft_policy not in DRAFT_POLICIES:
+        raise AtlasError(f"{where}: draft_policy={arm.draft_policy!r} must be one of {', '.join(DRAFT_POLICIES)}")
+    if arm.draft_temperature is not None:
+        _number(where, "draft_temperature", arm.draft_temperature, integer=False)
+        if not 0 < arm.draft_temperature <= MAX_TEMPERATURE:
+            raise AtlasError(f"{where}: draft_temperature={arm.draft_temperature} is out of range (0, "
+                             f"{MAX_TEMPERATURE}]")
+        if arm.draft_policy == "greedy":
+            raise AtlasError(f"{where}: draft_temperature has no effect with draft_policy=greedy (argmax drafts)")
     if arm.oracle_p2 and arm.num_drafts < 2:
         raise AtlasError(f"{where}: oracle_p2 needs num_drafts >= 2 (it re-computes draft 2)")
     return arm
@@ -196,11 +239,42 @@ def validate_workload(w: WorkloadConfig) -> WorkloadConfig:
         raise AtlasError(f"workload.corpus={w.corpus!r} must be one of {list(SOURCES)}")
     if w.split not in SPLITS:
         raise AtlasError(f"workload.split={w.split!r} must be one of {list(SPLITS)}")
-    for key in ("n_docs", "turns", "chunk_tokens", "gen_tokens"):
-        # gen_tokens=0 would be a run of prefills with no verify step: nothing to measure
+    for key in ("n_docs", "turns", "chunk_tokens"):
         _number("workload", key, getattr(w, key), 1)
+    # a turn's prefill commits its first token, so gen_tokens=1 would be a run of prefills with
+    # no verify step: nothing to measure
+    _number("workload", "gen_tokens", w.gen_tokens)
+    if w.gen_tokens < 2:
+        raise AtlasError(f"workload: gen_tokens={w.gen_tokens} is out of range >= 2 (a turn's prefill commits "
+                         "its first token; a verify step needs a second)")
     _number("workload", "seed", w.seed)
+    validate_sampling(w.sampling)
     return w
+
+
+def validate_sampling(s: SamplingConfig) -> SamplingConfig:
+    where = "workload.sampling"
+    _number(where, "temperature", s.temperature, 0.0, MAX_TEMPERATURE, integer=False)
+    _number(where, "top_p", s.top_p, integer=False)
+    if not 0 < s.top_p <= 1:
+        raise AtlasError(f"{where}: top_p={s.top_p} is out of range (0, 1]")
+    _number(where, "top_k", s.top_k, 0)
+    _number(where, "seed", s.seed, 0)
+    if s.greedy:
+        idle = [k for k, d in (("top_p", 1.0), ("top_k", 0), ("seed", 0)) if getattr(s, k) != d]
+        if idle:
+            raise AtlasError(f"{where}: {idle[0]}={getattr(s, idle[0])} has no effect at temperature=0 "
+                             "(greedy verification); set workload.sampling.temperature")
+    return s
+
+
+def validate_arm_sampling(arm: ArmConfig, s: SamplingConfig) -> None:
+    """An arm's draft policy has an effect only under a sampled workload."""
+    if s.greedy:
+        idle = [k for k in ("draft_policy", "draft_temperature") if getattr(arm, k) is not None]
+        if idle:
+            raise AtlasError(f"arm {arm.name!r}: {idle[0]} has no effect at workload.sampling.temperature=0 "
+                             "(greedy verification)")
 
 
 def validate_runner(r: RunnerConfig) -> RunnerConfig:

@@ -1,23 +1,41 @@
-"""Engine telemetry in: what vLLM, SGLang, TensorRT-LLM, llama.cpp (and the seeds' engine)
+"""Engine telemetry in: what vLLM, SGLang, TensorRT-LLM, llama.cpp (and the reference engine)
 emit, written into the telemetry contract at the finest grain each allows, with the grain
-and what it makes exact recorded in the manifest (`telemetry`, see grain.py).
+and what it makes exact recorded in the manifest (`telemetry`, see telemetry/grain.py).
 
   ingest(source, files, out) -> IngestResult      python -m atlas_ab.analysis ingest SOURCE FILE... --out RUN
-  export(run, fmt, out)                           python -m atlas_ab.analysis export vllm-detailed|histogram RUN
-  counts.load_counts / counts.report              the analysis of runs without a step table
 
-Torch-free, like the analysis.
+Only reads engine files and writes the telemetry contract (steps/, counts/, events/ and the
+manifest's `telemetry`): the analysis reads those like any run (analysis/units.py); ours out as
+vLLM's is analysis/export.py. Torch-free, and it imports nothing of the analysis.
 """
 from __future__ import annotations
 
 import hashlib
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from atlas_ab import AtlasError
-from atlas_ab.ingest.grain import Telemetry
+from atlas_ab.telemetry.grain import Telemetry
 
-SOURCES = ("vllm", "sglang", "trtllm", "llamacpp", "prometheus", "atlas-log")
+#: The sources, by the name `ingest SOURCE` takes: each module exposes `units(paths, **options)`
+#: -> (units, format, notes) and may name the options it takes in `OPTIONS` (the reference engine's log is
+#: fingerprint events: its module exposes `events(paths)` instead). Registered by module path,
+#: imported on use, as lm-evaluation-harness registers its model backends.
+SOURCES = {
+    "vllm": "atlas_ab.ingest.vllm",
+    "sglang": "atlas_ab.ingest.sglang",
+    "trtllm": "atlas_ab.ingest.trtllm",
+    "llamacpp": "atlas_ab.ingest.llamacpp",
+    "prometheus": "atlas_ab.ingest.prometheus",
+    "atlas-log": "atlas_ab.ingest.atlas_log",
+}
+
+
+def source_module(source: str):
+    if source not in SOURCES:
+        raise AtlasError(f"unknown source {source!r} (one of {', '.join(SOURCES)})")
+    return importlib.import_module(SOURCES[source])
 
 
 @dataclass(frozen=True)
@@ -29,6 +47,7 @@ class IngestResult:
     dropped: int        # requests without a verify step (missing, not rate 0)
     steps: int          # step rows written (0: no step table)
     K: int
+    warnings: tuple[str, ...] = ()   # one line per run: the unknown fields ignored
 
     def summary(self) -> str:
         t = self.telemetry
@@ -46,24 +65,43 @@ class IngestResult:
                 "steps": self.steps, "K": self.K, "telemetry": self.telemetry.to_dict()}
 
 
-def source_units(source: str, paths, k: int | None = None):
+def ignored_markdown() -> str:
+    """The docs' table of the names each source knows and does not read (docs/ingest.md; checked by a test)."""
+    rows = ["| source | field or metric name | why it is not read |", "|---|---|---|"]
+    for name in SOURCES:
+        rows += [f"| `{name}` | `{f}` | {why} |" for f, why in getattr(source_module(name), "IGNORED", {}).items()]
+    return "\n".join(rows)
+
+
+def source_units(source: str, paths, **options):
     """(units, format, notes) of one source's files."""
-    if k is not None and source != "sglang":
-        raise AtlasError(f"--k applies to sglang tree drafting only, not to {source}")
-    if source == "vllm":
-        from atlas_ab.ingest import vllm as mod
-    elif source == "sglang":
-        from atlas_ab.ingest import sglang as mod
-        return mod.units(paths, k)
-    elif source == "trtllm":
-        from atlas_ab.ingest import trtllm as mod
-    elif source == "llamacpp":
-        from atlas_ab.ingest import llamacpp as mod
-    elif source == "prometheus":
-        from atlas_ab.ingest import prometheus as mod
-    else:
-        raise AtlasError(f"unknown source {source!r} (one of {', '.join(SOURCES)})")
-    return mod.units(paths)
+    mod = source_module(source)
+    takes = getattr(mod, "OPTIONS", ())
+    for name, value in options.items():
+        if value is not None and name not in takes:
+            users = [s for s in SOURCES if name in getattr(importlib.import_module(SOURCES[s]), "OPTIONS", ())]
+            raise AtlasError(f"--{name} applies to {', '.join(users) or 'no source'} only, not to {source}")
+    return mod.units(paths, **{k: v for k, v in options.items() if k in takes})
+
+
+def ignored_fields(units, strict: bool) -> tuple[dict[str, str], tuple[str, ...]]:
+    """What the readers saw and did not use (field -> why), and the warning for unknown ones;
+    with `strict` the first unknown field is an error naming where it was."""
+    from atlas_ab.ingest.units import UNKNOWN
+
+    ignored, unknown = {}, {}
+    for u in units:
+        for name, why in u.ignored.items():
+            ignored.setdefault(name, why)
+            if why == UNKNOWN:
+                unknown.setdefault(name, u.where)
+    if strict and unknown:
+        name, where = next(iter(unknown.items()))
+        raise where.error("unknown field (--strict refuses what this reader does not know)", name)
+    warn = (f"ignored {len(unknown)} unknown field(s): {', '.join(sorted(unknown))} (first in "
+            f"{next(iter(unknown.values())).file}; noted in the manifest's telemetry.ignored; "
+            "--strict refuses them)",) if unknown else ()
+    return dict(sorted(ignored.items())), warn
 
 
 def file_hashes(paths) -> list[dict]:
@@ -77,8 +115,9 @@ def file_hashes(paths) -> list[dict]:
 
 
 def ingest(source: str, paths, out, arm: str | None = None, k: int | None = None, base: dict | None = None,
-           own_running: bool = False) -> IngestResult:
+           own_running: bool = False, strict: bool = False) -> IngestResult:
     """Read one source's files and write the run directory `out`."""
+    from atlas_ab.ingest.completions import REQUEST_SOURCES, completion_hashes
     from atlas_ab.ingest.tables import build, counts_table, steps_table
     from atlas_ab.ingest.write import check_out, write_run
 
@@ -94,19 +133,25 @@ def ingest(source: str, paths, out, arm: str | None = None, k: int | None = None
     base = dict(base or {})
     base.setdefault("source", {})
     base["source"] = {**base["source"], "files": file_hashes(paths)}
-    if source == "atlas-log":
-        from atlas_ab.ingest.atlas_log import events
-
-        table, tel = events(paths)
+    mod = source_module(source)
+    if hasattr(mod, "events"):
+        if k is not None:
+            raise AtlasError(f"--k applies to sglang only, not to {source}")
+        table, tel = mod.events(paths)
         write_run(out, tel, arm, events=table, base=base, own_running=own_running)
         return IngestResult(out, arm, tel, 0, 0, 0, 0)
-    units, fmt, notes = source_units(source, paths, k)
+    units, fmt, notes = source_units(source, paths, k=k)
+    ignored, warnings = ignored_fields(units, strict)
     t = build(units, source if source != "prometheus" else fmt.split()[0], fmt, notes)
-    tel = t.telemetry
-    if source == "prometheus":  # say where the counters came from, keep the engine's name in `format`
-        tel = Telemetry(**{**tel.__dict__, "source": "prometheus"})
+    # say where the counters came from (keep the engine's name in `format`), and what was not read
+    tel = Telemetry(**{**t.telemetry.__dict__, "source": source, "ignored": ignored})
     steps = steps_table(t.steps) if t.steps is not None else None
-    write_run(out, tel, arm, steps=steps, counts=counts_table(t.counts), base=base, own_running=own_running)
+    counts = t.counts
+    if source in REQUEST_SOURCES:   # each request's text, hashed: pairing checks the arms decoded the same
+        texts = completion_hashes(paths)
+        counts = counts.assign(completion_sha256=[texts.get((d, tn))
+                                                  for d, tn in zip(counts["doc_id"], counts["turn"])])
+    write_run(out, tel, arm, steps=steps, counts=counts_table(counts), base=base, own_running=own_running)
     K = int(t.steps["k"].max()) if t.steps is not None else max((u.K or 0) for u in units)
     return IngestResult(out, arm, tel, len(units) - len(t.dropped), len(t.dropped),
-                        0 if steps is None else steps.num_rows, K)
+                        0 if steps is None else steps.num_rows, K, warnings)

@@ -1,7 +1,7 @@
-"""The seeds' engine debug log (`GLM_MTP_DBG` lines) -> the events table (docs/telemetry.md).
+"""The reference engine's debug log (`GLM_MTP_DBG` lines) -> the events table (docs/telemetry.md).
 
-The seeds' GLM MTP head (../shared/seeds/glm5next_mtp_head.rs.txt) prints, with its debug
-switch on (ATLAS_MTP_REFEED_DEBUG=1, see speculative.rs.txt `mtp_refeed_debug`):
+The reference engine's GLM MTP head prints, with its debug switch on
+(ATLAS_MTP_REFEED_DEBUG=1; docs/reference_engine.md, "The debug log"):
 
   GLM_MTP_DBG ctx row slot=S key=K tok=T fp_hidden=FFFF...    a drafter context row
       (rows_impl: slot = the drafter's seq_len, key = row_base + r, tok = tokens[r+1])
@@ -11,7 +11,7 @@ switch on (ATLAS_MTP_REFEED_DEBUG=1, see speculative.rs.txt `mtp_refeed_debug`):
 
 Only what the lines carry: the ctx line prints no RoPE position (rope = -1), the propose
 line no ring row (fp2 = null), and neither prints acceptance, so the run holds events
-only. The fingerprints are FNV-1a 64 (speculative.rs.txt `hidden_fingerprint`), printed as
+only. The fingerprints are FNV-1a 64 (the engine's `hidden_fingerprint`), printed as
 16 hex digits and stored as the same 64 bits in int64. One file = one sequence (doc_id =
 the file's index, seq 0); a turn starts where context rows follow a propose; a propose's
 step is its index within the turn, context rows are step -1 (the turn's prefill).
@@ -24,8 +24,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from atlas_ab import AtlasError
-from atlas_ab.ingest.grain import Telemetry
-from atlas_ab.ingest.records import read_text
+from atlas_ab.ingest.jsonio import read_text
+from atlas_ab.telemetry.grain import Telemetry
 from atlas_ab.telemetry.schema import EVENT_SCHEMA
 
 CTX = re.compile(r"GLM_MTP_DBG ctx row slot=(\d+) key=(\d+) tok=(\d+) fp_hidden=([0-9a-fA-F]{1,16})\b")
@@ -71,11 +71,11 @@ def events(paths) -> tuple[pa.Table, Telemetry]:
         raise AtlasError(f"{paths[0] if len(paths) == 1 else 'the logs'}: no GLM_MTP_DBG line "
                          "(was ATLAS_MTP_REFEED_DEBUG=1 set?)")
     table = pa.table(cols, schema=EVENT_SCHEMA)
-    na = {f: "the seeds' debug lines carry no acceptance (no steps)" for f in
+    na = {f: "the reference engine's debug lines carry no acceptance (no steps)" for f in
           ("p_i", "p_i_cond", "tokens_per_step", "histogram", "cluster_sd", "position_pairing")}
     na["rope"] = "the ctx row line does not print the RoPE position: rope = -1 on context events"
     na["ring_write/feed"] = "no ring or feed lines in this format: fingerprint rows a-c and e have nothing to check"
-    tel = Telemetry(source="atlas-log", format="seeds GLM_MTP_DBG ctx row / propose lines", grain="events",
+    tel = Telemetry(source="atlas-log", format="reference engine GLM_MTP_DBG ctx row / propose lines", grain="events",
                     tables=("events",), clusters=None, exact=("fingerprints",), not_available=na,
                     notes=(f"{n_ctx} context rows and {n_prop} proposes from {len(paths)} file(s); "
                            "tok and drafter_rows are not event columns and are dropped",))

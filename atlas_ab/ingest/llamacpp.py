@@ -14,7 +14,7 @@ every step drafted the depth (then k was fixed and the steps are written out).
 from __future__ import annotations
 
 from atlas_ab.ingest.records import Record, read_records
-from atlas_ab.ingest.units import Unit, check_unit, fixed_k
+from atlas_ab.ingest.units import UNKNOWN, Unit, check_unit, fixed_k
 
 DEPTH_ROW = {"depth", "draft_n", "draft_n_accepted"}
 
@@ -56,9 +56,7 @@ def unit_from(rec: Record) -> Unit:
             f = f"timings.draft_by_depth[{i}]"
             if not isinstance(r, dict):
                 raise w.error("expected an object", f)
-            unknown = sorted(set(r) - DEPTH_ROW)
-            if unknown:
-                raise w.error(f"unknown field in {f}", unknown[0])
+            u.ignored.update({f"{f}.{x}": UNKNOWN for x in sorted(set(r) - DEPTH_ROW)})
             for k in sorted(DEPTH_ROW):
                 if k not in r:
                     raise w.error(f"missing in {f}", k)

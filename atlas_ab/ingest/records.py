@@ -1,4 +1,4 @@
-"""Read response files: JSON (an object or a list), JSON lines, or a server-sent-event stream.
+"""Response files (JSON, JSON lines, or a server-sent-event stream: jsonio.py) -> records.
 
 A record is one request's answer, either bare (as the engine returned it) or wrapped by
 the client that sent it, which is where the document and turn live (engines do not know
@@ -7,11 +7,10 @@ them): {"doc_id": 3, "turn": 1, "response": {...}} or {"doc_id": 3, "turn": 1,
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from atlas_ab import AtlasError
+from atlas_ab.ingest.jsonio import json_items
 from atlas_ab.ingest.units import Where
 
 WRAPPER_KEYS = {"doc_id", "turn", "response", "stream", "request", "reply", "attempts", "seconds", "extra"}
@@ -25,56 +24,7 @@ class Record:
     body: dict | None            # a complete (non-streamed) response
     stream: list | None          # the chunks of a streamed response, in order
     extra: dict | None = None    # what the client attached (e.g. TRT-LLM's /perf_metrics entry)
-
-
-def read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise AtlasError(f"{path}: unreadable ({e.__class__.__name__}: {e})") from None
-
-
-def _sse(path: Path, text: str) -> list:
-    chunks = []
-    for n, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            continue
-        try:
-            chunks.append(json.loads(data))
-        except ValueError as e:
-            raise AtlasError(f"{path}: line {n}: unreadable stream chunk ({e})") from None
-    return chunks
-
-
-def json_items(path: Path) -> list[tuple[str, object]]:
-    """(label, item) for every JSON value in a file: a list's elements, one object, or JSON lines."""
-    text = read_text(path)
-    s = text.strip()
-    if not s:
-        raise AtlasError(f"{path}: empty file")
-    if s.startswith("data:"):
-        return [("stream", {"stream": _sse(path, text)})]
-    try:
-        doc = json.loads(s)
-    except ValueError:
-        doc = None
-    if isinstance(doc, list):
-        return [(f"item {i}", x) for i, x in enumerate(doc)]
-    if doc is not None:
-        return [("", doc)]
-    items = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            items.append((f"line {n}", json.loads(line)))
-        except ValueError as e:
-            raise AtlasError(f"{path}: line {n}: not JSON ({e.msg})") from None
-    return items
+    request: dict | None = None  # the request the client sent, when it kept it
 
 
 def read_records(paths) -> list[Record]:
@@ -101,7 +51,10 @@ def read_records(paths) -> list[Record]:
                 rid = (body or {}).get("id") if isinstance(body, dict) else None
                 label2 = " ".join(x for x in (label, f"(doc {doc} turn {turn or 0})" if doc is not None else "",
                                              f"({rid})" if rid else "") if x)
-                out.append(Record(Where(str(p), label2), doc, turn, body, stream, item.get("extra")))
+                req = item.get("request")
+                if req is not None and not isinstance(req, dict):
+                    raise w.error("expected a JSON object", "request")
+                out.append(Record(Where(str(p), label2), doc, turn, body, stream, item.get("extra"), req))
             else:
                 rid = item.get("id") or item.get("request_id")
                 label2 = (label + (f" ({rid})" if rid else "")) if label else str(rid or "")

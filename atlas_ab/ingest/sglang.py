@@ -28,13 +28,19 @@ from __future__ import annotations
 import math
 
 from atlas_ab.ingest.records import Record, read_records
-from atlas_ab.ingest.units import Unit, check_unit, fixed_k
+from atlas_ab.ingest.units import UNKNOWN, Unit, check_unit, fixed_k
 
 ACCEPTED = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
 PROPOSED = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
 HISTOGRAM = ("spec_correct_drafts_histogram", "spec_accept_histogram")
 DERIVED = ("spec_accept_rate", "spec_accept_length")
 SPEC = {"spec_verify_ct", *ACCEPTED, *PROPOSED, *HISTOGRAM, *DERIVED}
+#: written by current `_calculate_spec_decoding_metrics` (and in SGLang's own fixture,
+#: test/srt/openai_server/basic/test_serving_completions.py `_spec_result`), not read: they
+#: describe capped / block verification lengths, not the accepted drafts per verify step
+IGNORED = {"spec_cap_length": "mean capped verify length (block/ragged verification), not an acceptance count",
+           "spec_cap_lens_histogram": "histogram of capped verify lengths, not of accepted drafts",
+           "spec_block_accept_length": "mean accepted length of block verification, derived"}
 
 
 def _meta(rec: Record) -> dict:
@@ -77,17 +83,19 @@ def unit_from(rec: Record, k_override: int | None = None) -> Unit:
     if not isinstance(meta, dict):
         raise w.error(f"expected an object, got {type(meta).__name__}", "meta_info")
     spec = {k: v for k, v in meta.items() if k.startswith("spec_")}
-    unknown = sorted(set(spec) - SPEC)
-    if unknown:
-        raise w.error(f"unknown speculative field in meta_info (known: {', '.join(sorted(SPEC))})", unknown[0])
-    u = Unit(where=w, unit=w.request or str(meta.get("id", "0")), doc_id=rec.doc_id, turn=rec.turn)
+    ignored = {f: IGNORED.get(f, UNKNOWN) for f in sorted(set(spec) - SPEC)}
+    u = Unit(where=w, unit=w.request or str(meta.get("id", "0")), doc_id=rec.doc_id, turn=rec.turn,
+             ignored=ignored)
     u.prompt_tokens = w.count(meta.get("prompt_tokens"), "meta_info.prompt_tokens", allow_none=True)
     u.completion_tokens = w.count(meta.get("completion_tokens"), "meta_info.completion_tokens", allow_none=True)
-    if "spec_verify_ct" not in meta:  # SGLang omits the fields when no step verified drafts
-        if spec:
-            raise w.error("spec fields present without the verify count", "spec_verify_ct")
-        u.n_steps = 0
-        return u
+    hn, hv = _one(meta, HISTOGRAM, w)
+    if "spec_verify_ct" not in meta:
+        # SGLang omits the verify count when no step verified drafts (its fixture's "no_proposals"
+        # case still carries the histograms): a histogram then says how many steps there were
+        if hn is None or not hv or not any(w.counts(hv, hn)):
+            u.n_steps = 0
+            return u
+        meta = {**meta, "spec_verify_ct": sum(w.counts(hv, hn))}
     u.n_steps = w.count(meta["spec_verify_ct"], "spec_verify_ct")
     an, av = _one(meta, ACCEPTED, w)
     pn, pv = _one(meta, PROPOSED, w)
@@ -96,7 +104,6 @@ def unit_from(rec: Record, k_override: int | None = None) -> Unit:
     if pn is None:
         raise w.error("missing", PROPOSED[0])
     u.accepted_tokens, u.draft_tokens = w.count(av, an), w.count(pv, pn)
-    hn, hv = _one(meta, HISTOGRAM, w)
     if hn is not None and hv:
         u.hist = w.counts(hv, hn)
         u.extra["hist_field"] = hn
@@ -109,7 +116,7 @@ def unit_from(rec: Record, k_override: int | None = None) -> Unit:
         u.k_fixed = u.k_max
         if k_override is not None:
             u.draft_tokens = u.n_steps * k_override  # depth count of the accepted path, by --k
-        if "spec_accept_rate" in meta and u.draft_tokens and not math.isclose(
+        if meta.get("spec_accept_rate") is not None and u.draft_tokens and not math.isclose(
                 float(meta["spec_accept_rate"]), av / pv, rel_tol=1e-6):
             raise w.error(f"{meta['spec_accept_rate']!r} disagrees with {an}/{pn}", "spec_accept_rate")
     check_unit(u)  # also: no histogram entry beyond k
@@ -118,6 +125,9 @@ def unit_from(rec: Record, k_override: int | None = None) -> Unit:
     else:
         u.k_fixed = fixed_k(u) if k_override is None else k_override
     return u
+
+
+OPTIONS = ("k",)
 
 
 def units(paths, k: int | None = None) -> tuple[list[Unit], str, tuple[str, ...]]:

@@ -3,8 +3,9 @@
   steps/   written when every unit's (k, accept_len) per step is known: per-step sources
            in step order (with `position` when it can be reconstructed), fixed-k
            per-request histograms expanded (step order arbitrary, no position).
-  counts/  always (one row per unit: what the source reported). The partial analysis and
-           the request-level pairing read it; its columns are COUNT_SCHEMA, defined here once.
+  counts/  always: one row per unit, what the source reported and the per-depth counts that
+           follow from it, derived here once (telemetry/schema.py COUNT_COLUMNS). The analysis
+           reads it as the per-unit table of every run (analysis/metrics.py `Units`).
 
 Requests with no verify step are missing, not rate 0 (vLLM reports 1.0 / 0.0 for them):
 they are dropped from both tables and counted in the notes.
@@ -18,56 +19,14 @@ import pandas as pd
 import pyarrow as pa
 
 from atlas_ab import AtlasError
-from atlas_ab.ingest.grain import Telemetry
 from atlas_ab.ingest.units import Unit
-from atlas_ab.telemetry.schema import step_type
-
-_I32, _I64 = pa.int32(), pa.int64()
-COUNT_SCHEMA = pa.schema([
-    ("unit", pa.string()),            # the request id as the source names it, or "global"
-    ("file", pa.string()),            # the file it was read from
-    ("doc_id", _I64),                 # carried client-side; the request's index when not carried; null for global
-    ("turn", _I32),
-    ("n_steps", _I64),                # verify steps (null: the source does not say)
-    ("draft_tokens", _I64),           # sum of k
-    ("accepted_tokens", _I64),        # sum of accept_len
-    ("k_max", _I32),                  # configured k (num_speculative_tokens), when reported
-    ("k_fixed", _I32),                # k of every step, when the unit's numbers establish it
-    ("hist", pa.list_(_I64)),         # hist[j]: steps accepting exactly j drafts
-    ("drafted", pa.list_(_I64)),      # drafted[i-1] = #(k >= i), null items where not determined
-    ("accepted", pa.list_(_I64)),     # accepted[i-1] = #(accept_len >= i)
-    ("prompt_tokens", _I64),
-    ("completion_tokens", _I64),
-])
-COUNT_COLUMNS = tuple(COUNT_SCHEMA.names)
-COUNT_DOCS = {
-    "unit": "the request's id as the source names it (file position, response id), or `global`",
-    "file": "the file it was read from",
-    "doc_id": "carried by the client; the request's index when not carried; null for global counters",
-    "turn": "carried by the client; 0 when not carried; null for global counters",
-    "n_steps": "verify steps (steps that carried >= 1 draft); null: the source does not say",
-    "draft_tokens": "drafted tokens, the sum of k",
-    "accepted_tokens": "accepted drafts, the sum of accept_len",
-    "k_max": "the configured k (num_speculative_tokens), when reported",
-    "k_fixed": "k of every step, when the unit's own numbers establish it (drafted == steps x k)",
-    "hist": "hist[j] = steps that accepted exactly j drafts",
-    "drafted": "drafted[i-1] = #(k >= i); null items where the source does not determine it",
-    "accepted": "accepted[i-1] = #(accept_len >= i)",
-    "prompt_tokens": "usage.prompt_tokens (the position reconstruction starts there)",
-    "completion_tokens": "usage.completion_tokens (checks that no undrafted step went unrecorded)",
-}
-
-
-def count_markdown() -> str:
-    """The docs' table of the counts columns (docs/ingest.md; checked by a test)."""
-    rows = ["| column | type | meaning |", "|---|---|---|"]
-    rows += [f"| `{f.name}` | {str(f.type).replace('list<item: ', 'list<')} | {COUNT_DOCS[f.name]} |"
-             for f in COUNT_SCHEMA]
-    return "\n".join(rows)
+from atlas_ab.telemetry.grain import Telemetry
+from atlas_ab.telemetry.schema import COUNT_NAMES, COUNT_SCHEMA, step_type
 
 SERIAL_WHY = {
-    "vllm": "vLLM records only steps that carried drafts (vllm/v1/core/sched/scheduler.py: "
-            "`if request.spec_decode_metrics is not None and num_draft_tokens`)",
+    "vllm": "vLLM records only steps scheduled with drafts (vllm/v1/core/sched/scheduler.py: "
+            "`if request.spec_decode_metrics is not None and num_draft_tokens`); its k = 0 rows are such "
+            "steps whose drafts grammar invalidated, plain decode steps are not recorded",
     "sglang": "SGLang counts verify steps only (spec_verify_ct)",
 }
 
@@ -161,6 +120,10 @@ def build(units: list[Unit], source: str, fmt: str, notes: tuple[str, ...] = ())
     per_step = _all(live, lambda u: u.has_steps)
     joint = not glob and _all(live, lambda u: u.joint_known)
     exact, na = [], {}
+    zero_open = [u for u in live if u.zero_steps is None]
+    zero_why = (f"{zero_open[0].where.file}: the source counts verify steps whose drafts grammar invalidated "
+                "(k = 0) together with the others and does not say how many there were (drafted tokens < "
+                "steps x k)") if zero_open else None
     positions, pos_why, cut = (None, None, 0)
     if per_step and clusters == "doc_id":
         positions, pos_why, cut = _positions(live)
@@ -172,6 +135,8 @@ def build(units: list[Unit], source: str, fmt: str, notes: tuple[str, ...] = ())
     has_k = K >= 1 and _all(live, lambda u: all(u.k_ge(i) is not None for i in range(1, K + 1)))
     if has_a and has_k:
         exact.append("p_i")
+    elif has_a and zero_open:
+        na["p_i"] = "bounds only, p1 included: " + zero_why
     elif has_a:
         na["p_i"] = ("bounds only: the source gives #(accept_len >= i) but not how many steps drafted "
                      "depth i, and k varied (drafted tokens < steps x k in some request)")
@@ -186,7 +151,7 @@ def build(units: list[Unit], source: str, fmt: str, notes: tuple[str, ...] = ())
     if _all(live, lambda u: u.n_steps is not None and u.accepted_tokens is not None) or per_step:
         exact.append("tokens_per_step")
     else:
-        na["tokens_per_step"] = "the source does not report the number of verify steps"
+        na["tokens_per_step"] = zero_why or "the source does not report the number of verify steps"
     if _all(live, lambda u: u.draft_tokens is not None and u.accepted_tokens is not None) or per_step:
         exact.append("draft_acceptance_rate")
     else:
@@ -194,7 +159,7 @@ def build(units: list[Unit], source: str, fmt: str, notes: tuple[str, ...] = ())
     if _all(live, lambda u: u.histogram() is not None):
         exact.append("histogram")
     else:
-        na["histogram"] = "no acceptance-length histogram in the source"
+        na["histogram"] = zero_why or "no acceptance-length histogram in the source"
     if clusters:
         exact.append("cluster_sd")
         if clusters == "request":
@@ -228,7 +193,8 @@ def build(units: list[Unit], source: str, fmt: str, notes: tuple[str, ...] = ())
     tables = ("steps", "counts") if steps is not None else ("counts",)
     tel = Telemetry(source=source, format=fmt, grain=grain, tables=tables, clusters=clusters,
                     exact=tuple(exact), not_available=na, notes=tuple(notes))
-    return Tables(steps=steps, counts=_counts(live), telemetry=tel, dropped=dropped)
+    return Tables(steps=steps, counts=_counts(live, max(K, max((u.k_fixed or 0) for u in live))), telemetry=tel,
+                  dropped=dropped)
 
 
 def _steps(units: list[Unit], positions: dict | None) -> pd.DataFrame:
@@ -251,22 +217,43 @@ def steps_table(df: pd.DataFrame) -> pa.Table:
                                 preserve_index=False)
 
 
-def _counts(units: list[Unit]) -> pd.DataFrame:
+def _per_depth(u: Unit, K: int) -> tuple[list | None, list | None, list | None]:
+    """(#(k >= i), #(accept_len >= i), #(accept_len >= i-1 and k >= i)) for i = 1..K, None items
+    where the unit's numbers do not determine them; depths beyond the unit's own K drafted nothing."""
+    top = u.K or 0
+    k_ge = [u.k_ge(i) if i <= top else 0 for i in range(1, K + 1)]
+    a_ge = [u.a_ge(i) if i <= top else 0 for i in range(1, K + 1)]
+    a_ge = a_ge if all(a is not None for a in a_ge) and K else None
+    if u.joint_known:  # the joint per step: the denominator counted
+        ks, acc = u.joint_steps()
+        cond = [sum(a >= i - 1 and k >= i for k, a in zip(ks, acc)) for i in range(1, K + 1)]
+    elif a_ge is not None and u.n_steps is not None:
+        # known where every step drafted depth i (then #(a >= i-1)), or none did (0)
+        ge = [u.n_steps] + a_ge
+        cond = [ge[i - 1] if k_ge[i - 1] == u.n_steps else 0 if k_ge[i - 1] == 0 else None for i in range(1, K + 1)]
+    else:
+        cond = None
+    return (k_ge if any(k is not None for k in k_ge) else None), a_ge, cond
+
+
+def _counts(units: list[Unit], K: int) -> pd.DataFrame:
     rows = []
     for u in units:
+        hist = u.histogram()
+        k_ge, a_ge, cond = _per_depth(u, K)
         rows.append({"unit": u.unit, "file": u.where.file, "doc_id": u.doc_id, "turn": u.turn,
                      "n_steps": u.n_steps if u.n_steps is not None else (len(u.steps_k) if u.has_steps else None),
                      "draft_tokens": u.draft_tokens if u.draft_tokens is not None else
                      (sum(u.steps_k) if u.has_steps else None),
                      "accepted_tokens": u.accepted_tokens if u.accepted_tokens is not None else
                      (sum(u.steps_a) if u.has_steps else None),
-                     "k_max": u.k_max, "k_fixed": u.k_fixed, "hist": u.histogram(),
-                     # per depth; null where the source does not determine it (#(k >= 1) = steps always)
-                     "drafted": [u.k_ge(i) for i in range(1, (u.K or 0) + 1)] or None,
-                     "accepted": [u.a_ge(i) for i in range(1, (u.K or 0) + 1)]
-                     if all(u.a_ge(i) is not None for i in range(1, (u.K or 0) + 1)) and u.K else None,
-                     "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens})
-    return pd.DataFrame(rows, columns=list(COUNT_COLUMNS))
+                     "k_max": u.k_max, "k_fixed": u.k_fixed, "hist": hist,
+                     "drafted": k_ge, "accepted": a_ge, "cond_den": cond,
+                     "y2_tok": None if hist is None else float(sum(c * (1 + j) ** 2 for j, c in enumerate(hist))),
+                     "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+                     "n_recorded": u.n_recorded, "zero_max": u.zero_max if u.n_recorded is not None else None,
+                     "completion_sha256": None})     # filled from the records' texts (ingest/completions.py)
+    return pd.DataFrame(rows, columns=list(COUNT_NAMES))
 
 
 def counts_table(df: pd.DataFrame) -> pa.Table:

@@ -19,12 +19,14 @@ are read by the `prometheus` source.
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 from atlas_ab import AtlasError
-from atlas_ab.ingest.records import Record, json_items, read_records
-from atlas_ab.ingest.units import Unit, Where, check_unit
+from atlas_ab.ingest.jsonio import json_items
+from atlas_ab.ingest.records import Record, read_records
+from atlas_ab.ingest.units import UNKNOWN, Unit, Where, check_unit
 
 PER_REQUEST = {"acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens"}
 ITERATION = {"numDraftTokens", "numAcceptedTokens", "numRequestsWithDraftTokens", "acceptanceLength",
@@ -47,9 +49,7 @@ def _entry_unit(entry: dict, w: Where, doc_id=None, turn=None) -> Unit:
     w = u.where
     if not isinstance(spec, dict):
         raise w.error(f"expected an object, got {type(spec).__name__}", "perf_metrics.speculative_decoding")
-    unknown = sorted(set(spec) - PER_REQUEST)
-    if unknown:
-        raise w.error("unknown field in perf_metrics.speculative_decoding", unknown[0])
+    u.ignored = {f: UNKNOWN for f in sorted(set(spec) - PER_REQUEST)}
     for f in sorted(PER_REQUEST):
         if f not in spec:
             raise w.error("missing in perf_metrics.speculative_decoding", f)
@@ -72,10 +72,25 @@ def unit_from(rec: Record) -> Unit:
     return _entry_unit(rec.body or {}, w, rec.doc_id, rec.turn)
 
 
+def _decoded(path: Path, items) -> list:
+    """Iteration stats as `LLM.get_stats()` returns them: each a JSON string (the example in
+    tensorrt_llm/llmapi/llm.py's `get_stats` docstring), or already an object."""
+    out = []
+    for label, it in items:
+        if isinstance(it, str):
+            try:
+                it = json.loads(it)
+            except ValueError as e:
+                raise Where(str(path), label).error(f"a string that is not JSON ({e})") from None
+        out.append((label, it))
+    return out
+
+
 def _iteration_unit(path: Path, items) -> Unit:
     n = a = d = 0
     seen = 0
-    for label, it in items:
+    ignored = {}
+    for label, it in _decoded(path, items):
         w = Where(str(path), label)
         if not isinstance(it, dict):
             raise w.error(f"expected an iteration-stats object, got {type(it).__name__}")
@@ -84,9 +99,7 @@ def _iteration_unit(path: Path, items) -> Unit:
             continue
         if not isinstance(s, dict):
             raise w.error(f"expected an object, got {type(s).__name__}", "specDecodingStats")
-        unknown = sorted(set(s) - ITERATION)
-        if unknown:
-            raise w.error("unknown field in specDecodingStats", unknown[0])
+        ignored.update({f: UNKNOWN for f in set(s) - ITERATION})
         for f in ("numDraftTokens", "numAcceptedTokens", "numRequestsWithDraftTokens"):
             if f not in s:
                 raise w.error("missing in specDecodingStats", f)
@@ -104,11 +117,16 @@ def _iteration_unit(path: Path, items) -> Unit:
         n, a, d, seen = n + ni, a + ai, d + di, seen + 1
     if not seen:
         raise AtlasError(f"{path}: no iteration with specDecodingStats drafts")
-    return Unit(where=Where(str(path)), unit="global", n_steps=n, draft_tokens=d, accepted_tokens=a)
+    return Unit(where=Where(str(path)), unit="global", n_steps=n, draft_tokens=d, accepted_tokens=a,
+                ignored=dict(sorted(ignored.items())))
 
 
 def _is_iteration_file(items) -> bool:
-    return any(isinstance(it, dict) and ("specDecodingStats" in it or "iterLatencyMS" in it) for _, it in items)
+    def looks(it):
+        if isinstance(it, str):
+            return '"specDecodingStats"' in it or '"iterLatencyMS"' in it
+        return isinstance(it, dict) and ("specDecodingStats" in it or "iterLatencyMS" in it)
+    return any(looks(it) for _, it in items)
 
 
 def units(paths) -> tuple[list[Unit], str, tuple[str, ...]]:
@@ -126,6 +144,7 @@ def units(paths) -> tuple[list[Unit], str, tuple[str, ...]]:
             total.n_steps += u.n_steps
             total.draft_tokens += u.draft_tokens
             total.accepted_tokens += u.accepted_tokens
+            total.ignored.update(u.ignored)
         return [total], "trtllm iteration stats (specDecodingStats)", ()
     us = [unit_from(r) for r in read_records(paths)]
     return us, "trtllm /perf_metrics per request", (

@@ -7,6 +7,17 @@ determine it:
   a_ge(i)  #(accept_len >= i)   from per-step arrays, a histogram, or accepted-per-depth
   k_ge(i)  #(k >= i)            from per-step arrays, drafted-per-depth, or a fixed k
   joint    (k, accept_len) per step: per-step arrays, or any of the above with k fixed
+
+A verify step may carry no draft at all: vLLM records a step whose drafts structured-output
+grammar invalidated as k = 0 ("a k = 0 row means a verification step had no valid drafts left
+after adjustment"; vllm/v1/core/sched/scheduler.py subtracts `num_invalid_spec_tokens` before
+`observe_draft`). Such steps are not in any denominator (our k = 0 rows are not either), so
+`n_steps` counts steps with k >= 1 and `zero_steps` the others; where a source counts both
+together and does not say how many had no draft, `n_steps` is None, `n_recorded` holds the
+sum and `zero_max` how many of them can have been empty.
+
+Fields a reader saw and does not use are named in `ignored` (field -> why); unknown ones are
+not fatal (one warning, `telemetry.ignored` in the manifest) unless --strict.
 """
 from __future__ import annotations
 
@@ -14,6 +25,9 @@ import math
 from dataclasses import dataclass, field
 
 from atlas_ab import AtlasError
+
+#: why an unknown field was not read (the warning and --strict single these out)
+UNKNOWN = "unknown to this reader"
 
 
 @dataclass(frozen=True)
@@ -57,7 +71,10 @@ class Unit:
     unit: str                          # the request's id as the source names it, or "global"
     doc_id: int | None = None          # carried client-side (engines do not know it)
     turn: int | None = None
-    n_steps: int | None = None         # verify steps (steps that carried >= 1 draft)
+    n_steps: int | None = None         # verify steps that carried >= 1 draft (None: not determined)
+    zero_steps: int | None = 0         # recorded steps that carried no draft (k = 0); None: not determined
+    n_recorded: int | None = None      # steps the source counted when that count may hold k = 0 ones
+    zero_max: int = 0                  # with zero_steps None: at most this many were empty
     draft_tokens: int | None = None    # sum of k
     accepted_tokens: int | None = None  # sum of accept_len
     k_max: int | None = None           # the configured k (num_speculative_tokens)
@@ -70,6 +87,7 @@ class Unit:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     extra: dict = field(default_factory=dict)
+    ignored: dict = field(default_factory=dict)  # field -> why it was not read (UNKNOWN: not known here)
 
     # -- derived ---------------------------------------------------------------------------
     @property
@@ -116,10 +134,13 @@ class Unit:
                                   and self.a_ge(1) is not None)
 
     def histogram(self) -> list[int] | None:
-        """hist[j] = steps with accept_len == j, whichever way the unit reported it."""
+        """hist[j] = verify steps (k >= 1) with accept_len == j, whichever way the unit reported it."""
         if self.steps_a is not None:
-            top = max(self.steps_a, default=0)
-            return [sum(a == j for a in self.steps_a) for j in range(top + 1)]
+            acc = [a for k, a in zip(self.steps_k, self.steps_a) if k >= 1]
+            top = max(acc, default=0)
+            return [sum(a == j for a in acc) for j in range(top + 1)]
+        if self.zero_steps is None:
+            return None  # hist[0] may hold steps without a draft: not the verify steps' histogram
         if self.hist is not None:
             return list(self.hist)
         if self.accepted is not None and self.n_steps is not None:
@@ -146,12 +167,11 @@ def check_unit(u: Unit) -> Unit:
         for s, (k, a) in enumerate(zip(u.steps_k, u.steps_a)):
             if a > k:
                 raise w.error(f"step {s} accepted {a} of {k} drafts", "per_step_accepted")
-            if k == 0:
-                raise w.error(f"step {s} drafted 0 tokens (a verify step drafts >= 1)", "per_step_drafted")
             if u.k_max is not None and k > u.k_max:
                 raise w.error(f"step {s} drafted {k} > num_spec_tokens {u.k_max}", "per_step_drafted")
-        if u.n_steps is not None and u.n_steps != len(u.steps_k):
-            raise w.error(f"{u.n_steps} steps reported, {len(u.steps_k)} per-step entries", "num_spec_steps")
+        recorded = u.n_steps if u.n_recorded is None else u.n_recorded
+        if recorded is not None and recorded != len(u.steps_k):
+            raise w.error(f"{recorded} steps reported, {len(u.steps_k)} per-step entries", "num_spec_steps")
         if u.draft_tokens is not None and u.draft_tokens != sum(u.steps_k):
             raise w.error(f"{u.draft_tokens} != sum of per_step_drafted {sum(u.steps_k)}", "num_draft_tokens")
         if u.accepted_tokens is not None and u.accepted_tokens != sum(u.steps_a):
@@ -159,16 +179,19 @@ def check_unit(u: Unit) -> Unit:
                           "num_accepted_draft_tokens")
     if u.hist is not None:
         n, acc = sum(u.hist), sum(j * c for j, c in enumerate(u.hist))
-        if u.n_steps is not None and n != u.n_steps:
-            raise w.error(f"sums to {n} steps, the source reports {u.n_steps}", u.extra.get("hist_field", "histogram"))
+        recorded = u.n_steps if u.n_recorded is None else u.n_recorded
+        if recorded is not None and n != recorded:
+            raise w.error(f"sums to {n} steps, the source reports {recorded}", u.extra.get("hist_field", "histogram"))
         if u.accepted_tokens is not None and acc != u.accepted_tokens:
             raise w.error(f"accounts for {acc} accepted drafts, the source reports {u.accepted_tokens}",
                           u.extra.get("hist_field", "histogram"))
-        if u.steps_a is not None and u.hist != (u.histogram() + [0] * len(u.hist))[:len(u.hist)]:
+        every = [sum(a == j for a in u.steps_a) for j in range(len(u.hist))] if u.steps_a is not None else None
+        if every is not None and (u.hist != every or len(u.steps_a) != n):
             raise w.error("does not match the per-step arrays", u.extra.get("hist_field", "histogram"))
         top = max((j for j, c in enumerate(u.hist) if c), default=0)
         if u.k_max is not None and top > u.k_max:
-            raise w.error(f"has steps accepting {top} > num_spec_tokens {u.k_max}", u.extra.get("hist_field", "histogram"))
+            raise w.error(f"has steps accepting {top} > num_spec_tokens {u.k_max}",
+                          u.extra.get("hist_field", "histogram"))
     for name, seq in (("drafted", u.drafted), ("accepted", u.accepted)):
         if seq is not None and any(seq[i] < seq[i + 1] for i in range(len(seq) - 1)):
             raise w.error(f"per-depth {name} counts rise with depth {seq} (verification accepts a prefix)",

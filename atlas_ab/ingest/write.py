@@ -1,9 +1,9 @@
 """Write an ingested run directory in the contract (docs/telemetry.md), atomically as the store does.
 
 The manifest says `running` first, then each table lands via a temporary file and a
-rename (atlas_ab.run.store.write_table_atomic), and only then does the manifest list the
-shards and say `complete`. A crash leaves a `running` run that the analysis refuses,
-never half-written data that reads as a result.
+rename (atlas_ab.atomic), and only then does the manifest list the shards, with each
+table's row count and sha256, and say `complete`. A crash leaves a `running` run that the
+analysis refuses, never half-written data that reads as a result.
 """
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from atlas_ab import AtlasError
-from atlas_ab.ingest.grain import Telemetry
+from atlas_ab.atomic import write_json, write_table
 from atlas_ab.run.provenance import now
-from atlas_ab.run.store import MANIFEST, write_json_atomic, write_table_atomic
-from atlas_ab.telemetry.schema import MANIFEST_SCHEMA
+from atlas_ab.run.store import MANIFEST
+from atlas_ab.telemetry.grain import Telemetry
+from atlas_ab.telemetry.schema import MANIFEST_SCHEMA, SHARD_ROWS
 
 SHARD = "part-00000.parquet"
 
@@ -48,15 +49,15 @@ def write_run(out: str | Path, telemetry: Telemetry, arm: str, *, steps: pa.Tabl
     manifest.update(status="running", arm=arm, telemetry=telemetry.to_dict(), shards=[],
                     rows={"steps": 0, "events": 0, "counts": 0}, finished=None)
     try:
-        write_json_atomic(out / MANIFEST, manifest)
-        shard, rows = {"steps": None, "events": None, "counts": None}, {}
+        write_json(out / MANIFEST, manifest)
+        shard, rows = {"steps": None, "events": None, "counts": None, "sha256": {}}, {}
         for name, table in (("steps", steps), ("counts", counts), ("events", events)):
             if table is None:
                 continue
             (out / name).mkdir(exist_ok=True)
-            write_table_atomic(out / name / SHARD, table)
+            shard["sha256"][name] = write_table(out / name / SHARD, table)
             shard[name] = f"{name}/{SHARD}"
-            rows[name] = table.num_rows
+            shard[SHARD_ROWS[name]] = rows[name] = table.num_rows
         if steps is not None:
             shard["rows"] = steps.num_rows
             shard["docs"] = sorted({int(d) for d in steps.column("doc_id").to_pylist()})
@@ -64,7 +65,7 @@ def write_run(out: str | Path, telemetry: Telemetry, arm: str, *, steps: pa.Tabl
         manifest["rows"] = {"steps": rows.get("steps", 0), "events": rows.get("events", 0),
                             "counts": rows.get("counts", 0)}
         manifest.update(status="complete", finished=now())
-        write_json_atomic(out / MANIFEST, manifest)
+        write_json(out / MANIFEST, manifest)
     except OSError as e:
         raise AtlasError(f"cannot write the run in {out}: {e.strerror or e}") from None
     return manifest

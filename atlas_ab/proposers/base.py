@@ -1,9 +1,9 @@
-"""The DraftProposer protocol, after the seeds' trait, batched first.
+"""The DraftProposer protocol, after the reference engine's trait (docs/reference_engine.md), batched first.
 
 Every method acts on all B sequences of a batch at once; `active` says which
 sequences take part (the others keep their state untouched). A per-sequence
 call is the B = 1 case. State is allocated per sequence from its own token
-budget (the seeds' `alloc_state_for`), never from a global maximum.
+budget (the reference engine's `alloc_state_for`), never from a global maximum.
 
 Host/device split: token ids, drafts and hiddens stay on the device; the row
 bookkeeping (row counts, pair keys, which rows carry a target hidden) is host
@@ -26,10 +26,11 @@ class Proposal:
     topk_ids: Optional[torch.Tensor]     # [B, K, k] (SHADOW_TOPK) or None
     topk_probs: Optional[torch.Tensor]
     row0_slot: np.ndarray                # [B] slot of the propose's first row (-1 if inactive)
+    q: Optional[torch.Tensor] = None     # [B, K, V] float32: the draft distributions (drawn drafts only)
 
     @property
     def chain_conf(self) -> torch.Tensor:
-        """min top-1 prob across one propose's drafts (the seeds' chain confidence)."""
+        """min top-1 prob across one propose's drafts (the reference engine's chain confidence)."""
         return self.conf.min(dim=1).values
 
 
@@ -39,21 +40,43 @@ class DraftChain:
 
     def __init__(self, topk: int):
         self.topk = topk
-        self.drafts, self.confs, self.ids, self.probs = [], [], [], []
+        self.drafts, self.confs, self.ids, self.probs, self.qs = [], [], [], [], []
 
-    def add(self, draft: torch.Tensor, conf: torch.Tensor, ids: torch.Tensor, probs: torch.Tensor) -> None:
+    def add(self, draft: torch.Tensor, conf: torch.Tensor, ids: torch.Tensor, probs: torch.Tensor,
+            q: Optional[torch.Tensor] = None) -> None:
         # clones: with CUDA graphs the step's outputs are static buffers the next replay overwrites
         self.drafts.append(draft.clone())
         self.confs.append(conf.clone())
         if self.topk:
             self.ids.append(ids.clone())
             self.probs.append(probs.clone())
+        if q is not None:
+            self.qs.append(q)
 
     def proposal(self, row0_slot: np.ndarray) -> Proposal:
         k = self.topk
         return Proposal(drafts=torch.stack(self.drafts, 1), conf=torch.stack(self.confs, 1),
                         topk_ids=torch.stack(self.ids, 1) if k else None,
-                        topk_probs=torch.stack(self.probs, 1) if k else None, row0_slot=row0_slot)
+                        topk_probs=torch.stack(self.probs, 1) if k else None, row0_slot=row0_slot,
+                        q=torch.stack(self.qs, 1) if self.qs else None)
+
+
+class Draws(Protocol):
+    """How a drafter that samples picks its drafts (speculative/draws.py): `q` turns its head's
+    logits [B, V] into the draft distribution, `draw(i, q)` picks the draft of 0-based depth i."""
+
+    def q(self, logits: torch.Tensor) -> torch.Tensor: ...
+
+    def draw(self, i: int, q: torch.Tensor) -> torch.Tensor: ...
+
+
+def drawn(draws: Optional[Draws], i: int, logits: Optional[torch.Tensor], draft: torch.Tensor):
+    """(draft, q) of depth i: the head's argmax and no q without draws; else q of the head's
+    logits [B, V] and the draft drawn from it."""
+    if draws is None:
+        return draft, None
+    q = draws.q(logits)
+    return draws.draw(i, q), q
 
 
 def head_outputs(logits: torch.Tensor, topk: int):
@@ -114,8 +137,10 @@ class DraftProposer(Protocol):
         """Append gap rows from (token, ring hidden) pairs (the catch-up feed)."""
 
     def propose(self, history: np.ndarray, last_tokens: torch.Tensor, target_hidden: torch.Tensor,
-                positions: np.ndarray, num_drafts: int, active: np.ndarray, topk: int = 0) -> Proposal:
-        """K drafts per active sequence, autoregressively."""
+                positions: np.ndarray, num_drafts: int, active: np.ndarray, topk: int = 0,
+                draws: Optional[Draws] = None) -> Proposal:
+        """K drafts per active sequence, autoregressively: each its head's argmax, or drawn by
+        `draws` (then the Proposal carries q)."""
 
     def after_verify(self, num_accepted: np.ndarray, active: np.ndarray) -> None:
         """Trim state after verification."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from atlas_ab.proposers.base import DraftChain, RowFeed, RowsWritten, head_outputs
+from atlas_ab.proposers.base import DraftChain, RowFeed, RowsWritten, drawn, head_outputs
 from atlas_ab.runtime.batch import ragged_window
 from atlas_ab.runtime.graphs import Steps
 
@@ -39,14 +39,16 @@ class DraftModelProposer:
         self.kv = None
         self.steps.clear()
 
-    def _head(self, h, topk):
-        return head_outputs(self.model.logits(h[:, None])[:, 0], topk)
+    def _head(self, h, topk, logits: bool = False):
+        z = self.model.logits(h[:, None])[:, 0]
+        return head_outputs(z, topk) + ((z,) if logits else ())
 
-    def _next_fn(self, topk):
-        """One draft token in, its hidden and the head's outputs (the next draft) out."""
+    def _next_fn(self, topk, logits: bool = False):
+        """One draft token in, its hidden and the head's outputs (the next draft) out; with
+        `logits` (a sampled draft) the head's logits too."""
         def fn(draft, pos, slots, length):
             h = self.model.forward(draft[:, None], pos[:, None], slots[:, None], self.kv, length=length)[:, 0]
-            return (h, *self._head(h, topk))
+            return (h, *self._head(h, topk, logits))
         return fn
 
     def drafter_rows(self) -> np.ndarray:
@@ -61,7 +63,7 @@ class DraftModelProposer:
     catchup_drafter = prefill_drafter
 
     @torch.no_grad()
-    def propose(self, history, last_tokens, target_hidden, positions, num_drafts, active, topk=0):
+    def propose(self, history, last_tokens, target_hidden, positions, num_drafts, active, topk=0, draws=None):
         B = len(self.seen)
         dev = last_tokens.device
         act = np.nonzero(active)[0]
@@ -73,16 +75,18 @@ class DraftModelProposer:
         last = torch.as_tensor(np.maximum(count - 1, 0), device=dev)
         h = out[torch.arange(B, device=dev), last]
         chain = DraftChain(topk)
-        conf, draft, ids, p = self._head(h, topk)
+        sampled = draws is not None
+        conf, draft, ids, p, *z = self._head(h, topk, sampled)
         # later drafts' positions and slots, in one host->device copy
         p_all = positions[:, None] + 1 + np.arange(max(num_drafts - 1, 1))[None, :]
         idx = torch.as_tensor(np.stack([p_all, np.where(active[:, None], p_all, -1)]), device=dev)
         for i in range(num_drafts):
-            chain.add(draft, conf, ids, p)
+            draft, q = drawn(draws, i, z[0] if z else None, draft)
+            chain.add(draft, conf, ids, p, q)
             if i + 1 < num_drafts:
-                _, conf, draft, ids, p = self.steps(("next", topk), self._next_fn(topk),
-                                                    [draft, idx[0, :, i], idx[1, :, i]], int(p_all.max()) + 1,
-                                                    self.kv.max_capacity)
+                _, conf, draft, ids, p, *z = self.steps(("next", topk, sampled), self._next_fn(topk, sampled),
+                                                        [draft, idx[0, :, i], idx[1, :, i]], int(p_all.max()) + 1,
+                                                        self.kv.max_capacity)
         self.seen[act] = positions[act] + num_drafts       # t_n, d1 .. d_{K-1} processed
         self.base[act] = positions[act]
         self.last_drafted[act] = num_drafts

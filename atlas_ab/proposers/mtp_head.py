@@ -1,8 +1,8 @@
 """The MTP-head drafter: one DeepSeek-V3 MTP module run autoregressively.
 
 Draft 1 consumes the target's verified hidden; every later draft consumes the
-drafter's own block output (the hidden handoff, where the seeds measure the
-p1 -> p2 cliff). The drafter keeps its own KV rows; their layout follows one
+drafter's own block output (the hidden handoff, where the reference engine
+found the p1 -> p2 cliff). The drafter keeps its own KV rows; their layout follows one
 of the two row spaces in `rowspace.py`.
 
 Which hidden exactly is a property of the checkpoint (runtime/layouts.py) and
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from atlas_ab.proposers.base import DraftChain, RowFeed, RowsWritten, head_outputs
+from atlas_ab.proposers.base import DraftChain, RowFeed, RowsWritten, drawn, head_outputs
 from atlas_ab.proposers.layout import pad_layout
 from atlas_ab.proposers.rowspace import rope_of, rows_to_trim
 from atlas_ab.runtime.graphs import Steps
@@ -65,8 +65,8 @@ class MTPProposer:
         return self.rows.copy()
 
     def last_pair_key(self) -> np.ndarray:
-        # The true key of the newest row, read from the bookkeeping. (The seeds
-        # derive it as `key - trim`, which over-states it when a trim removes a
+        # The true key of the newest row, read from the bookkeeping. (The reference
+        # engine derives it as `key - trim`, which over-states it when a trim removes a
         # whole propose that followed an unfilled gap.)
         B = len(self.rows)
         return np.where(self.rows > 0, self.row_key[np.arange(B), np.maximum(self.rows - 1, 0)], -1)
@@ -116,19 +116,21 @@ class MTPProposer:
     catchup_drafter = _write_rows
 
     # -- propose -----------------------------------------------------------
-    def _draft_fn(self, topk: int, first: bool):
+    def _draft_fn(self, topk: int, first: bool, logits: bool = False):
         """One draft step; `first`: its hidden is the target's (handed through `_handoff`), else
-        the previous step's recycled output. Returns the hidden for the next draft."""
+        the previous step's recycled output. Returns the hidden for the next draft, the head's
+        outputs and (`logits`: a sampled draft) the head's logits."""
         def step(tok, hid, pos, slots, length):
             if first:
                 hid = self._handoff(hid)
             out = self.mtp.forward(tok[:, None], hid[:, None], pos[:, None], slots[:, None], self.kv,
                                    self.embed, length=length, zero_at=self.zero_at)
-            return (self._recycle(out[:, 0]), *head_outputs(self.mtp.logits(out, self.lm_head)[:, 0], topk))
+            z = self.mtp.logits(out, self.lm_head)[:, 0]
+            return (self._recycle(out[:, 0]), *head_outputs(z, topk)) + ((z,) if logits else ())
         return step
 
     @torch.no_grad()
-    def propose(self, history, last_tokens, target_hidden, positions, num_drafts, active, topk=0):
+    def propose(self, history, last_tokens, target_hidden, positions, num_drafts, active, topk=0, draws=None):
         base = self.rows.copy()
         act = np.nonzero(active)[0]
         tok, hid = last_tokens, target_hidden
@@ -141,10 +143,13 @@ class MTPProposer:
         length = int(slots.max()) + 1
         for i in range(num_drafts):
             first = i == 0 and self.handoff_norm == "post"    # (pre: the same step as later drafts)
-            out, conf, draft, ids, p = self.steps(("draft", topk, first), self._draft_fn(topk, first),
-                                                  [tok, hid, idx[0, :, i], idx[1, :, i]], length,
-                                                  self.kv.max_capacity)
-            chain.add(draft, conf, ids, p)
+            sampled = draws is not None
+            out, conf, draft, ids, p, *z = self.steps(("draft", topk, first, sampled),
+                                                      self._draft_fn(topk, first, sampled),
+                                                      [tok, hid, idx[0, :, i], idx[1, :, i]], length,
+                                                      self.kv.max_capacity)
+            draft, q = drawn(draws, i, z[0] if z else None, draft)
+            chain.add(draft, conf, ids, p, q)
             tok, hid = draft, out   # the recycled hidden: the drafter's own feeds draft i+2
             self.row_key[act, base[act] + i] = keys[act, i]
             self.row_target[act, base[act] + i] = i == 0

@@ -1,11 +1,11 @@
 """The catch-up ring: target hiddens by label, per sequence.
 
-Label convention (the seeds', verified there by fingerprints): ring label n
+Label convention (the reference engine's, verified there by fingerprints): label n
 holds the target hidden of position n-1, so pair key k reads label k+1. The
 ring is written on serial decode steps (CATCHUP), with REFEED for every
 accepted position after a verify, and with RING_PREFILL the turn prefill's last
-hidden (label P for the turn's first generated position P). Rings are per sequence (the seeds' ring is
-single-sequence and is forced off when more than one sequence verifies).
+hidden (label P for the turn's first generated position P). Rings are per sequence (the
+reference engine's ring is single-sequence, forced off when more than one sequence verifies).
 
 Hiddens live on the device ([B, R, H]); labels live on the host, because the
 host already knows which labels a step writes once it has read the accepted

@@ -1,10 +1,10 @@
-"""The two drafter row-space conventions of the seeds, as pure rules.
+"""The two drafter row-space conventions of the reference engine, as pure rules.
 
 A drafter row is a pair key k = (embedding of the token at position k+1,
 target-or-drafter hidden of position k). A propose at position n (the position
 of the last committed token) writes K rows, pair keys n-1 .. n+K-2: row 0 pairs
 the committed token with the target's verified hidden, rows 1.. pair a draft
-with the drafter's own hidden (the handoff the seeds measure).
+with the drafter's own hidden (the handoff).
 
 compact (Qwen-style MtpHead): rows exist only for what was drafted; the RoPE
   position of key k is k+1 (ring label == RoPE == key+1). after_verify trims
@@ -15,7 +15,7 @@ dense (GLM-5.3 head): slot == pair key == RoPE position while aligned. Row 0
 
 REFEED additionally drops the kept rows that carry a drafter hidden, so the
 next catch-up rebuilds them from the ring with the target's hidden. In the
-compact space that is `accepted - 1` rows (the seeds' rule); in the dense space
+compact space that is `accepted - 1` rows (the reference engine's rule); in the dense space
 it is every kept row past row 0 (min(accepted, K-1)), the same rule stated for
 a space that also keeps the row of the last accepted draft.
 """

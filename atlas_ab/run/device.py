@@ -3,14 +3,12 @@
 GPU: runner.device=auto -> cuda:(job.num % device_count), with an advisory lock so two
 jobs of one host never share a GPU (see DeviceClaim).
 
-CPU threads: torch's default is one thread per core, so two jobs (or a job and anything
-else) on the same cores oversubscribe them, and torch's OpenMP workers spin-wait for a
-descheduled sibling. Measured on this 2-core machine with other work on the cores: the
-same run took 51.9 s at 2 threads and 8.3 s at 1 (README has the figures). The job takes
-`runner.threads` if set, else its share of the cores (the usable cores divided by the jobs
-its launcher runs side by side), less the cores other processes keep busy (the 1-minute
-load average), and at least 1. Thread count does not change results: the loop's numbers are
-the same at any count (tests/analysis/test_verdicts.py checks 1 vs 2).
+CPU threads: torch's default is one thread per core, so two jobs of one launcher on the
+same cores would oversubscribe them, and torch's OpenMP workers spin-wait for a descheduled
+sibling. The job takes `runner.threads` if set, else its share of the cores it may use (the
+usable cores divided by the jobs its launcher runs side by side), at least 1. Thread count
+does not change a run's discrete outcomes (tokens, drafts, accept lengths); its floats agree
+to rounding (tests/analysis/test_verdicts.py runs 1 vs 2 threads).
 """
 from __future__ import annotations
 
@@ -27,21 +25,12 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def busy_cores() -> int:
-    """Cores other processes keep busy now (the 1-minute load average, rounded down)."""
-    try:
-        return int(os.getloadavg()[0])
-    except OSError:
-        return 0
-
-
-def thread_count(requested: int, side_by_side: int = 1, busy: int | None = None) -> int:
-    """runner.threads, or (0 = auto) this job's share of the usable cores that are not busy."""
+def thread_count(requested: int, side_by_side: int = 1) -> int:
+    """runner.threads, or (0 = auto) this job's share of the usable cores."""
     if requested > 0:
         return requested
-    share = usable_cores() // max(1, side_by_side)
-    free = usable_cores() - (busy_cores() if busy is None else busy)
-    return max(1, min(share, free))
+    # the cores present, not the load average (a minute behind the cores): one machine, one count, no lag
+    return max(1, usable_cores() // max(1, side_by_side))
 
 
 def set_threads(n: int) -> int:

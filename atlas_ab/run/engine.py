@@ -1,4 +1,4 @@
-"""The contract between the run session and an engine that runs waves (`runner.impl`).
+"""The contract between the run session and an engine that runs waves (`runner.engine`).
 
 The real one is `runner.Runner`; tests plug in a deterministic double. Torch-free, so a
 double needs nothing heavy. A run is `waves` (lists of doc_ids, `batch_width` each); the

@@ -1,5 +1,5 @@
 """Progress: a tqdm bar over committed tokens (the run's known total) with an ETA, and the running
-acceptance figures, computed by the analysis' own definitions (`analysis.metrics`).
+acceptance figures, by the definitions the analysis uses too (`telemetry/acceptance.py`).
 
 Tokens, not documents: a wave verifies all its documents together, so a count of documents
 sits at 0 until the wave ends; every step commits tokens. After a resume the bar starts at
@@ -14,6 +14,8 @@ import sys
 import time
 
 import numpy as np
+
+from atlas_ab.telemetry.acceptance import histogram_rates
 
 log = logging.getLogger("atlas_ab")
 
@@ -38,8 +40,6 @@ class Progress:
                             file=stream, dynamic_ncols=True, leave=True, smoothing=0.1)
 
     def figures(self) -> dict:
-        from atlas_ab.analysis.metrics import histogram_rates
-
         return histogram_rates(self.hist)
 
     def _postfix(self) -> None:

@@ -15,16 +15,29 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from atlas_ab import AtlasError
-from atlas_ab.config.structured import (ArmConfig, ModelConfig, RunnerConfig, WorkloadConfig, validate_arm, validate_model,
-                             validate_runner, validate_workload)
+from atlas_ab.config.paths import PACKAGE_DIR, resolve_path
+from atlas_ab.config.structured import (
+    ArmConfig,
+    ModelConfig,
+    RunnerConfig,
+    WorkloadConfig,
+    validate_arm,
+    validate_arm_sampling,
+    validate_model,
+    validate_runner,
+    validate_workload,
+)
 from atlas_ab.run.engine import RunInfo, WaveResult
+from atlas_ab.run.store import aggregate_gate
+from atlas_ab.speculative import pit_gate
 from atlas_ab.speculative.gate import check
 from atlas_ab.speculative.loop import Wave
-from atlas_ab.config.paths import PACKAGE_DIR, resolve_path
-from atlas_ab.run.store import aggregate_gate
+from atlas_ab.speculative.sampling import plan_of
+from atlas_ab.speculative.targets import LiveTarget
 
 log = logging.getLogger(__name__)
 DEFAULT_TOKENIZER = PACKAGE_DIR / "models" / "default" / "tokenizer.json"
@@ -63,6 +76,8 @@ class Runner:
         self.arm = validate_arm(arm)
         validate_model(model)
         validate_workload(workload)
+        validate_arm_sampling(self.arm, workload.sampling)
+        self.plan = plan_of(self.arm, workload.sampling)     # None: greedy verification
         self.cfg = validate_runner(runner)
         self.device = resolve_device(runner.device)
         if self.device.type == "cuda":
@@ -109,7 +124,9 @@ class Runner:
                    "params": {"trunk": trunk_n, "mtp": mtp_n, "total": trunk_n + mtp_n},
                    "mtp_layout": ck.layout.name if ck.layout is not None else None,
                    "handoff": self.handoff, "draft": self._draft_info},
-            workload={"hash": self.workload.hash, **self.workload.info},
+            workload={"hash": self.workload.hash, **self.workload.info,
+                      "sampling": {k: getattr(workload.sampling, k)
+                                   for k in ("temperature", "top_p", "top_k", "seed")}},
             device=torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
             dtype=str(self.dtype).replace("torch.", ""),
             row_space=self.arm.row_space, proposer=self.arm.proposer,
@@ -119,7 +136,7 @@ class Runner:
 
     def _trajectories(self, ck, runner: RunnerConfig) -> dict:
         """Replay: find (or build, once across concurrent jobs) the workload's stored trajectory."""
-        from atlas_ab.speculative.trajectory import EXTEND, greedy
+        from atlas_ab.speculative.trajectory import EXTEND, greedy, sampled
         from atlas_ab.speculative.trajectory_store import TrajectoryStore
 
         fields = {"model_hash": ck.hash, "tokenizer_hash": self.workload.info.get("tokenizer_hash"),
@@ -127,10 +144,19 @@ class Runner:
                   "device": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
                   "torch": torch.__version__, "graphs": self.graphs, "gen_tokens": self.workload.gen_tokens,
                   "extend": EXTEND, "waves": self.waves}
+        plan = self.plan
+        if plan is not None:      # a sampled trajectory: the target's rule and the seed decide it
+            fields["sampling"] = {"temperature": plan.target.temperature, "top_k": plan.target.top_k,
+                                  "top_p": plan.target.top_p, "seed": plan.seed}
         self.trajectories = TrajectoryStore(Path(runner.trajectories), fields)
-        return self.trajectories.ensure(len(self.waves), lambda i: greedy(
-            self.trunk, self.docs_of(i), self.workload.gen_tokens, extend=EXTEND, keep_hiddens=True,
-            graphs=self.graphs))
+        G = self.workload.gen_tokens
+        if plan is None:
+            build = lambda i: greedy(self.trunk, self.docs_of(i), G, extend=EXTEND,  # noqa: E731
+                                     keep_hiddens=True, graphs=self.graphs)
+        else:
+            build = lambda i: sampled(self.trunk, self.docs_of(i), G, plan.target, plan.seed,  # noqa: E731
+                                      extend=EXTEND, keep_hiddens=True, graphs=self.graphs)
+        return self.trajectories.ensure(len(self.waves), build)
 
     def _proposer(self, ck, model: ModelConfig):
         self._draft_info = None
@@ -164,9 +190,16 @@ class Runner:
             from atlas_ab.telemetry.fingerprint import fingerprint_rows
             fp = fingerprint_rows
         return Wave(target, self.proposer, self.arm, docs, self.workload.gen_tokens,
-                    fingerprint_rows=fp, on_step=on_step, graphs=self.graphs).run()
+                    fingerprint_rows=fp, on_step=on_step, plan=self.plan).run()
+
+    def _pit_gate(self, docs, trace) -> dict:
+        """A sampled wave's gate: KS of its PITs, at the run's alpha split over its waves."""
+        u = np.concatenate(trace.pit) if trace.pit else np.zeros(0)
+        return pit_gate.check(u, len(docs), alpha=pit_gate.ALPHA / len(self.waves))
 
     def _live_gate(self, docs, trace) -> dict:
+        if self.plan is not None:
+            return self._pit_gate(docs, trace)
         n_gate = min(self.cfg.gate_sequences, len(docs))
         gate = check(self.trunk, docs, trace.generated, self.workload.gen_tokens, list(range(n_gate)),
                      graphs=self.graphs)
@@ -176,7 +209,7 @@ class Runner:
         docs = self.docs_of(i)
         if self.mode == "replay":
             return self._replay_wave(i, docs, on_step)
-        trace = self._wave(self.trunk, docs, on_step)
+        trace = self._wave(LiveTarget(self.trunk, self.graphs), docs, on_step)
         return WaveResult(steps=trace.steps.table(),
                           events=trace.events.table() if trace.events is not None else None,
                           gate=self._live_gate(docs, trace), n_tokens=trace.n_tokens)
@@ -189,12 +222,16 @@ class Runner:
         if traj.doc_ids.tolist() != self.waves[i]:
             raise AtlasError(f"trajectory {self.trajectories.dir}: wave {i} holds docs {traj.doc_ids.tolist()}, "
                              f"the run's wave {self.waves[i]}")
-        trace = self._wave(ReplayTarget(traj, self.device), docs, on_step)
+        trace = self._wave(ReplayTarget(traj, self.device, logits=self.trunk.logits if self.plan else None),
+                           docs, on_step)
         steps = trace.steps.table()
         gate, checked = replay_gate(traj, trace.generated), None
+        if self.plan is not None:     # the stored trajectory's own draws, in distribution
+            gate = aggregate_gate([gate, self._pit_gate(docs, trace)])
         if i < self.cfg.replay_check_waves:
-            live = self._wave(self.trunk, docs)
-            checked = compare_live(traj, steps, live.steps.table(), live.generated)
+            live = self._wave(LiveTarget(self.trunk, self.graphs), docs)
+            if self.plan is None:     # sampled: live and replay draw different texts; equal in law (docs/sampling.md)
+                checked = compare_live(traj, steps, live.steps.table(), live.generated)
             gate = aggregate_gate([gate, self._live_gate(docs, live)])
         return WaveResult(steps=steps, events=trace.events.table() if trace.events is not None else None,
                           gate=gate, n_tokens=trace.n_tokens, replay_check=checked)

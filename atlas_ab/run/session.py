@@ -5,11 +5,11 @@ before anything loads, locks the study's pre-registrations, claims a device and 
 count, opens (or resumes) the run store under its lock, feeds the waves the store does not
 hold yet, turns the lossless gate's outcome into the run's status, and writes the summary.
 Every failure ends as one line (AtlasError) with the run marked `failed`; nothing
-half-written is left looking like data.
+half-written is left looking like data. An invocation refused before it owns a run (the
+directory is another process's, or holds a run it may not touch) writes nothing at all.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import shutil
@@ -17,22 +17,34 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
 from atlas_ab import AtlasError
-from atlas_ab.config.structured import (ArmConfig, ModelConfig, RunnerConfig, StudyConfig, WorkloadConfig, validate_arm,
-                             validate_model, validate_runner, validate_workload)
-from atlas_ab.config.store import check_keys
-from atlas_ab.run.device import DeviceClaim, set_threads, thread_count
-from atlas_ab.run.engine import Engine, RunInfo
-from atlas_ab.errors import one_line
 from atlas_ab.config.levers import arm_from_env, env_report, resolved_levers
 from atlas_ab.config.paths import resolve_path
+from atlas_ab.config.prereg import load_prereg, lock
+from atlas_ab.config.store import check_keys
+from atlas_ab.config.structured import (
+    ArmConfig,
+    ModelConfig,
+    RunnerConfig,
+    StudyConfig,
+    WorkloadConfig,
+    validate_arm,
+    validate_arm_sampling,
+    validate_model,
+    validate_runner,
+    validate_workload,
+)
+from atlas_ab.errors import one_line
+from atlas_ab.run.device import DeviceClaim, set_threads, thread_count
+from atlas_ab.run.engine import Engine, RunInfo
 from atlas_ab.run.progress import Progress
-from atlas_ab.run.provenance import git_info, host, versions
+from atlas_ab.run.provenance import code_identity, host, versions
 from atlas_ab.run.store import RunStore, write_failed_manifest
+from atlas_ab.telemetry.acceptance import histogram_rates, step_histogram
 
 log = logging.getLogger("atlas_ab")
 
@@ -62,7 +74,7 @@ def configs(cfg: DictConfig, out=None) -> Configs:
     check_keys(cfg)
     c = Configs(*(OmegaConf.to_object(cfg[g]) for g in ("arm", "model", "workload", "runner", "study")))
     if c.arm.name == "env":
-        # +arm=env: the levers come from the seeds' ATLAS_MTP_* variables, parsed as the
+        # +arm=env: the levers come from the reference engine's ATLAS_MTP_* variables, parsed as the
         # engine parses them (clamps included), then checked like any arm.
         c.arm = arm_from_env(os.environ, name="env")
         for line in env_report(os.environ):
@@ -70,30 +82,39 @@ def configs(cfg: DictConfig, out=None) -> Configs:
     validate_arm(c.arm)
     validate_model(c.model)
     validate_workload(c.workload)
+    validate_arm_sampling(c.arm, c.workload.sampling)
     validate_runner(c.runner)
     if c.study.arms and c.arm.name not in c.study.arms:
         raise AtlasError(f"arm {c.arm.name!r} is not in study {c.study.name!r} (arms: {', '.join(c.study.arms)})")
     return c
 
 
-def load_engine_class(impl: str):
-    mod, _, name = impl.partition(":")
-    if not mod or not name:
-        raise AtlasError(f"runner.impl={impl!r} must be 'module:Class'")
+def engine_factory(engine) -> Callable:
+    """The engine class `runner.engine` names, as the partial Hydra's instantiate builds from its
+    `_target_` (the session then calls it with the four configs)."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
     try:
-        return getattr(importlib.import_module(mod), name)
-    except (ImportError, AttributeError) as ex:
-        raise AtlasError(f"runner.impl={impl!r} cannot be loaded: {ex}") from None
+        return instantiate(engine, _partial_=True)
+    except InstantiationException as ex:
+        why = ex.__cause__ or ex
+        raise AtlasError(f"runner.engine._target_={engine._target_!r} cannot be loaded: "
+                         + " ".join(str(why).split())) from None
+
+
+def engine_name(factory) -> str:
+    """The dotted name of the class a factory builds (the manifest's `engine`)."""
+    cls = getattr(factory, "func", factory)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def acceptance_summary(steps) -> dict:
-    """n steps, p1, p2_uncond, p2_cond, tokens/step: the analysis' own definitions."""
-    from atlas_ab.analysis.metrics import cell_counts, rates
-
-    df = steps.select(["doc_id", "turn", "step", "k", "accept_len"]).to_pandas()
-    if len(df) == 0:
+    """n steps, p1, p2_uncond, p2_cond, tokens/step: the definitions the analysis uses too."""
+    if steps.num_rows == 0:
         return {"n_steps": 0, "n_serial": 0}
-    r = rates(cell_counts(df))
+    k, a = steps.column("k").to_numpy(), steps.column("accept_len").to_numpy()
+    r = histogram_rates(step_histogram(k, a, int(k.max())))
     out = {"n_steps": int(r["n_steps"]), "n_serial": int(r["n_serial"])}
     for key in ("p1", "p2_uncond", "p2_cond", "tokens_per_step"):
         v = r.get(key)
@@ -123,8 +144,6 @@ def summary_line(manifest: dict) -> str:
 
 def lock_preregs(study: StudyConfig, job: Job) -> list[dict]:
     """The study's pre-registrations, locked once per study before its first step."""
-    from atlas_ab.analysis.prereg import lock, load_prereg
-
     out = []
     for given in study.preregs:
         path = resolve_path(given)
@@ -149,12 +168,16 @@ class RunSession:
         self.out = sys.stdout if out is None else out
         self.store: Optional[RunStore] = None
         self.claim: Optional[DeviceClaim] = None
+        self.fresh = False     # this job's own new directory (no run in it before): a failure is recorded there
 
     def run(self) -> dict:
         """Run (or resume) the arm; returns the final manifest. Raises AtlasError on bad input."""
         base: dict[str, Any] = {"arm": None, "config": OmegaConf.to_container(self.cfg, resolve=True)}
         run_dir = self.job.run_dir
+        self.store = store = RunStore(run_dir)
         try:
+            store.lock()
+            self.fresh = not store.manifest_path.exists()
             c = configs(self.cfg, self.out)
             base["arm"] = c.arm.name
             base["levers"] = resolved_levers(c.arm)
@@ -165,26 +188,31 @@ class RunSession:
             if resume and resume != "auto" and Path(resume).resolve() != run_dir.resolve():
                 raise AtlasError(f"runner.resume={resume} but the run directory is {run_dir} "
                                  "(do not set hydra.run.dir together with runner.resume)")
-            self.store = store = RunStore(run_dir)
-            store.lock()
-            resuming = bool(resume) and store.manifest_path.exists()
+            if not self.fresh and not resume:
+                raise AtlasError(f"{run_dir} already holds a run; continue it with runner.resume={run_dir} "
+                                 "or choose another hydra.run.dir")
+            resuming = not self.fresh
+            if resuming:
+                store.check_resumable(base["config"])     # before any model loads
             preregs = lock_preregs(c.study, self.job)
             # Paths resolve against the launch dir / package root, never Hydra's output dir.
             c.model.path = resolve_path(c.model.path)
             c.model.draft_path = resolve_path(c.model.draft_path)
-            engine_class = load_engine_class(c.runner.impl)     # imports torch where the engine uses it
+            make_engine = engine_factory(c.runner.engine)     # imports torch where the engine uses it
             threads = set_threads(thread_count(c.runner.threads, self.job.side_by_side))
             self.claim = DeviceClaim(c.runner.device, self.job.num)
-            log.info("arm %s: loading %s (device %s, %d threads)", c.arm.name, c.runner.impl, self.claim.device,
-                     threads)
-            engine: Engine = engine_class(c.arm, c.model, c.workload, replace(c.runner, device=self.claim.device))
+            if self.fresh:
+                log.info("arm %s: loading %s (device %s, %d threads)", c.arm.name, engine_name(make_engine),
+                         self.claim.device, threads)
+            engine: Engine = make_engine(c.arm, c.model, c.workload, replace(c.runner, device=self.claim.device))
             info: RunInfo = engine.info
             waves = [list(w) for w in engine.waves]
             base.update({
                 **{k: v for k, v in info.to_dict().items()},
+                "engine": engine_name(make_engine),
                 "study": {"name": c.study.name, "arms": list(c.study.arms)} if c.study.name else None,
                 "preregs": preregs,
-                "git": git_info(), "versions": versions(), "host": {**host(), "threads": threads},
+                "code": code_identity(), "versions": versions(), "host": {**host(), "threads": threads},
                 # the device this job claimed (cuda:N of the job's view; CUDA_VISIBLE_DEVICES as set)
                 "device_claim": {"device": self.claim.device, "job": self.job.num,
                                  "visible": os.environ.get("CUDA_VISIBLE_DEVICES")},
@@ -194,9 +222,14 @@ class RunSession:
             })
             if resuming:
                 check = {"model.hash": info.model.get("hash"), "workload.hash": info.workload.get("hash"),
-                         "replay.hash": (info.replay or {}).get("hash")}
+                         "replay.hash": (info.replay or {}).get("hash"),
+                         "code.hash": base["code"]["hash"]}   # waves of one run ran one code
                 store.resume(base["config"], check, preregs)
-                log.info("resuming %s: %d of %d waves already stored", run_dir, len(store.done_waves()), len(waves))
+                log.info("resuming %s (%s, device %s, %d threads): %d of %d waves already stored", run_dir,
+                         engine_name(make_engine), self.claim.device, threads, len(store.done_waves()), len(waves))
+                for wave in store.rebuilt:
+                    log.warning("%s: wave %d's shard is missing or no longer matches its sha256; "
+                                "it is recomputed", run_dir, wave)
             else:
                 store.start(base)
             if store.manifest.get("status") != "complete":
@@ -208,8 +241,7 @@ class RunSession:
         finally:
             if self.claim is not None:
                 self.claim.release()
-            if self.store is not None:
-                self.store.unlock()
+            store.unlock()
         log.info("run complete: %s", summary_line(manifest))
         print(f"run: {run_dir}  ({manifest['status']}, {len(manifest['shards'])} shards, "
               f"{manifest['rows']['steps']} step rows{', resumed' if manifest.get('resumed') else ''})",
@@ -240,6 +272,8 @@ class RunSession:
             # Not lossless at a clear margin: the run fails loudly (status "failed", which the
             # analysis refuses), naming the first divergence.
             d = gate.get("first_divergence") or {}
+            if d.get("summary"):
+                raise AtlasError(f"lossless gate failed: {d['summary']}")
             raise AtlasError(
                 f"lossless gate failed: doc {d.get('doc_id')} turn {d.get('turn')} token {d.get('token')}: "
                 f"speculative {d.get('speculative')} vs target-only {d.get('target_only')} "
@@ -247,21 +281,26 @@ class RunSession:
         if gate.get("status") == "not run":
             log.warning("the lossless gate checked no sequence (runner.gate_sequences=0): the run is "
                         "marked 'gate not run' and a pre-registered report refuses it unless told otherwise")
+        if not store.manifest["rows"]["steps"]:
+            raise AtlasError(f"the run verified no step in {len(waves)} waves: nothing was measured "
+                             f"(workload.gen_tokens={c.workload.gen_tokens})")
         store.finish("complete", summary=acceptance_summary(store.read_steps()))
 
     def _fail(self, ex: BaseException, base: dict) -> None:
+        """Record the failure in the run it belongs to; a refused invocation writes nothing."""
         msg = one_line(ex) if isinstance(ex, Exception) else f"interrupted ({type(ex).__name__})"
         msg = msg or f"{type(ex).__name__}: {ex}"
-        log.error("run failed: %s", msg, extra={"console": False})
-        owned = self.store is not None and self.store.manifest
-        if owned:
+        store = self.store
+        if store is not None and store.manifest:       # this session started or resumed the run
+            log.error("run failed: %s", msg, extra={"console": False})
             try:
-                self.store.remove_debris()
-                self.store.finish("failed", error=msg)
+                store.fail(msg)
             except Exception:  # noqa: BLE001 -- the disk may be what failed; the tmp debris is gone
                 pass
-        else:
+        elif store is not None and store.locked and self.fresh:   # a directory Hydra made for this job
+            log.error("run failed: %s", msg, extra={"console": False})
             write_failed_manifest(self.job.run_dir, base, msg)
+        else:       # another process's directory, or an existing run this invocation may not touch
             self._drop_refused_hydra_subdir()
 
     def _drop_refused_hydra_subdir(self) -> None:

@@ -7,23 +7,24 @@
 <run_dir>/.hydra/, run.log         written by Hydra
 ```
 
-Nothing half-written looks like data: a shard is written to `*.parquet.tmp`
-and renamed into place only when complete, then the manifest (written to
-`manifest.json.tmp`, fsync'd, `os.replace`d) lists it. A crash between the
-rename and the manifest leaves an unlisted file that readers ignore and a
-resume overwrites. A run that stops early says `running` (killed) or `failed`.
+Nothing half-written looks like data: every file lands whole (`atlas_ab.atomic`: a temporary
+file, fsync'd, renamed into place), a shard before the manifest that lists it, with its row
+count and sha256 (which the analysis checks at load). A crash between the rename and the
+manifest leaves an unlisted file that readers ignore and a resume overwrites. A run that stops
+early says `running` (killed) or `failed`.
 
-Resume = the runner is deterministic and shard i is exactly wave i, so a resumed
-run recomputes only the waves the manifest does not list.
+Resume = the runner is deterministic and shard i is exactly wave i, so a resumed run recomputes
+only the waves the manifest does not list, or lists with a file that is missing or no longer
+matches its sha256 (a `complete` run included).
 
-One process at a time: a session holds an exclusive lock on `<run_dir>/.lock` from before
-it reads the manifest until it finishes, so a second resume of the same run is refused in
-one line instead of racing the first. A failed write (disk full) removes the run's `*.tmp`
-debris and marks the run `failed`; a later resume completes it.
+One process at a time: the run directory's lock (`claim.py`) is held from before the manifest is
+read until the session ends, so a second run or resume of the same directory is refused in one
+line instead of racing the first. A failed write (disk full) removes the run's `*.tmp` debris,
+gives back the space the store reserved when the run began (`.reserve`) so that the manifest can
+still say `failed` with the error, and a later resume completes the run.
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from pathlib import Path
@@ -32,11 +33,15 @@ from typing import Any, Iterable, Optional
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from atlas_ab import AtlasError
+from atlas_ab import AtlasError, atomic
+from atlas_ab.run import claim
 from atlas_ab.run.engine import status_of
 from atlas_ab.run.provenance import now
-from atlas_ab.telemetry.schema import MANIFEST_SCHEMA as SCHEMA
+from atlas_ab.telemetry.schema import MANIFEST_SCHEMA as SCHEMA, SHARD_ROWS
+
 MANIFEST = "manifest.json"
+#: space held while a run writes, given back when a write fails so the `failed` manifest fits
+RESERVE, RESERVE_BYTES = ".reserve", 1 << 20
 
 #: Config keys that may differ between an interrupted run and its resumption.
 RESUME_IGNORED = (("runner", "progress"), ("runner", "resume"))
@@ -44,28 +49,6 @@ RESUME_IGNORED = (("runner", "progress"), ("runner", "resume"))
 
 def shard_name(i: int) -> str:
     return f"part-{i:05d}.parquet"
-
-
-def _fsync_write(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    _fsync_write(tmp, (json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n").encode())
-    os.replace(tmp, path)
-
-
-def write_table_atomic(path: Path, table: pa.Table) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        pq.write_table(table, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def aggregate_gate(gates: Iterable[Optional[dict]]) -> dict:
@@ -83,6 +66,9 @@ def aggregate_gate(gates: Iterable[Optional[dict]]) -> dict:
         by.update(str(g.get("by") or "live").split("+"))
         for key in ("checked_sequences", "checked_tokens", "divergences", "near_ties", "arbitrated"):
             out[key] += int(g.get(key, 0) or 0)
+        ks = g.get("ks")                 # a sampled run's distributional gate (speculative/pit_gate.py)
+        if ks is not None:
+            out.setdefault("ks", []).extend(ks if isinstance(ks, list) else [ks])
         out["margins"] += list(g.get("margins") or [])
         out["arbitrations"] += list(g.get("arbitrations") or [])
         # the first divergence of the first failed shard (the one the run fails on), else the first
@@ -115,33 +101,29 @@ def config_diff(old: dict, new: dict, ignored=RESUME_IGNORED, prefix: str = "") 
 
 
 class RunStore:
-    """Writes one run directory. Use `start()` (fresh) or `resume()`, then `add_shard()`s, then `finish()`."""
+    """Writes one run directory. `lock()`, then `start()` (fresh) or `resume()`, then `add_shard()`s,
+    then `finish()` (or `fail()`), then `unlock()`."""
 
     def __init__(self, run_dir: str | Path):
         self.dir = Path(run_dir)
         self.manifest: dict = {}
-        self._lock_fd: Optional[int] = None
+        self.rebuilt: list[int] = []       # waves a resume found missing or altered
+        self._lock: Optional[claim.DirLock] = None
 
     # -- one process at a time -------------------------------------------
     def lock(self) -> None:
         """Take the run directory's lock, or refuse in one line if another process holds it."""
-        self._check_writable()
-        fd = os.open(self.dir / ".lock", os.O_CREAT | os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            holder = (self.dir / ".lock").read_text().strip() or "another process"
-            raise AtlasError(f"{self.dir} is in use by {holder}: a run directory is written by one "
-                             "process at a time (wait for it, or stop it first)") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()}\n".encode())
-        self._lock_fd = fd
+        self._lock = claim.take(self.dir)
+
+    @property
+    def locked(self) -> bool:
+        return self._lock is not None
 
     def unlock(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)       # closing drops the flock
-            self._lock_fd = None
+        self._free_reserve()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def remove_debris(self) -> list[Path]:
         """Delete the `*.tmp` files a failed write left (they are never data)."""
@@ -153,6 +135,22 @@ class RunStore:
             except OSError:
                 pass
         return gone
+
+    def _reserve(self) -> None:
+        try:
+            with open(self.dir / RESERVE, "wb") as f:
+                f.write(bytes(RESERVE_BYTES))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as ex:
+            self._free_reserve()
+            raise AtlasError(f"run directory {self.dir} is not writable: {ex.strerror or ex}") from None
+
+    def _free_reserve(self) -> None:
+        try:
+            (self.dir / RESERVE).unlink()
+        except OSError:
+            pass
 
     # -- reading ---------------------------------------------------------
     @property
@@ -171,29 +169,34 @@ class RunStore:
     def done_waves(self) -> set[int]:
         return {int(s["wave"]) for s in self.manifest.get("shards", [])}
 
-    # -- writing ---------------------------------------------------------
-    def _check_writable(self) -> None:
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            (self.dir / "steps").mkdir(exist_ok=True)
-            probe = self.dir / ".write-probe.tmp"
-            probe.write_bytes(b"")
-            probe.unlink()
-        except OSError as ex:
-            raise AtlasError(f"run directory {self.dir} is not writable: {ex.strerror or ex}") from None
+    def intact(self, shard: dict) -> bool:
+        """Every file the shard entry lists is there, with its recorded sha256 (when it has one)."""
+        sha = shard.get("sha256") or {}
+        for table in SHARD_ROWS:
+            rel = shard.get(table)
+            if not rel:
+                continue
+            path = self.dir / rel
+            if not path.is_file():
+                return False
+            if table in sha and atomic.sha256_file(path) != sha[table]:
+                return False
+        return True
 
+    # -- writing ---------------------------------------------------------
     def save(self) -> None:
         try:
-            write_json_atomic(self.manifest_path, self.manifest)
+            atomic.write_json(self.manifest_path, self.manifest)
         except OSError as ex:
             raise AtlasError(f"cannot write {self.manifest_path}: {ex.strerror or ex}") from None
 
     def start(self, base: dict) -> dict:
         """A fresh run: refuses a directory that already holds one."""
-        self._check_writable()
+        claim.check_writable(self.dir)
         if self.manifest_path.exists():
             raise AtlasError(f"{self.dir} already holds a run; continue it with runner.resume={self.dir} "
                              "or choose another hydra.run.dir")
+        self._reserve()
         self.manifest = {"schema": SCHEMA, "status": "running", **base,
                          "shards": [], "rows": {"steps": 0, "events": 0},
                          "gate": aggregate_gate([]), "started": now(), "finished": None,
@@ -201,14 +204,9 @@ class RunStore:
         self.save()
         return self.manifest
 
-    def resume(self, config: dict, info_check: dict, preregs: Optional[list] = None) -> dict:
-        """Continue the run in this directory: its config must equal `config` (but RESUME_IGNORED).
-
-        `info_check` maps manifest keys to the values this invocation computed
-        (model/workload hashes, ...): a changed checkpoint or corpus is refused too, and so
-        is a locked pre-registration whose hash is not the one the run started under.
-        """
-        self._check_writable()
+    def check_resumable(self, config: dict) -> dict:
+        """The manifest of the run to resume, refused in one line if its config differs from
+        `config` (but RESUME_IGNORED): checked before any model loads."""
         old = self.read_manifest()
         if old is None:
             raise AtlasError(f"cannot resume {self.dir}: no manifest.json (not a run directory)")
@@ -217,6 +215,19 @@ class RunStore:
             more = f" (+{len(diffs) - 3} more)" if len(diffs) > 3 else ""
             raise AtlasError(f"cannot resume {self.dir}: config differs from the saved run: "
                              + "; ".join(diffs[:3]) + more)
+        return old
+
+    def resume(self, config: dict, info_check: dict, preregs: Optional[list] = None) -> dict:
+        """Continue the run in this directory: its config must equal `config` (but RESUME_IGNORED).
+
+        `info_check` maps manifest keys to the values this invocation computed
+        (model/workload hashes, ...): a changed checkpoint or corpus is refused too, and so
+        is a locked pre-registration whose hash is not the one the run started under.
+        A shard whose file is missing or no longer matches its sha256 is dropped and its wave
+        recomputed (`rebuilt`), in a `complete` run too.
+        """
+        claim.check_writable(self.dir)
+        old = self.check_resumable(config)
         for key, value in info_check.items():
             was = old
             for part in key.split("."):
@@ -229,21 +240,21 @@ class RunStore:
             if e["path"] in had and had[e["path"]] != e["sha256"]:
                 raise AtlasError(f"cannot resume {self.dir}: pre-registration {e['path']} is locked at "
                                  f"{had[e['path']][:12]} for this run, now {e['sha256'][:12]}")
-        # Keep only shards whose files are really there (a listed file can't be missing
-        # unless someone deleted it; then that wave is simply recomputed).
-        shards = [s for s in old.get("shards", []) if (self.dir / s["steps"]).exists()
-                  and (s.get("events") is None or (self.dir / s["events"]).exists())]
+        shards = [s for s in old.get("shards", []) if self.intact(s)]
+        self.rebuilt = sorted(int(s["wave"]) for s in old.get("shards", []) if s not in shards)
         prior = old.get("status")
         self.manifest = old
         self.manifest["shards"] = sorted(shards, key=lambda s: s["wave"])
         self._recount()
-        if prior != "complete":
+        if prior != "complete" or self.rebuilt:
+            self.remove_debris()
             self.manifest["status"] = "running"
             self.manifest["resumed"] = True
             self.manifest["finished"] = None
             self.manifest.pop("error", None)
             self.manifest.setdefault("resumes", []).append(
-                {"at": now(), "from_status": prior, "shards_kept": len(shards)})
+                {"at": now(), "from_status": prior, "shards_kept": len(shards), "rebuilt": self.rebuilt})
+            self._reserve()
             self.save()
         return self.manifest
 
@@ -259,25 +270,28 @@ class RunStore:
 
     def add_shard(self, wave: int, docs: list[int], steps: pa.Table, events: Optional[pa.Table],
                   gate: Optional[dict], n_tokens: int, seconds: float, replay_check: Optional[dict] = None) -> dict:
-        """Write wave `wave`'s tables atomically, then list them in the manifest (with, in replay
-        mode, how the wave's live run differed: `replay_check`)."""
+        """Write wave `wave`'s tables atomically, then list them in the manifest with their row
+        counts and sha256s (and, in replay mode, how the wave's live run differed: `replay_check`)."""
         if wave in self.done_waves():
             raise AtlasError(f"{self.dir}: wave {wave} is already stored")
         name = shard_name(wave)
+        sha = {}
         try:
             ev_rel = None
             if events is not None:
                 (self.dir / "events").mkdir(exist_ok=True)
                 ev_rel = f"events/{name}"
-                write_table_atomic(self.dir / ev_rel, events)
+                sha["events"] = atomic.write_table(self.dir / ev_rel, events)
+            (self.dir / "steps").mkdir(exist_ok=True)
             st_rel = f"steps/{name}"
-            write_table_atomic(self.dir / st_rel, steps)
+            sha["steps"] = atomic.write_table(self.dir / st_rel, steps)
         except OSError as ex:
             self.remove_debris()
-            raise AtlasError(f"cannot write shard {name} in {self.dir}: {ex.strerror or ex}") from None
+            raise AtlasError(f"cannot write {ex.filename or self.dir / 'steps' / name}: {ex.strerror or ex}") from None
         entry = {"wave": wave, "steps": st_rel, "events": ev_rel, "rows": steps.num_rows,
-                 "event_rows": 0 if events is None else events.num_rows, "docs": [int(d) for d in docs],
-                 "tokens": int(n_tokens), "seconds": round(float(seconds), 3), "gate": gate}
+                 "event_rows": 0 if events is None else events.num_rows, "sha256": sha,
+                 "docs": [int(d) for d in docs], "tokens": int(n_tokens), "seconds": round(float(seconds), 3),
+                 "gate": gate}
         if replay_check is not None:
             entry["replay_check"] = replay_check
         self.manifest["shards"] = sorted(self.manifest["shards"] + [entry], key=lambda s: s["wave"])
@@ -294,6 +308,13 @@ class RunStore:
         self.save()
         return self.manifest
 
+    def fail(self, error: str) -> dict:
+        """Mark the run `failed` with `error`: first remove the `*.tmp` debris and give back the
+        reserved space, since a full disk is the usual reason a write failed."""
+        self.remove_debris()
+        self._free_reserve()
+        return self.finish("failed", error=error)
+
     def shard_paths(self) -> list[Path]:
         return [self.dir / s["steps"] for s in self.manifest.get("shards", [])]
 
@@ -303,10 +324,10 @@ class RunStore:
 
 
 def write_failed_manifest(run_dir: str | Path, base: dict, error: str) -> None:
-    """Mark a directory that holds no run yet (Hydra created it) as a failed run.
+    """Mark a directory that holds no run yet (Hydra created it for this job) as a failed run.
 
-    Best effort, never raises; a directory that already has a manifest is left
-    alone (it belongs to another run, or its owner marks it).
+    Best effort, never raises; a directory that already has a manifest is left alone (it
+    belongs to another run). The caller holds the directory's lock.
     """
     try:
         store = RunStore(run_dir)

@@ -2,8 +2,8 @@
 
 See docs/runtime_api.md for the contract.
 """
-from atlas_ab.runtime.checkpoint import Checkpoint, load, save
 from atlas_ab.runtime.args import ModelArgs
+from atlas_ab.runtime.checkpoint import Checkpoint, load, save
 from atlas_ab.runtime.kv import KVPool
 from atlas_ab.runtime.model import DecoderLayer, MTPModule, Transformer, init_weights
 

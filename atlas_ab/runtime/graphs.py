@@ -1,8 +1,8 @@
 """Static-shape steps, replayed from a CUDA graph on the GPU.
 
-Eager PyTorch on the H200 is launch-bound for models this small (NOTES: a lone
-add costs ~19 us, 100 adds replayed from one graph ~85 us in all), so the
-verify forward and each drafter step are captured once per wave and replayed.
+Eager PyTorch on a GPU is launch-bound for models this small (bench/RESULTS.md,
+"Launch-bound"), so the verify forward and each drafter step are captured once per
+wave and replayed.
 Shapes must be static: the batch is the wave's, and the KV read length is the
 pool's full capacity, not the step's. The torch path reads (and masks) all of it;
 the Triton path (kernels/, the default on CUDA) reads each row's live slots,
@@ -17,16 +17,22 @@ import time
 
 import torch
 
-
 #: Seconds this process spent capturing graphs (warm-up runs included, so Triton's first-call
-#: compilation too). The loop leaves them out of a step's `step_ms`: a one-time cost is not the
-#: step's (measured on the H200: the first document of a batch-width-1 live run carried it in its
-#: steps and its tokens/s sd came out ~10x that of the other arms).
+#: compilation too). A step during which a capture ran is warm-up: its time goes to `warmup_ms`, not
+#: `step_ms` (speculative/timing.py; bench/RESULTS.md, "Graph capture and step_ms").
 CAPTURE_SECONDS = [0.0]
+#: First calls of a step key (a capture on the GPU, a first compile or allocation in eager mode),
+#: counted in every mode: a loop step during which this grew paid a one-time cost, which is
+#: warm-up, not the step's time (speculative/timing.py).
+FIRST_CALLS = [0]
 
 
 def capture_seconds() -> float:
     return CAPTURE_SECONDS[0]
+
+
+def first_calls() -> int:
+    return FIRST_CALLS[0]
 
 
 class StaticStep:
@@ -65,9 +71,13 @@ class Steps:
     def __init__(self, graphs: bool):
         self.graphs = graphs
         self._steps: dict = {}
+        self._seen: set = set()
 
     def __call__(self, key, fn, inputs: list[torch.Tensor], length: int, full_length: int):
         """fn(*inputs, length=L) -> outputs."""
+        if key not in self._seen:
+            self._seen.add(key)
+            FIRST_CALLS[0] += 1
         if not self.graphs:
             return fn(*inputs, length=length)
         step = self._steps.get(key)
@@ -78,3 +88,4 @@ class Steps:
 
     def clear(self) -> None:
         self._steps.clear()
+        self._seen.clear()

@@ -17,8 +17,8 @@ import torch
 
 from atlas_ab import AtlasError
 from atlas_ab.runtime import layouts
-from atlas_ab.runtime.checkpoint import Checkpoint
 from atlas_ab.runtime.args import ModelArgs
+from atlas_ab.runtime.checkpoint import Checkpoint
 from atlas_ab.runtime.model import MTPModule, Transformer, init_weights
 
 #: The random MTP is wired as atlas_ab's trainer wires it (DeepSeek-V3 names, pre-norm handoff).

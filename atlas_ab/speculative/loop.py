@@ -1,28 +1,31 @@
-"""The batched greedy speculative loop: propose -> verify -> accept -> after_verify.
+"""The batched speculative loop: propose -> verify -> accept -> commit.
 
 One `Wave` runs B documents through all their turns together. Turn t appends
 the document's next chunk to the context, prefills the target over it (the
 target KV is reused across turns, so turns >= 1 are warm), then generates
 exactly `gen_tokens` tokens: the prefill's own next token, then verify steps.
 Exactly G tokens per turn (a step that would overshoot commits only what the
-turn still needs) keeps every arm on the same target trajectory, so arms stay
-comparable position by position.
+turn still needs) keeps every arm of a greedy run on the same target trajectory,
+so arms stay comparable position by position.
 
-Per step the host reads the device once (accepted counts, drafts, target
-argmaxes, confidences packed together); everything else stays on the device.
-Each lever is one short, named branch below: CATCHUP (`_catchup`), REFEED and
-SHIFT (`_ring_after_verify`), RING_PREFILL (`_ring_prefill`), DRAFT_CONF
-(`gated`), SHADOW_TOPK (`topk`), ORACLE_P2 (`_oracle`), DRAFTER_PREFILL
-(`_prefill_turn`), FINGERPRINTS (`self.ev`).
+A step reads like gpt-fast's `speculative_decode`: the drafter proposes K drafts,
+the verifier (verify.py: greedy, speculative sampling, or its coupled replay)
+runs the target and accepts a prefix, and the host, after ONE read of the device
+(host_read.py: accepted counts, drafts, the target's tokens, confidences, and
+under sampling the exact acceptance probabilities and PITs), commits the
+accepted drafts and the token after them. Each lever is one short, named branch:
+CATCHUP (`_catchup`), REFEED and SHIFT (`_ring_after_verify`), RING_PREFILL
+(`_ring_prefill`), DRAFT_CONF (`gated`), SHADOW_TOPK (`topk`), ORACLE_P2
+(`_oracle`), DRAFTER_PREFILL (`_prefill_turn`), FINGERPRINTS (`self.ev`).
 
 The target side (the turn prefill and the verify) is the wave's `target`
-(targets.py): the trunk's forwards in live mode, a stored greedy trajectory in
+(targets.py): the trunk's forwards in live mode, a stored trajectory in
 replay mode. Everything else here is the same code in both modes; only live
-mode times its steps (`step_ms` is null in replay).
+mode times its steps (`step_ms` is null in replay; each kind's first step in a wave is warm-up,
+timed apart in `warmup_ms`: timing.py).
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,11 +34,26 @@ import torch
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.base import RowFeed
 from atlas_ab.proposers.ring import Ring, gap_keys
-from atlas_ab.runtime.graphs import capture_seconds
-from atlas_ab.speculative.targets import LiveTarget
+from atlas_ab.speculative.host_read import StepRead, read_step
+from atlas_ab.speculative.sampling import SamplingPlan
+from atlas_ab.speculative.timing import StepTimer
+from atlas_ab.speculative.verify import CoupledVerify, GreedyVerify, SampledVerify
 from atlas_ab.telemetry.events import EventLog
 from atlas_ab.telemetry.records import StepBlocks
 from atlas_ab.workload.documents import Document
+
+
+def commit_counts(accepted: np.ndarray, active: np.ndarray, left: np.ndarray) -> np.ndarray:
+    """[B] tokens each sequence commits: its accepted drafts and the token after them (the target's,
+    recovered or bonus), cut at what its turn still needs (`left`); 0 for inactive sequences."""
+    return np.where(active, np.minimum(accepted + 1, left), 0)
+
+
+def verifier(plan: SamplingPlan | None, target, doc: torch.Tensor, K: int):
+    """Greedy verification, live speculative sampling, or its coupled replay (verify.py)."""
+    if plan is None:
+        return GreedyVerify()
+    return SampledVerify(plan, doc, K) if target.live else CoupledVerify(plan, doc, K)
 
 
 @dataclass
@@ -45,15 +63,16 @@ class WaveTrace:
     events: EventLog | None
     generated: list = field(default_factory=list)   # [seq][turn] -> list[int] of G tokens
     n_tokens: int = 0
+    pit: list = field(default_factory=list)         # sampled runs: float32 arrays, the PIT of every committed token
 
 
 class Wave:
-    """One wave. `target`: a `targets.LiveTarget` / `targets.ReplayTarget`, or a trunk
-    (= `LiveTarget(trunk, graphs)`, live mode)."""
+    """One wave. `target`: a `targets.LiveTarget` or `targets.ReplayTarget`; `plan`: how a
+    sampled run verifies (None: greedy verification)."""
 
     def __init__(self, target, proposer, arm: ArmConfig, docs: list[Document], gen_tokens: int,
-                 fingerprint_rows=None, on_step=None, graphs: bool = False):
-        self.target = target if hasattr(target, "verify") else LiveTarget(target, graphs)
+                 fingerprint_rows=None, on_step=None, plan: SamplingPlan | None = None):
+        self.target = target
         self.proposer, self.arm = proposer, arm
         self.docs, self.G = docs, gen_tokens
         self.K = arm.num_drafts
@@ -74,7 +93,9 @@ class Wave:
         self.ring = Ring(B, arm.ring_size, H, self.device, self.dtype) if arm.has_ring else None
         self.ev = EventLog(fingerprint_rows) if arm.fingerprints_on else None
         self.trace = WaveTrace(StepBlocks(self.K, arm.shadow_topk), self.ev, [[] for _ in range(B)])
+        self.timer = StepTimer(self.target.live)   # step_ms, with each kind's warm-up kept apart
         self.turn = 0
+        self.verifier = verifier(plan, self.target, self._t(self.doc_ids), self.K)
         self.step_no = np.zeros(B, dtype=np.int64)
         self.gen = np.zeros(B, dtype=np.int64)
 
@@ -105,12 +126,12 @@ class Wave:
             self.n_tok[b] += len(c)
         start = self.kv_len.copy()
         count = self.n_tok - start
-        hid, first = self.target.prefill(t, self.history, start, count)
+        hid, first, u = self.verifier.first(self.target, t, self.history, start, count)
         last = self._t(count - 1)
         ar = torch.arange(B, device=self.device)
 
         # DRAFTER_PREFILL: context rows keys start-1 .. n_tok-2, i.e. (token k+1,
-        # hidden k). OFF keeps the seeds' behaviour: only a prefill that starts
+        # hidden k). OFF keeps the reference engine's behaviour: only a prefill that starts
         # at position 0 (the cold turn) prefills the drafter.
         if self.arm.drafter_prefill or t == 0:
             self._drafter_context(start, count, hid)
@@ -119,7 +140,12 @@ class Wave:
         self.kv_len = self.n_tok.copy()
         if self.arm.ring_prefill:
             self._ring_prefill()
-        first = first.cpu().numpy()
+        if u is None:
+            first = first.cpu().numpy()
+        else:          # the drawn token and its PIT, in one read
+            first, u = np.split(torch.stack([first.double(), u.double()], 1).cpu().numpy(), 2, axis=1)
+            first = first[:, 0].astype(np.int64)
+            self.trace.pit.append(u[:, 0].astype(np.float32))
         self.history[np.arange(B), self.n_tok] = first
         self.n_tok += 1
         self.gen[:] = 1
@@ -128,7 +154,7 @@ class Wave:
     def _drafter_context(self, start, count, hid) -> None:
         # Keys from start-1 (it pairs the pending token with the saved hidden),
         # never re-writing a key the drafter already holds. The dense space only
-        # appends at slot == key (the seeds refuse a feed that would leave a
+        # appends at slot == key (the reference engine refuses a feed that would leave a
         # hole), so a misaligned dense drafter is left as it is.
         drafter_rows, newest = self.proposer.drafter_rows(), self.proposer.last_pair_key()
         seqs, keys = [], []
@@ -158,13 +184,12 @@ class Wave:
 
     # ----------------------------------------------------------------- step
     def _step(self, active: np.ndarray) -> None:
-        t0, c0 = time.perf_counter(), capture_seconds()
+        self.timer.start()
         B, K, arm = self.B, self.K, self.arm
-        ar = np.arange(B)
         n = self.kv_len.copy()                      # position of the last committed token
         pos = n[:, None] + np.arange(K + 1)[None, :]
         # the step's inputs in one host->device copy: last token, verify positions and slots
-        inputs = self._t(np.concatenate([self.history[ar, n][:, None], pos,
+        inputs = self._t(np.concatenate([self.history[np.arange(B), n][:, None], pos,
                                          np.where(active[:, None], pos, -1)], axis=1))
         last_tok, pos_t, slots_t = inputs[:, 0], inputs[:, 1:K + 2], inputs[:, K + 2:]
         fed = self._catchup(active, n) if arm.catchup else np.zeros(B, dtype=np.int64)
@@ -172,91 +197,70 @@ class Wave:
         if self.ev is not None:
             self._propose_events(active, n)
 
-        prop = self.proposer.propose(self.history, last_tok, self.last_hidden, n, K, active, arm.shadow_topk)
-
+        # propose
+        draws = self.verifier.draws(self.target, self.turn, pos_t[:, 0])
+        prop = self.proposer.propose(self.history, last_tok, self.last_hidden, n, K, active, arm.shadow_topk,
+                                     **({"draws": draws} if draws is not None else {}))
         # DRAFT_CONF: a chain below tau is dropped and the step decodes serially.
-        gated = (prop.chain_conf < arm.draft_conf) if arm.draft_conf > 0 else None
-        # verify: [t_n, d1..dK] at positions n..n+K
+        gated = (prop.chain_conf < arm.draft_conf) if arm.draft_conf > 0 else torch.zeros(
+            B, dtype=torch.bool, device=self.device)
+        all_gated = arm.draft_conf > 0 and self._all_gated(gated, active)
+        # verify [t_n, d1..dK] at positions n..n+K, and accept
         vtok = torch.cat([last_tok[:, None], prop.drafts], dim=1)
-        if gated is not None and self._all_gated(gated, active):
-            vh, target = self._serial(vtok, pos_t, slots_t, int(n[active].max()) + 1)
-        else:
-            vh, target = self.target.verify(vtok, pos_t, slots_t, int(n[active].max()) + K + 1)
-        acc = (prop.drafts == target[:, :K]).long().cumprod(dim=1).sum(dim=1)
-        if gated is None:
-            gated = torch.zeros_like(acc, dtype=torch.bool)
-        acc = torch.where(gated, torch.zeros_like(acc), acc)
-        oracle = self._oracle(prop, vh, target, acc, n, active) if arm.oracle_p2 else None
+        v = self.verifier.verify(self.target, prop, vtok, pos_t, slots_t, int(n[active].max()) + K + 1, gated,
+                                 all_gated, self.turn)
+        oracle = self._oracle(prop, v.vh, v.tokens, v.accepted, n, active) if arm.oracle_p2 else None
+        h = read_step(acc=v.accepted, gated=gated, drafts=prop.drafts, target=v.tokens, conf=prop.conf,
+                      oracle=oracle, topk_ids=prop.topk_ids, topk_probs=prop.topk_probs,
+                      accept_prob=v.accept_prob, alpha1=v.alpha1, pit=v.pit)
 
-        # The one read of the step: every number the host needs, in one copy
-        # (float32 values ride along as their bit patterns).
-        bits = lambda x: x.float().view(torch.int32).long()
-        ints = [acc[:, None], gated.long()[:, None], prop.drafts, target, bits(prop.conf)]
-        if oracle is not None:
-            ints.append(oracle.long()[:, None])
-        if prop.topk_ids is not None:
-            ints += [prop.topk_ids.reshape(B, -1), bits(prop.topk_probs).reshape(B, -1)]
-        host = torch.cat(ints, dim=1).cpu().numpy()
-        acc_h, gated_h = host[:, 0], host[:, 1].astype(bool)
-        drafts_h, target_h = host[:, 2:2 + K], host[:, 2 + K:3 + 2 * K]
-        col = 3 + 3 * K
-        conf_h = host[:, 3 + 2 * K:col].astype(np.int32).view(np.float32)
-        extra = {}
-        if oracle is not None:
-            extra["oracle"] = host[active, col]
-            col += 1
-        if prop.topk_ids is not None:
-            kk = K * arm.shadow_topk
-            extra["topk_ids"] = host[active, col:col + kk].reshape(-1, K, arm.shadow_topk)
-            extra["topk_probs"] = (host[active, col + kk:col + 2 * kk].astype(np.int32).view(np.float32)
-                                   .reshape(-1, K, arm.shadow_topk))
-
-        # commit: accepted drafts + bonus (== the target's tokens), cut at the turn's G tokens
-        c = np.where(active, np.minimum(acc_h + 1, self.G - self.gen), 0)
+        # commit: accepted drafts + the target's token after them, cut at the turn's G tokens
+        c = commit_counts(h.acc, active, self.G - self.gen)
         rows, cols = np.nonzero(np.arange(K + 1)[None, :] < c[:, None])
-        self.history[rows, n[rows] + 1 + cols] = target_h[rows, cols]
+        self.history[rows, n[rows] + 1 + cols] = h.target[rows, cols]
         a_eff = np.maximum(c - 1, 0)           # accepted drafts the trajectory kept
         act = np.nonzero(active)[0]
         idx = self._t(np.stack([act, a_eff[act]]))
-        self.last_hidden[idx[0]] = vh[idx[0], idx[1]]
+        self.last_hidden[idx[0]] = v.vh[idx[0], idx[1]]
         self.kv_len = np.where(active, n + c, self.kv_len)
         self.n_tok = np.where(active, self.n_tok + c, self.n_tok)
         self.gen += c
-
         if self.ring is not None:
-            self._ring_after_verify(active, n, a_eff, gated_h, vh)
+            self._ring_after_verify(active, n, a_eff, h.gated, v.vh)
         # dropped (gated) drafts were never verified: their rows go as rejected ones do
-        self.proposer.after_verify(np.where(gated_h, 0, a_eff), active)
+        self.proposer.after_verify(np.where(h.gated, 0, a_eff), active)
+        self._record(h, act, n, c, rows_at_propose, fed, all_gated)
 
-        k = np.where(gated_h[act], 0, K)
+    def _record(self, h: StepRead, act, n, c, rows_at_propose, fed, serial: bool) -> None:
+        """The step's telemetry rows (active sequences) and the running counts."""
+        step_ms, warmup_ms = self.timer.stop("serial" if serial else "verify")
+        k = np.where(h.gated[act], 0, self.K)
+        extra = {}
+        if h.oracle is not None:
+            extra["oracle"] = h.oracle[act]
+        if h.topk_ids is not None:
+            extra["topk_ids"], extra["topk_probs"] = h.topk_ids[act], h.topk_probs[act]
+        if h.pit is not None:
+            extra.update(accept_prob=h.accept_prob[act], alpha1=h.alpha1[act], pit=h.pit[act])
+            self.trace.pit.append(h.pit[act][np.arange(self.K + 1)[None, :] < c[act][:, None]])
         self.trace.steps.add(
             doc_id=self.doc_ids[act], turn=np.full(len(act), self.turn), step=self.step_no[act], k=k,
-            accept_len=acc_h[act], arm=[self.arm.name], seq=act, position=n[act], drafts=drafts_h[act],
-            target=target_h[act], conf=conf_h[act], gated=gated_h[act], n_committed=c[act],
-            step_ms=np.full(len(act), (time.perf_counter() - t0 - (capture_seconds() - c0)) * 1e3
-                            if self.target.live else np.nan),
+            accept_len=h.acc[act], arm=[self.arm.name], seq=act, position=n[act], drafts=h.drafts[act],
+            target=h.target[act], conf=h.conf[act], gated=h.gated[act], n_committed=c[act],
+            step_ms=np.full(len(act), step_ms), warmup_ms=np.full(len(act), warmup_ms),
             drafter_rows=rows_at_propose[act], fed_rows=fed[act], **extra)
-        self.step_no += active
+        self.step_no[act] += 1
         self.trace.n_tokens += int(c.sum())
         if self.on_step is not None:
-            self.on_step(int(c.sum()), k, acc_h[act])
+            self.on_step(int(c.sum()), k, h.acc[act])
 
     # ------------------------------------------------------------- levers
     def _all_gated(self, gated: torch.Tensor, active: np.ndarray) -> bool:
         """DRAFT_CONF's decision, read before the verify: when every active sequence dropped its
         drafts, the step is a one-token decode, which is what gating saves. The read is the one
-        the engine's confidence path pays too (the seeds' `last_confidence`: a D2H per propose);
+        the engine's confidence path pays too (the reference engine's `last_confidence`: a D2H per propose);
         arms with DRAFT_CONF off never make it (the loop's one read per step stands)."""
         return bool(gated.cpu().numpy()[active].all())
-
-    def _serial(self, vtok, pos, slots, length):
-        """The one-token decode of a step whose drafts were all dropped, padded to the verify's
-        K+1 depths (never verified: -1 targets, zero hiddens; nothing reads past depth 0 there)."""
-        vh1, t1 = self.target.verify(vtok[:, :1].contiguous(), pos[:, :1].contiguous(), slots[:, :1].contiguous(),
-                                     length)
-        K = vtok.shape[1] - 1
-        vh = torch.cat([vh1, vh1.new_zeros(vh1.shape[0], K, vh1.shape[2])], dim=1)
-        return vh, torch.cat([t1, torch.full_like(t1[:, :1], -1).expand(-1, K)], dim=1)
 
     def _catchup(self, active, n) -> np.ndarray:
         """CATCHUP: feed the gap rows between the drafter's newest row and this

@@ -10,9 +10,13 @@ things only:
       the hiddens and argmaxes at positions n .. n+K for inputs [t_n, d1 .. dK]
 
 `LiveTarget` runs the trunk's forwards on its own KV (live mode, the only source
-of timings). `ReplayTarget` reads both from a stored target-only greedy
-trajectory (trajectory.py), so a wave costs no trunk forward at all; the loop,
-the proposers and the telemetry are the same code in both modes.
+of timings). `ReplayTarget` reads both from a stored target-only greedy (or
+sampled) trajectory (trajectory.py), so a wave costs no trunk forward at all; the
+loop, the proposers and the telemetry are the same code in both modes.
+
+A sampled run asks for logits instead of argmaxes (`verify_logits`, `prefill_logits`);
+its replay asks for the trajectory's tokens and the target's logits along it (`path`,
+`path_logits`: the head applied to the stored hiddens), which the coupled drafts need.
 
 What replay cannot know: a live verify's argmaxes and hiddens past the first
 rejected draft are computed from a wrong token. Nothing downstream reads them
@@ -74,6 +78,22 @@ class LiveTarget:
         return self.steps(("verify", vtok.shape[1]), self._verify_fn, [vtok, pos, slots], length,
                           self.kv.max_capacity)
 
+    def _verify_logits_fn(self, vtok, pos, slots, length):
+        vh = self.trunk.forward(vtok, pos, slots, self.kv, length=length)
+        return vh, self.trunk.logits(vh)
+
+    def verify_logits(self, vtok, pos, slots, length: int):
+        """The verify of a sampled run: hiddens [B, K+1, H] and logits [B, K+1, V] (float32)."""
+        return self.steps(("verify_logits", vtok.shape[1]), self._verify_logits_fn, [vtok, pos, slots], length,
+                          self.kv.max_capacity)
+
+    def prefill_logits(self, turn: int, history: np.ndarray, start: np.ndarray, count: np.ndarray):
+        """The prefill of a sampled run: hiddens [B, T, H] and the logits [B, V] after the context."""
+        tok, pos, slots, length = ragged_window(history, start, count)
+        hid = self.trunk.forward(self._t(tok), self._t(pos), self._t(slots), self.kv, length=length)
+        last = hid[torch.arange(len(start), device=self.device), self._t(count - 1)]
+        return hid, self.trunk.logits(last[:, None])[:, 0]
+
 
 class ReplayTarget:
     """Replay mode: one wave's stored trajectory (`trajectory.Trajectory`) on the device.
@@ -86,8 +106,10 @@ class ReplayTarget:
 
     live = False
 
-    def __init__(self, traj, device):
+    def __init__(self, traj, device, logits=None):
+        """logits: the trunk's head (hidden [..., H] -> logits [..., V]), for a sampled trajectory."""
         self.traj = traj
+        self.logits = logits
         self.device = torch.device(device)
         self.hiddens = traj.hiddens.to(self.device)
         if self.hiddens.dim() != 3:
@@ -97,6 +119,7 @@ class ReplayTarget:
         self.argmax = torch.as_tensor(traj.argmax, device=self.device).long()      # [B, L]
         self.ext = torch.as_tensor(traj.ext, device=self.device).long()            # [B, turns, X]
         self.ends = torch.as_tensor(traj.turn_end, device=self.device)             # [B, turns]
+        self.ext_hiddens = None if traj.ext_hiddens is None else traj.ext_hiddens.to(self.device)  # [B, turns, X, H]
         self.turn = 0
 
     def alloc(self, budgets: np.ndarray) -> None:
@@ -123,15 +146,34 @@ class ReplayTarget:
         first = torch.as_tensor(stored[np.arange(B), np.minimum(n, L - 1)], device=self.device).long()
         return hid, first
 
+    def path(self, pos: torch.Tensor) -> torch.Tensor:
+        """[B, A] the trajectory's token after each position pos [B, A]: the stored argmax (or
+        sampled token) inside the turn, the continuation past its end."""
+        ar = torch.arange(pos.shape[0], device=self.device)[:, None]
+        end = self.ends[:, self.turn][:, None]                                   # the turn's last token
+        X = self.ext.shape[-1]
+        return torch.where(pos <= end, self.argmax[ar, torch.minimum(pos, end)],
+                           self.ext[ar, self.turn, (pos - end).clamp(0, X - 1)])
+
+    def path_logits(self, pos: torch.Tensor) -> torch.Tensor:
+        """[B, A, V] the target's logits after each position pos [B, A] of the trajectory, from its
+        stored hiddens (past the turn's end, the continuation's); a sampled trajectory only."""
+        if self.logits is None or self.ext_hiddens is None:
+            raise AtlasError("replay under sampling needs a sampled trajectory (with its continuation's "
+                             "hiddens) and the trunk's head")
+        ar = torch.arange(pos.shape[0], device=self.device)[:, None]
+        end = self.ends[:, self.turn][:, None]
+        L, X = self.hiddens.shape[1], self.ext_hiddens.shape[2]
+        h = torch.where((pos <= end)[..., None], self.hiddens[ar, pos.clamp(0, L - 1)],
+                        self.ext_hiddens[ar, self.turn, (pos - end).clamp(0, X - 1)])
+        return self.logits(h)
+
     def verify(self, vtok, pos, slots, length: int):
         B, A = pos.shape
         ar = torch.arange(B, device=self.device)[:, None]
         end = self.ends[:, self.turn][:, None]                                   # the turn's last token
-        X = self.ext.shape[-1]
         inside = pos <= end
-        # the greedy path: the stored argmax inside the turn, the continuation past its end
-        path = torch.where(inside, self.argmax[ar, torch.minimum(pos, end)],
-                           self.ext[ar, self.turn, (pos - end).clamp(0, X - 1)])
+        path = self.path(pos)
         # depth j is known while d1 .. dj all matched the path (depth 0 always)
         match = (vtok[:, 1:] == path[:, :-1]).long().cumprod(dim=1)
         known = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=self.device), match.bool()], dim=1)

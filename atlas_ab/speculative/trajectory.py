@@ -1,4 +1,4 @@
-"""The target's greedy trajectory of a wave: built once, replayed by every arm.
+"""The target's greedy (or sampled) trajectory of a wave: built once, replayed by every arm.
 
 `greedy` is THE target-only greedy decode: over B documents and all their turns,
 batched, one token per forward (each turn's first forward is the prefill of its
@@ -20,6 +20,11 @@ Arrays of one wave (B sequences, L = the longest context, X = extend):
   ext       [B, turns, X]  int32: greedy continuation past each turn's end; ext[.., 0] == argmax at the end
   gen_start [B, turns]     int64: position of each turn's first generated token
   margins   [B, L, 2]      float32: top-1 minus top-2 logit and top-1, where an argmax was taken
+
+`sampled` is the same decode drawing each token from the target's distribution (a sampled
+workload's replay stores it; `argmax` then holds the drawn tokens, margins are NaN), and keeps
+  ext_hiddens [B, turns, X, H]  the hidden at each turn's end + j, from which replay computes
+                                the target's distribution over the continuation
 """
 from __future__ import annotations
 
@@ -47,6 +52,7 @@ class Trajectory:
     gen_start: np.ndarray
     margins: np.ndarray
     gen_tokens: int
+    ext_hiddens: torch.Tensor | None = None   # [B, turns, X, H]: the hidden at end + j (sampled trajectories)
 
     @property
     def batch(self) -> int:
@@ -85,13 +91,16 @@ class Trajectory:
                "gen_tokens": torch.tensor([self.gen_tokens], dtype=torch.int64)}
         if self.hiddens is not None:
             out["hiddens"] = self.hiddens.detach().cpu().contiguous()
+        if self.ext_hiddens is not None:
+            out["ext_hiddens"] = self.ext_hiddens.detach().cpu().contiguous()
         return out
 
     @staticmethod
     def from_tensors(t: dict[str, torch.Tensor]) -> "Trajectory":
         return Trajectory(doc_ids=t["doc_ids"].numpy(), tokens=t["tokens"].numpy(), argmax=t["argmax"].numpy(),
                           hiddens=t.get("hiddens"), ext=t["ext"].numpy(), gen_start=t["gen_start"].numpy(),
-                          margins=t["margins"].numpy(), gen_tokens=int(t["gen_tokens"][0]))
+                          margins=t["margins"].numpy(), gen_tokens=int(t["gen_tokens"][0]),
+                          ext_hiddens=t.get("ext_hiddens"))
 
 
 @torch.no_grad()
@@ -103,6 +112,23 @@ def greedy(trunk, docs, gen_tokens: int, extend: int = 0, keep_hiddens: bool = F
     (the next turn's prefill starts again from the turn's last token, overwriting
     their KV). `graphs`: replay the one-token forwards from a CUDA graph (the
     prefill stays eager); the gate passes False, so its replay is unchanged."""
+    return _decode(trunk, docs, gen_tokens, extend, keep_hiddens, graphs, None, 0)
+
+
+@torch.no_grad()
+def sampled(trunk, docs, gen_tokens: int, rule, seed: int, extend: int = 0, keep_hiddens: bool = False,
+            graphs: bool = False) -> Trajectory:
+    """Target-only sampling under `rule` (distribution.Sampling): as `greedy`, each token drawn
+    from the target's distribution with the uniform keyed (seed, doc, turn, the position before
+    it, 0, TRAJECTORY). With `keep_hiddens` it also keeps the continuation's hiddens
+    (`ext_hiddens`: replay draws coupled drafts from the target's distribution there)."""
+    return _decode(trunk, docs, gen_tokens, extend, keep_hiddens, graphs, rule, seed)
+
+
+def _decode(trunk, docs, gen_tokens, extend, keep_hiddens, graphs, rule, seed) -> Trajectory:
+    from atlas_ab.speculative import uniforms
+    from atlas_ab.speculative.distribution import draw, probs
+
     p = next(trunk.parameters())
     dev = p.device
     B, turns = len(docs), len(docs[0].chunks)
@@ -118,6 +144,9 @@ def greedy(trunk, docs, gen_tokens: int, extend: int = 0, keep_hiddens: bool = F
     ext = np.full((B, turns, extend), -1, dtype=np.int32)
     gen_start = np.zeros((B, turns), dtype=np.int64)
     hiddens = torch.zeros(B, width, trunk.args.hidden_size, device=dev, dtype=p.dtype) if keep_hiddens else None
+    ext_hiddens = (torch.zeros(B, turns, extend, trunk.args.hidden_size, device=dev, dtype=p.dtype)
+                   if keep_hiddens and rule is not None else None)
+    doc_t = torch.as_tensor([d.doc_id for d in docs], device=dev)
     steps = Steps(graphs)
     ar = np.arange(B)
     t_ = lambda x: torch.as_tensor(x, device=dev)  # noqa: E731
@@ -126,6 +155,15 @@ def greedy(trunk, docs, gen_tokens: int, extend: int = 0, keep_hiddens: bool = F
         h = trunk.forward(tok, pos, slots, kv, length=length)
         top2 = trunk.logits(h)[:, 0].float().topk(2, dim=-1)
         return h, top2.values, top2.indices[:, 0]
+
+    def one_token_logits(tok, pos, slots, length):
+        h = trunk.forward(tok, pos, slots, kv, length=length)
+        return h, trunk.logits(h)[:, 0]
+
+    def choose(logits, t, at):
+        """(the next token, margins) after positions `at` from logits [B, V]: a draw under `rule`."""
+        u = uniforms.uniform(seed, doc_t, t, t_(at), 0, uniforms.TRAJECTORY)
+        return draw(probs(logits, rule), u), torch.full((B, 2), float("nan"), device=dev)
 
     for t in range(turns):
         for b, d in enumerate(docs):
@@ -136,18 +174,27 @@ def greedy(trunk, docs, gen_tokens: int, extend: int = 0, keep_hiddens: bool = F
         for g in range(G + extend):
             count = n_tok - kv_len
             tok, pos, slots, length = ragged_window(hist, kv_len, count)
-            if tok.shape[1] == 1:
+            if tok.shape[1] == 1 and rule is None:
                 h, vals, nxt = steps("decode", one_token, [t_(tok), t_(pos), t_(slots)], length, kv.max_capacity)
+            elif tok.shape[1] == 1:
+                h, z = steps("decode", one_token_logits, [t_(tok), t_(pos), t_(slots)], length, kv.max_capacity)
+                nxt, vals = choose(z, t, n_tok - 1)
             else:      # the turn's prefill (its new chunk and the pending token), eager
                 h = trunk.forward(t_(tok), t_(pos), t_(slots), kv, length=length)
                 last = h[t_(ar), t_(count - 1)]
-                top2 = trunk.logits(last[:, None])[:, 0].float().topk(2, dim=-1)
-                vals, nxt = top2.values, top2.indices[:, 0]
+                z = trunk.logits(last[:, None])[:, 0]
+                if rule is None:
+                    top2 = z.float().topk(2, dim=-1)
+                    vals, nxt = top2.values, top2.indices[:, 0]
+                else:
+                    nxt, vals = choose(z, t, n_tok - 1)
             if hiddens is not None and g <= G:    # (past the turn's last token, positions are the next chunk's)
                 rows, cols = np.nonzero(np.arange(tok.shape[1])[None, :] < count[:, None])
                 hiddens[t_(rows), t_(kv_len[rows] + cols)] = h[t_(rows), t_(cols)]
+            if ext_hiddens is not None and g >= G:   # one token per sequence: the hidden at end + (g - G)
+                ext_hiddens[:, t, g - G] = h[:, 0]
             nxt, vals = nxt.cpu().numpy(), vals.cpu().numpy()
-            if g <= G:                            # the argmax at a position of the sequence
+            if g <= G:                            # the argmax (or draw) at a position of the sequence
                 at = n_tok - 1
                 argmax[ar, at] = nxt
                 margins[ar, at, 0], margins[ar, at, 1] = vals[:, 0] - vals[:, 1], vals[:, 0]
@@ -164,4 +211,5 @@ def greedy(trunk, docs, gen_tokens: int, extend: int = 0, keep_hiddens: bool = F
     return Trajectory(doc_ids=np.array([d.doc_id for d in docs], dtype=np.int64), tokens=tokens,
                       argmax=argmax[:, :L],
                       hiddens=None if hiddens is None else hiddens[:, :L].contiguous(), ext=ext,
-                      gen_start=gen_start, margins=margins[:, :L], gen_tokens=G)
+                      gen_start=gen_start, margins=margins[:, :L], gen_tokens=G,
+                      ext_hiddens=None if ext_hiddens is None else ext_hiddens.contiguous())

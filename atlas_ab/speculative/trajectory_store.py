@@ -27,12 +27,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from safetensors.torch import load as st_load
-from safetensors.torch import save as st_save
+from safetensors.torch import load as st_load, save as st_save
 
 from atlas_ab import AtlasError
+from atlas_ab.atomic import write_bytes, write_json
 from atlas_ab.run.provenance import now
-from atlas_ab.run.store import _fsync_write, write_json_atomic
 from atlas_ab.speculative.trajectory import Trajectory
 
 log = logging.getLogger("atlas_ab")
@@ -101,14 +100,14 @@ class TrajectoryStore:
             for i in range(n_waves):
                 traj = build(i)
                 data = st_save(traj.tensors())
-                _fsync_write(tmp / wave_file(i), data)
+                write_bytes(tmp / wave_file(i), data)
                 waves.append({"file": wave_file(i), "sha256": hashlib.sha256(data).hexdigest(),
                               "bytes": len(data), "docs": traj.doc_ids.tolist(),
                               "positions": int((traj.tokens >= 0).sum())})
                 total += len(data)
                 bpp, extend = traj.bytes_per_position, int(traj.ext.shape[-1])
             whole = hashlib.sha256("".join(w["sha256"] for w in waves).encode()).hexdigest()
-            write_json_atomic(tmp / "meta.json", {
+            write_json(tmp / "meta.json", {
                 "key": self.key, "fields": self.fields, "hash": "sha256:" + whole, "waves": waves, "bytes": total,
                 "bytes_per_position": bpp, "extend": extend, "build_s": round(time.perf_counter() - t0, 3),
                 "built_at": now(), "built_by": {"pid": os.getpid(), "host": os.uname().nodename}})

@@ -4,7 +4,7 @@ Every hidden that enters or leaves the ring, every row fed to the drafter and
 every propose's target hidden is snapshotted (as the BF16 row that is hashed)
 when the event happens, and all rows of a wave are hashed on the device in one
 kernel call when the wave ends, so the lever costs no host sync per row (the
-seeds' engine paid a copy and a sync per row). One call instead of one per
+reference engine paid a copy and a sync per row). One call instead of one per
 event also keeps the CPU fallback (a loop over byte columns) cheap.
 """
 from __future__ import annotations

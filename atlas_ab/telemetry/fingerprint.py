@@ -6,7 +6,7 @@ so a CPU fp32 run and a GPU bf16 run of the same hidden hash alike.
 
 `fingerprint_rows` hashes every row of a step in one call on the tensor's own
 device and returns a device tensor: no host sync and no per-row copy, so the
-FINGERPRINTS lever is cheap enough to leave on (the seeds' engine paid a D2H
+FINGERPRINTS lever is cheap enough to leave on (the reference engine paid a D2H
 copy and a stream sync per row and had to stay out of timed legs). On CUDA it
 is a Triton kernel; elsewhere a torch loop over byte columns, vectorised over
 rows. Both return int64 holding the same 64 bits as the unsigned hash.

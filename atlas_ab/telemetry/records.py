@@ -6,6 +6,7 @@ import pyarrow as pa
 
 from atlas_ab.telemetry.schema import STEP_SCHEMA
 
+
 class StepBlocks:
     """Per-step numpy blocks, turned into one Arrow table at the end of a wave.
 
@@ -31,7 +32,9 @@ class StepBlocks:
         def ragged(values2d, lengths, typ):
             mask = np.arange(values2d.shape[1])[None, :] < lengths[:, None]
             offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-            return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values2d[mask], type=typ))
+            v = values2d[mask]
+            items = pa.array(v, type=typ, mask=np.isnan(v)) if v.dtype.kind == "f" else pa.array(v, type=typ)
+            return pa.ListArray.from_arrays(pa.array(offsets), items)
 
         def fixed(values2d, typ):
             w = values2d.shape[1]
@@ -49,6 +52,7 @@ class StepBlocks:
             "conf": fixed(col["conf"], pa.float32()), "gated": pa.array(col["gated"], pa.bool_()),
             "committed": ragged(col["target"], col["n_committed"], pa.int32()),
             "step_ms": pa.array(col["step_ms"], pa.float32(), mask=np.isnan(col["step_ms"])),  # null: replay
+            "warmup_ms": pa.array(col["warmup_ms"], pa.float32(), mask=np.isnan(col["warmup_ms"])),  # null: not warm-up
             "drafter_rows": pa.array(col["drafter_rows"], pa.int32()),
             "fed_rows": pa.array(col["fed_rows"], pa.int32()),
         }
@@ -68,4 +72,11 @@ class StepBlocks:
         else:
             arrays["topk_ids"] = pa.nulls(N, STEP_SCHEMA.field("topk_ids").type)
             arrays["topk_probs"] = pa.nulls(N, STEP_SCHEMA.field("topk_probs").type)
+        if "pit" in col:        # a sampled run
+            arrays["accept_prob"] = ragged(col["accept_prob"], col["k"], pa.float32())
+            arrays["alpha1"] = pa.array(col["alpha1"], pa.float32(), mask=np.isnan(col["alpha1"]))
+            arrays["pit"] = ragged(col["pit"], col["n_committed"], pa.float32())
+        else:
+            for name in ("accept_prob", "alpha1", "pit"):
+                arrays[name] = pa.nulls(N, STEP_SCHEMA.field(name).type)
         return pa.table({n: arrays[n] for n in STEP_SCHEMA.names}, schema=STEP_SCHEMA)

@@ -14,6 +14,10 @@ import pyarrow as pa
 #: Version of the run-directory layout written into every manifest.
 MANIFEST_SCHEMA = 1
 
+#: A manifest shard entry: the key of each table's row count (its file is under the table's name,
+#: its sha256 under "sha256"); the analysis checks both at load.
+SHARD_ROWS = {"steps": "rows", "events": "event_rows", "counts": "count_rows"}
+
 #: Drafter row spaces (proposers/rowspace.py has their rules).
 ROW_SPACES = ("compact", "dense")
 #: Turn classes every figure is reported by: turn 0 is cold, turns >= 1 are warm.
@@ -58,9 +62,29 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("committed", pa.list_(_I32), False, "tokens this step committed (accepted drafts + bonus, cut at "
                                                "the turn's end)"),
     Column("step_ms", _F32, False, "wall time of the batched step this row belongs to (live mode only; "
-                                   "null in replay runs, which carry no engine timing)", nullable=True),
+                                   "null in replay runs, which carry no engine timing, and on warm-up steps: "
+                                   "`warmup_ms`)", nullable=True),
+    Column("warmup_ms", _F32, False, "wall time of a warm-up step: the wave's first step of its kind (verify, "
+                                     "serial decode) or one that first ran a static step (a CUDA-graph capture); its "
+                                     "`step_ms` is then null (speculative/timing.py). Null otherwise and in replay",
+           nullable=True),
     Column("drafter_rows", _I32, False, "drafter KV rows at propose time (after catch-up)"),
     Column("fed_rows", _I32, False, "rows the catch-up feed wrote before this propose"),
+    Column("accept_prob", pa.list_(_F32), False, "sampled runs: per drafted depth i (length k), the probability "
+                                                 "that depth i is accepted: live, given the draft it was given, "
+                                                 "min(1, p_i(x_i) / q_i(x_i)) (greedy drafts: p_i(x_i)); in "
+                                                 "replay, given the trajectory's token, min(p_i(y_i), q_i(y_i)) "
+                                                 "/ p_i(y_i) (greedy drafts: [x_i = y_i]), with null items past "
+                                                 "depth accept_len+1 (the target's distribution there is not "
+                                                 "stored); null in greedy runs",
+           nullable=True),
+    Column("alpha1", _F32, False, "sampled runs: the exact expected acceptance at depth 1, "
+                                  "sum_x min(p_1(x), q_1(x)), which does not depend on the draft drawn; null "
+                                  "when gated and in greedy runs", nullable=True),
+    Column("pit", pa.list_(_F32), False, "sampled runs: the randomized PIT F(y-) + V p(y) of each committed "
+                                         "token (aligned with `committed`), Uniform(0, 1) when the sampler is "
+                                         "lossless (the distributional gate); null in greedy runs",
+           nullable=True),
 )
 
 EVENT_COLUMNS: tuple[Column, ...] = (
@@ -81,9 +105,54 @@ EVENT_COLUMNS: tuple[Column, ...] = (
                               "the live ring row at label == position (null when absent)", nullable=True),
 )
 
+#: The per-unit table (`counts/`): one row per request, per (doc_id, turn) of a step run, or the
+#: one `global` row of counters. Every metric is a ratio of sums of these over units, so the
+#: analysis of step runs and engine runs reads this one table (analysis/metrics.py `Units`);
+#: the derived per-depth counts are written once, where the source's numbers are read.
+_L64 = pa.list_(pa.int64())
+COUNT_COLUMNS: tuple[Column, ...] = (
+    Column("unit", pa.string(), True, "the request's id as the source names it (file position, response id), "
+                                      "or `global`"),
+    Column("file", pa.string(), True, "the file it was read from"),
+    Column("doc_id", _I64, True, "carried by the client; the request's index when not carried; null for global "
+                                 "counters", nullable=True),
+    Column("turn", _I32, True, "carried by the client; 0 when not carried; null for global counters", nullable=True),
+    Column("n_steps", _I64, True, "verify steps (steps that carried >= 1 draft); null: the source does not say",
+           nullable=True),
+    Column("draft_tokens", _I64, True, "drafted tokens, the sum of k", nullable=True),
+    Column("accepted_tokens", _I64, True, "accepted drafts, the sum of accept_len", nullable=True),
+    Column("k_max", _I32, True, "the configured k (num_speculative_tokens), when reported", nullable=True),
+    Column("k_fixed", _I32, True, "k of every step, when the unit's own numbers establish it (drafted == steps x k)",
+           nullable=True),
+    Column("hist", _L64, True, "hist[j] = verify steps that accepted exactly j drafts", nullable=True),
+    Column("drafted", _L64, True, "drafted[i-1] = #(k >= i) for i = 1..K of the run; null items where the source "
+                                  "does not determine it", nullable=True),
+    Column("accepted", _L64, True, "accepted[i-1] = #(accept_len >= i) for i = 1..K", nullable=True),
+    Column("cond_den", _L64, True, "cond_den[i-1] = #(accept_len >= i-1 and k >= i), p_i_cond's denominator; null "
+                                   "items where the joint of k and accept_len is not known", nullable=True),
+    Column("y2_tok", pa.float64(), True, "sum over verify steps of (1 + accept_len)^2 (the i.i.d. sd of tokens/step)",
+           nullable=True),
+    Column("prompt_tokens", _I64, True, "usage.prompt_tokens (the position reconstruction starts there)",
+           nullable=True),
+    Column("completion_tokens", _I64, True, "usage.completion_tokens (checks that no undrafted step went "
+                                            "unrecorded)", nullable=True),
+    Column("n_recorded", _I64, True, "steps the source counted when that count may include steps without a draft "
+                                     "(k = 0); then n_steps is null", nullable=True),
+    Column("zero_max", _I64, True, "with n_recorded: at most this many of them carried no draft", nullable=True),
+    Column("completion_sha256", pa.string(), False, "sha256 of the completion's text, where the record carries "
+                                                    "it and a (doc_id, turn): two runs pair only requests whose "
+                                                    "texts are equal (ingest/completions.py)", nullable=True),
+)
+
 STEP_SCHEMA = pa.schema([pa.field(c.name, c.type) for c in STEP_COLUMNS])
+COUNT_SCHEMA = pa.schema([pa.field(c.name, c.type) for c in COUNT_COLUMNS])
+COUNT_NAMES = tuple(c.name for c in COUNT_COLUMNS)
+#: What a counts table must hold to be read (runs ingested before completion hashes lack them).
+REQUIRED_COUNT = tuple(c.name for c in COUNT_COLUMNS if c.required)
 EVENT_SCHEMA = pa.schema([pa.field(c.name, c.type) for c in EVENT_COLUMNS])
 
+#: The step columns that hold wall times: they differ between two runs of the same steps.
+TIMING_COLUMNS = ("step_ms", "warmup_ms")
 #: Columns every steps table must hold (the analysis needs nothing else).
 REQUIRED_STEP = tuple(c.name for c in STEP_COLUMNS if c.required)
 EVENT_NAMES = tuple(c.name for c in EVENT_COLUMNS)

@@ -49,7 +49,8 @@ def evaluate(trunk, mtp, windows: torch.Tensor, batch: int = 8, autocast_dtype=N
             h = trunk.forward_train(w)                       # [B, T, H]
             lg = trunk.logits(h)                             # predicts token j+1 at j
             a = lg.argmax(-1)
-            add("main_loss", F.cross_entropy(lg[:, :-1].flatten(0, 1), w[:, 1:].flatten(), reduction="sum"), w[:, 1:].numel())
+            add("main_loss", F.cross_entropy(lg[:, :-1].flatten(0, 1), w[:, 1:].flatten(), reduction="sum"),
+                w[:, 1:].numel())
             add("main_acc", (a[:, :-1] == w[:, 1:]).sum(), w[:, 1:].numel())
             if mtp is None:
                 continue

@@ -110,7 +110,9 @@ def build_workload(cfg: WorkloadConfig, tokenizer_path) -> Workload:
     docs = []
     sources = sorted({name for name, _ in windows})
     doc_cluster = [sources.index(name) for name, _ in windows]
-    h = hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True).encode("utf-8"))
+    # the documents' hash: how the target decodes them (cfg.sampling) is recorded on its own
+    h = hashlib.sha256(json.dumps({k: v for k, v in asdict(cfg).items() if k != "sampling"},
+                                  sort_keys=True).encode("utf-8"))
     for i, (name, start) in enumerate(windows):
         ids = list(toks[name][start:start + need])
         chunks = [ids[t * cfg.chunk_tokens:(t + 1) * cfg.chunk_tokens] for t in range(cfg.turns)]

@@ -36,7 +36,7 @@ def one_error(capsys, *argv, must=()):
 
 @pytest.fixture(scope="module")
 def seeds_runs(tmp_path_factory):
-    """The seeds' powered A/B to the count (16 docs x 8 turns), as two run directories."""
+    """The reference engine's powered A/B to the count (16 docs x 8 turns), as two run directories."""
     d = tmp_path_factory.mktemp("seeds")
     off = write_run(d / "off", steps_from_counts({0: 4056, 1: 1995, 2: 4349}, seed=0), "catchup_on", shards=3)
     on = write_run(d / "on", steps_from_counts({0: 3775, 1: 1828, 2: 4497}, seed=1), "refeed_on")
@@ -68,9 +68,10 @@ def test_compare_human_and_json(capsys, seeds_runs):
 def test_report_with_shipped_prereg_met(capsys, seeds_runs, tmp_path):
     off, on = seeds_runs
     out_dir = tmp_path / "rep"
-    code, out, err = run_cli(capsys, "report", on, off, "--prereg", PREREG, "--out", out_dir, *FAST)
+    code, out, err = run_cli(capsys, "report", on, off, "--prereg", PREREG, "--out", out_dir, "--evaluate-unlocked",
+                             *FAST)
     assert code == 0, err
-    assert out.startswith("MET (refeed_p2_uncond):")
+    assert out.startswith("WARNING: UNLOCKED") and "\nMET (refeed_p2_uncond):" in out   # synthetic runs lock nothing
     md = (out_dir / "report.md").read_text()
     assert "**MET**" in md and "+0.027 (3.9 sd)" in md and "+0.016 (2.4 sd)" in md
     # the first figure is the difference that decides, with its threshold
@@ -87,7 +88,7 @@ def test_report_weak_effect_not_met(capsys, tmp_path):
     off = write_run(tmp_path / "off", simulate_steps(12_000, (0.61, 0.686), n_docs=24, seed=1), "catchup_on")
     on = write_run(tmp_path / "on", simulate_steps(12_000, (0.611, 0.687), n_docs=24, seed=2), "refeed_on")
     code, out, err = run_cli(capsys, "report", off, on, "--prereg", PREREG, "--out", tmp_path / "r1",
-                             "--json", *FAST)
+                             "--json", "--evaluate-unlocked", *FAST)
     assert code == 0, err
     status = json.loads(out)["verdicts"][0]["status"]
     assert status in ("NOT MET", "UNDERPOWERED")
@@ -124,17 +125,36 @@ def test_power_json(capsys):
     assert d["z_at_n"] == pytest.approx(0.723, abs=0.001)
 
 
+def _imported(*argv) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """`python -X importtime -m atlas_ab.analysis ARGV` in a fresh interpreter: the result and the
+    top-level packages it imported."""
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "atlas_ab.analysis", *map(str, argv)], cwd=ROOT,
+                       capture_output=True, text=True)
+    lines = [line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")]
+    return r, {m.split(".")[0] for m in lines} | set(lines)
+
+
 def test_python_m_and_no_torch(seeds_runs):
-    """The real entry point in a fresh interpreter: exit 2 and the one line; and no module it
-    imports (every subcommand is imported to build the parser) pulls in torch."""
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "atlas_ab.analysis", "compare",
-                        str(seeds_runs[0]), "/nonexistent/run"], cwd=ROOT, capture_output=True, text=True)
+    """The real entry point in a fresh interpreter: exit 2 and the one line; and no module of any
+    verb (--help imports them all to list them) pulls in torch."""
+    r, imported = _imported("compare", seeds_runs[0], "/nonexistent/run")
     assert r.returncode == 2
-    imported = [l.rsplit("|", 1)[-1].strip() for l in r.stderr.splitlines() if l.startswith("import time:")]
-    assert "atlas_ab.analysis.plots" in imported and "statsmodels" in imported  # report and stats loaded
-    assert not [m for m in imported if m.split(".")[0] == "torch"]
     errors = [l for l in r.stderr.splitlines() if not l.startswith("import time:")]
     assert errors == [f"{ERR}/nonexistent/run: run directory does not exist"]
+    r, imported = _imported("--help")
+    assert r.returncode == 0 and "fingerprints" in r.stdout
+    assert "atlas_ab.analysis.plots" in imported and "statsmodels" in imported  # every verb's module loaded
+    assert "torch" not in imported
+
+
+def test_each_verb_imports_only_what_it_uses(seeds_runs):
+    """A closed form loads no plotting or regression library, a comparison no plotting one."""
+    r, imported = _imported("power", "--p", "0.42", "--delta", "0.015", "--sd", "3")
+    assert r.returncode == 0 and "steps per arm needed: 32,099" in r.stdout
+    assert not imported & {"matplotlib", "statsmodels", "pandas", "pyarrow", "torch"}, imported
+    r, imported = _imported("compare", *seeds_runs, "--bootstrap", "50")
+    assert r.returncode == 0 and "+0.027 (3.9 sd)" in r.stdout
+    assert not imported & {"matplotlib", "torch"}, imported
 
 
 # --- bad input: one line naming the file and the problem, exit 2 -----------------------------
@@ -216,10 +236,14 @@ def test_incomplete_and_mismatch(capsys, tmp_path, good, seeds_runs):
 
 
 def test_debris_shard_is_ignored_with_a_warning(capsys, tmp_path, good, seeds_runs):
-    r = write_run(tmp_path / "r", good, "refeed_on")
+    r = write_run(tmp_path / "r", good, "refeed_on", status="running")
     pq.write_table(pa.table({"doc_id": [0]}), r / "steps/part-00099.parquet")  # a crash's leftover
-    code, _, err = run_cli(capsys, "compare", seeds_runs[0], r, "--bootstrap", "0")
+    code, _, err = run_cli(capsys, "compare", seeds_runs[0], r, "--bootstrap", "0", "--allow-incomplete")
     assert code == 0 and "part-00099.parquet: not listed in manifest.json shards; ignored" in err
+    # in a complete run the same file means the manifest and the files disagree: refused
+    c = write_run(tmp_path / "c", good, "refeed_on")
+    pq.write_table(pa.table({"doc_id": [0]}), c / "steps/part-00099.parquet")
+    one_error(capsys, "compare", seeds_runs[0], c, must=("part-00099.parquet", "not listed"))
 
 
 def test_external_run_without_manifest(capsys, tmp_path, good, seeds_runs):

@@ -10,7 +10,7 @@ from atlas_ab.analysis import synth
 from atlas_ab.analysis.criteria import judge
 from atlas_ab.analysis.load import load_run
 from atlas_ab.analysis.paired import paired_difference
-from atlas_ab.analysis.prereg import load_prereg
+from atlas_ab.config.prereg import load_prereg
 
 
 def _pair_runs(tmp_path, n_docs=12, per_doc=200, p=(0.6, 0.3), lift=0.05, shared=0.9, seed=0):
@@ -48,7 +48,7 @@ def test_paired_difference_is_the_clustered_mean_of_pair_differences(tmp_path):
 
 
 def test_pairing_saves_sd_against_independent_arms_not_against_document_pairing(tmp_path):
-    """The seeds' binomial sd treats the arms as independent; two arms on one trajectory are
+    """The reference engine's binomial sd treats the arms as independent; two arms on one trajectory are
     not, and pairing their steps removes most of that sd. The cluster sd of the unpaired
     difference already pairs the arms by document (one cluster in both), so with every step
     matched it and the paired sd agree: pairing by position adds nothing beyond that."""
@@ -109,8 +109,10 @@ def test_maximum(tmp_path):
                  others=["s-1", "s1"])
     j = judge(pr, [best, *others], B=0)
     assert j.verdict.status == "MET" and len(j.items) == 2
-    tie = replace(high, arm="s1")
+    tie = replace(_pair_runs(tmp_path / "t", lift=0.08, seed=1)[1], arm="s1")    # the same rates, other draws
     assert judge(pr, [best, others[0], tie], B=0).verdict.status == "NOT MET"
+    same = replace(high, arm="s1")            # identical outcomes at every pair: no comparison was made
+    assert judge(pr, [best, others[0], same], B=0).verdict.status == "NOT INFORMATIVE"
     with pytest.raises(AtlasError, match="other arm 's1' matches 0"):
         judge(pr, [best, others[0]], B=0)
 
@@ -139,16 +141,108 @@ def test_oracle(tmp_path):
     ({"kind": "nope"}, "kind must be one of"),
     ({"kind": "oracle", "arm": "x"}, "missing field 'min_share'"),
     ({"kind": "maximum", "primary_metric": "p1", "decides": "paired", "best": "a", "others": []},
-     "others must be a non-empty list"),
+     "others: must be a non-empty list"),
     ({"primary_metric": "p1", "direction": "up", "min_effect": 0.1, "decides": "paired",
-      "arms": {"control": "a", "treatment": "b"}}, "direction must be increase or decrease"),
+      "arms": {"control": "a", "treatment": "b"}}, "direction: must be one of increase, decrease"),
     ({"primary_metric": "p1", "direction": "increase", "min_effect": 0.1, "decides": "robust",
-      "arms": {"control": "a", "treatment": "b"}}, "decides must be one of"),
+      "arms": {"control": "a", "treatment": "b"}}, "decides: must be one of binomial, cluster, bootstrap, paired"),
     ({"primary_metric": "p1", "direction": "increase", "min_effect": 0.1, "decides": "paired",
-      "arms": {"control": "a", "treatment": "b"}, "turns": "hot"}, "turns must be one of"),
+      "arms": {"control": "a", "treatment": "b"}, "turns": "hot"}, "turns: must be one of all, cold, warm"),
     ({"primary_metric": "p1", "direction": "increase", "min_effect": 0.1, "decides": "paired",
       "arms": {"control": "a", "treatment": "b"}, "treshold": 1}, "unknown field 'treshold'"),
 ])
 def test_bad_preregs_are_one_line(tmp_path, doc, needle):
     with pytest.raises(AtlasError, match=needle):
         _prereg(tmp_path, "bad", **doc)
+
+
+# -- the registered counts, estimand and cluster unit (issue 18 sections 1, 2, 9) ---------------
+
+def _half_matched(tmp_path):
+    """12 documents x 200 steps per arm; the treatment's odd steps sit one position over, so
+    only 1,200 of its 2,400 steps match a control step."""
+    from dataclasses import replace
+
+    ctl, trt = _pair_runs(tmp_path)
+    return [ctl, replace(trt, steps=trt.steps.assign(position=trt.steps["position"] + (trt.steps["step"] % 2)))]
+
+
+def test_the_judge_counts_the_unit_the_registration_names(tmp_path):
+    runs = _half_matched(tmp_path)
+    doc = dict(primary_metric="p2_uncond", direction="increase", min_effect=0.02, decides="paired",
+               arms={"control": "ctl", "treatment": "trt"})
+    steps = judge(_prereg(tmp_path, "steps", **doc, min_n_per_arm=2000), runs, B=0).verdict
+    assert steps.status == "MET"           # 2,400 steps per arm >= 2,000, though only 1,200 pairs
+    assert steps.counts == {"min_n_per_arm": 2400, "min_pairs": 1200, "min_clusters": 12}
+    pairs = judge(_prereg(tmp_path, "pairs", **doc, min_n_per_arm=None, min_pairs=2000), runs, B=0).verdict
+    assert pairs.status == "UNDERPOWERED" and pairs.reason == \
+        "1,200 matched pairs, below the pre-registered minimum of 2,000 (min_pairs)"
+    files = judge(_prereg(tmp_path, "files", **doc, min_clusters=13), runs, B=0).verdict
+    assert files.status == "UNDERPOWERED" and files.reason.startswith("12 documents, below")
+
+
+def _filed_runs(tmp_path, n_docs=30, per_file=3):
+    """Two paired arms whose manifests say documents were cut `per_file` to a source file."""
+    ctl, trt = _pair_runs(tmp_path, n_docs=n_docs, per_doc=80)
+    for r in (ctl, trt):
+        m = json.loads((r.path / "manifest.json").read_text())
+        m["workload"].update(cluster_unit="source file", doc_cluster=(np.arange(n_docs) // per_file).tolist())
+        (r.path / "manifest.json").write_text(json.dumps(m))
+    return [load_run(r.path, optional=("position",)) for r in (ctl, trt)]
+
+
+def _crv1_by_hand(d, groups):
+    G, N = len(np.unique(groups)), len(d)
+    S = np.array([(d[groups == g] - d.mean()).sum() for g in np.unique(groups)])
+    return np.sqrt(G / (G - 1) * (S ** 2).sum()) / N
+
+
+def test_the_sd_clusters_by_the_declared_unit(tmp_path):
+    runs = _filed_runs(tmp_path)
+    ya, yb = ((r.steps["accept_len"].to_numpy() >= 2).astype(float) for r in runs)
+    doc = runs[0].steps["doc_id"].to_numpy()
+    reg = dict(primary_metric="p2_uncond", direction="increase", min_effect=0.02, decides="paired",
+               arms={"control": "ctl", "treatment": "trt"})
+    by_file = judge(_prereg(tmp_path, "f", **reg), runs, B=0).verdict          # the default: source file
+    assert by_file.sd == pytest.approx(_crv1_by_hand(yb - ya, doc // 3), rel=1e-9)
+    assert by_file.clusters == "10 source files" and by_file.counts["min_clusters"] == 10
+    by_doc = judge(_prereg(tmp_path, "d", **reg, cluster="document"), runs, B=0).verdict
+    assert by_doc.sd == pytest.approx(_crv1_by_hand(yb - ya, doc), rel=1e-9) and by_doc.clusters == "30 documents"
+
+
+def test_the_other_estimand_is_a_sensitivity_line(tmp_path):
+    runs = _pair_runs(tmp_path)
+    reg = dict(primary_metric="p2_uncond", direction="increase", min_effect=0.02,
+               arms={"control": "ctl", "treatment": "trt"})
+    j = judge(_prereg(tmp_path, "p", **reg, decides="paired"), runs, B=0)
+    whole = judge(_prereg(tmp_path, "w", **reg, decides="cluster", estimand="whole_arm"), runs, B=0).verdict
+    s = j.sensitivity.verdict
+    assert (s.status, s.delta, s.sd) == (whole.status, whole.delta, whole.sd) and s.sd_kind == "cluster"
+    assert j.sensitivity.line(j.verdict) == f"sensitivity (whole arm): {whole.measured()}: MET as well"
+    assert j.details["sensitivity"]["estimand"] == "whole_arm"
+
+
+def test_arms_identical_by_construction_are_not_informative(tmp_path):
+    """Two arms with the same outcome at every position (one code path): zero discordant pairs,
+    paired sd exactly 0. An equivalence could not have failed; no verdict."""
+    from dataclasses import replace
+
+    ctl, _ = _pair_runs(tmp_path)
+    runs = [ctl, replace(ctl, arm="trt")]
+    eq = judge(_prereg(tmp_path, "e", kind="equivalence", primary_metric="p1", margin=0.01, threshold_sd=2.0,
+                       decides="paired", arms={"control": "ctl", "treatment": "trt"}), runs, B=0)
+    assert eq.verdict.status == "NOT INFORMATIVE" and (eq.verdict.delta, eq.verdict.sd) == (0.0, 0.0)
+    assert "2,400 matched pairs, none discordant" in eq.verdict.reason
+    assert eq.sensitivity.verdict.status == "NOT INFORMATIVE"           # whole arms: every cell equal
+    diff = judge(_prereg(tmp_path, "d", primary_metric="p1", direction="increase", min_effect=0.01,
+                         decides="cluster", arms={"control": "ctl", "treatment": "trt"}), runs, B=0)
+    assert diff.verdict.status == "NOT INFORMATIVE"
+
+
+def test_docs_state_every_verdict_kind_in_the_judges_words():
+    from pathlib import Path
+
+    from atlas_ab.analysis.criteria import IDENTICAL, verdict_table
+
+    doc = (Path(__file__).resolve().parents[2] / "docs/analysis.md").read_text()
+    assert verdict_table() in doc and IDENTICAL in doc

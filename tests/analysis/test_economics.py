@@ -8,7 +8,7 @@ import pytest
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import synth
-from atlas_ab.analysis.economics import confidence_bins, economics, throughput, throughput_difference
+from atlas_ab.analysis.economics import confidence_bins, economics, throughput, throughput_difference, timed
 from atlas_ab.analysis.load import load_run
 
 
@@ -69,3 +69,81 @@ def test_break_even_and_tau_star(tmp_path):
     d = throughput_difference(ungated, gated)
     assert d.delta == pytest.approx(throughput(gated).value - throughput(ungated).value)
     assert d.sd is not None and d.sd > 0
+
+
+def _by_file(run, per_file=3):
+    m = json.loads((run.path / "manifest.json").read_text())
+    m["workload"] = {**m.get("workload", {}), "cluster_unit": "source file",
+                     "doc_cluster": (np.arange(36) // per_file).tolist()}
+    (run.path / "manifest.json").write_text(json.dumps(m))
+    return load_run(run.path)
+
+
+def test_tokens_per_second_clusters_by_source_file_and_its_relative_sd_carries_both_arms(tmp_path):
+    """36 documents cut 3 to a file: 12 clusters, not 36. The registered relative difference
+    b/a - 1 is judged with the delta-method sd of both arms (stats.ratio_difference_sd), by hand here."""
+    from atlas_ab.analysis.criteria import judge
+    from atlas_ab.config.prereg import load_prereg
+
+    a = _by_file(_timed_run(tmp_path / "a", "draft_conf_000", _steps(n_docs=36, seed=0)))
+    b = _by_file(_timed_run(tmp_path / "b", "draft_conf_066", _steps(n_docs=36, gate_below=0.66, seed=1)))
+    assert throughput(a).n_clusters == 12 and throughput(a, (None, "document")).n_clusters == 36
+    sums = []
+    for r in (a, b):
+        t = timed(r).steps
+        s = t.assign(tok=t["committed"].map(len), sec=t["step_ms"].astype(float) / 1e3,
+                     file=t["doc_id"] // 3).groupby("file")[["tok", "sec"]].sum()
+        sums.append(s)
+    A, B = (s["tok"].sum() / s["sec"].sum() for s in sums)
+    u = (sums[0]["tok"] - A * sums[0]["sec"]) / sums[0]["sec"].sum()
+    v = (sums[1]["tok"] - B * sums[1]["sec"]) / sums[1]["sec"].sum()
+    sd = math.sqrt(12 / 11 * (((v - (B / A) * u) / A) ** 2).sum())
+    pre = tmp_path / "q5.yaml"
+    pre.write_text(json.dumps({"hypothesis": "h", "primary_metric": "tokens_per_second", "direction": "decrease",
+                               "min_effect": 0.05, "relative": True, "threshold_sd": 3.0, "decides": "cluster",
+                               "arms": {"control": "draft_conf_000", "treatment": "draft_conf_066"},
+                               "min_n_per_arm": 100}))
+    j = judge(load_prereg(pre), [a, b], B=0)
+    assert j.verdict.delta == pytest.approx(B / A - 1) and j.verdict.sd == pytest.approx(sd, rel=1e-9)
+    assert j.verdict.clusters == "12 source files"
+    assert j.sensitivity.verdict is None and "no matched-positions estimand" in j.sensitivity.note
+
+
+def test_warm_up_steps_are_left_out_of_throughput_and_costs(tmp_path):
+    s = _steps()
+    first = s["step"] == 0
+    s["warmup_ms"] = np.where(first, 25.0, np.nan).astype(np.float32)     # the wave's first verify
+    s["step_ms"] = s["step_ms"].where(~first, np.nan)
+    t = throughput(_timed_run(tmp_path / "r", "a", s))
+    kept = s[~first]
+    assert (t.n_steps, t.n_warmup) == (len(kept), 12) and t.warmup_seconds == pytest.approx(12 * 0.025)
+    assert t.value == pytest.approx(kept["committed"].map(len).sum() / (kept["step_ms"].sum() / 1e3))
+    s.loc[3, "warmup_ms"] = np.nan                                         # untimed and not warm-up
+    s.loc[3, "step_ms"] = np.nan
+    with pytest.raises(AtlasError, match=r"step_ms is null on 1 step\(s\) that are not warm-up"):
+        throughput(_timed_run(tmp_path / "n", "a", s))
+
+
+def test_a_warm_up_sized_outlier_refuses_the_run(tmp_path):
+    # 12 documents x 50 verify steps of 2.0 ms. The rule: a step above 5x the median of its kind is an
+    # outlier; outliers refuse the run from 1% of its step time on.
+    s = _steps()
+    s.loc[(s.doc_id == 5) & (s.step == 20), "step_ms"] = 11.0          # one stall at 5.5x: 0.9% of the time
+    assert throughput(_timed_run(tmp_path / "stall", "a", s)).n_steps == 600
+    s.loc[(s.doc_id == 3) & (s.step == 0), "step_ms"] = 1400.0         # a capture inside step_ms
+    # outliers: 1400 and 11 ms, (1400 + 11) / (598 x 2 + 1400 + 11) = 54.1% of the time
+    with pytest.raises(AtlasError) as e:
+        throughput(_timed_run(tmp_path / "capture", "a", s))
+    assert str(e.value) == (
+        f"{tmp_path / 'capture'}: doc 3 turn 0 step 0 took 1400.0 ms, 700x the median verify step (2.000 ms); "
+        "2 step(s) above 5x their kind's median make 54.1% of the step time: warm-up inside step_ms? "
+        "(a run made before warm-up was timed apart in warmup_ms: re-run it)")
+    s["warmup_ms"] = np.float32(np.nan)                               # a run that timed its warm-up apart
+    with pytest.raises(AtlasError, match=r"54\.1% of the step time: .*its warm-up was timed apart: a busy host"):
+        throughput(_timed_run(tmp_path / "new", "a", s))
+    g = _steps(gate_below=0.5, seed=1)                                 # serial steps have their own median
+    g.loc[g.k == 0, "step_ms"] = 0.2
+    first_serial = g[g.k == 0].groupby("doc_id").head(1).index               # each document's first one
+    g.loc[first_serial, "step_ms"] = 1.5                                       # 7.5x the serial median
+    with pytest.raises(AtlasError, match=r"7x the median serial step \(0\.200 ms\)"):
+        economics(_timed_run(tmp_path / "u", "draft_conf_000", _steps()), [_timed_run(tmp_path / "g", "g", g)])

@@ -5,9 +5,10 @@ from pathlib import Path
 import pytest
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis.prereg import evaluate, load_prereg
+from atlas_ab.analysis.criteria import evaluate
 from atlas_ab.analysis.sizing import design_effect, power_at, solve
 from atlas_ab.analysis.stats import difference, rate
+from atlas_ab.config.prereg import load_prereg
 
 SHIPPED = Path(__file__).parents[2] / "analysis/prereg/refeed_p2_uncond.yaml"
 Z80 = 0.8416212335729143     # Phi^-1(0.8)
@@ -50,11 +51,11 @@ def test_power_inputs_are_checked():
 
 
 def test_shipped_prereg_is_the_seeds_criterion():
-    pr = load_prereg(SHIPPED)
-    assert (pr.primary_metric, pr.direction, pr.min_effect, pr.threshold_sd) == ("p2_uncond", "increase",
-                                                                                 0.015, 3.0)
-    assert (pr.control, pr.treatment, pr.decides) == ("catchup_on", "refeed_on", "binomial")
-    assert len(pr.sha256) == 64
+    s = load_prereg(SHIPPED).spec
+    assert (s.primary_metric, s.direction, s.min_effect, s.threshold_sd) == ("p2_uncond", "increase", 0.015, 3.0)
+    assert (s.arms.control, s.arms.treatment, s.decides, s.estimand) == ("catchup_on", "refeed_on", "binomial",
+                                                                         "whole_arm")
+    assert s.minimums() == {"min_n_per_arm": 10_000} and len(load_prereg(SHIPPED).sha256) == 64
 
 
 def _diff(p0, n0, p1, n1):
@@ -63,7 +64,7 @@ def _diff(p0, n0, p1, n1):
 
 def test_verdicts():
     pr = load_prereg(SHIPPED)
-    # the seeds' powered A/B: met at 3.9 sd
+    # the reference engine's powered A/B: met at 3.9 sd
     v = evaluate(pr, _diff(0.4182, 10_400, 0.4452, 10_100))
     assert v.status == "MET" and v.z == pytest.approx(3.9, abs=0.05)
     # n = 700 per arm: below the registered minimum

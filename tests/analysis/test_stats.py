@@ -1,4 +1,4 @@
-"""The seeds' powered A/B to the digit, clustered vs i.i.d. uncertainty, the bootstrap."""
+"""The reference engine's powered A/B to the digit, clustered vs i.i.d. uncertainty, the bootstrap."""
 import math
 
 import numpy as np
@@ -123,3 +123,18 @@ def test_ratio_delta_sd_matches_the_mean_se():
     s = doc_sums(cell_counts(df, "a"), "tokens_per_step")
     v = (1 + df.accept_len[df.k >= 1]).to_numpy(float)
     assert s.iid_sd == pytest.approx(v.std(ddof=0) / math.sqrt(len(v)), rel=1e-9)
+
+
+def test_a_relative_difference_carries_both_arms_uncertainty():
+    """Delta method by hand on three clusters: a = 12/30 = 0.4, b = 15/30 = 0.5, b/a = 1.25.
+    u = (ta - a sa)/30 = [-1, 1, 0]/30, v = (tb - b sb)/30 = [1, -1, 0]/30.
+    b - a:     z = v - u = [2, -2, 0]/30,                  Var = 3/2 * 8/900 = 0.0133333
+    b/a - 1:   z = (v - 1.25 u)/0.4 = [0.1875, -0.1875, 0],  Var = 3/2 * 0.0703125 = 0.10546875
+    (the control's sd alone, sd(b - a)/a = 0.2887, would understate it: the arms co-vary here)."""
+    from atlas_ab.analysis.stats import ratio_difference_sd, relative_sd_independent
+
+    ta, sa, tb, sb = [3, 5, 4], [10, 10, 10], [6, 4, 5], [10, 10, 10]
+    assert ratio_difference_sd(ta, sa, tb, sb) == pytest.approx(math.sqrt(1.5 * 8 / 900), rel=1e-12)
+    assert ratio_difference_sd(ta, sa, tb, sb, relative=True) == pytest.approx(math.sqrt(0.10546875), rel=1e-12)
+    # independent arms: (b/a)^2 (Var a / a^2 + Var b / b^2) = 1.5625 (0.01/0.16 + 0.04/0.25) = 0.34765625
+    assert relative_sd_independent(0.4, 0.1, 0.5, 0.2) == pytest.approx(math.sqrt(0.34765625), rel=1e-12)

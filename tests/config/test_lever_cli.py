@@ -1,4 +1,4 @@
-"""The lever table and the seeds' ATLAS_MTP_* env parse (atlas_ab/config/levers.py).
+"""The lever table and the reference engine's ATLAS_MTP_* env parse (atlas_ab/config/levers.py).
 
 (tests/config/test_levers.py, named for this in the brief, holds another engineer's
 runner-level lever invariants; these are the front end's lever tests.)
@@ -12,11 +12,22 @@ from pathlib import Path
 import pytest
 
 from atlas_ab import AtlasError
-from atlas_ab.config.structured import ArmConfig, validate_arm
-from atlas_ab.config.levers import (LEVERS, arm_from_env, arm_to_env, compose_arm, env_draft_conf, env_lines,
-                             env_num_drafts, env_refeed_shift, env_shadow_topk, env_switch, resolved_levers,
-                             table_markdown)
+from atlas_ab.config.levers import (
+    LEVERS,
+    arm_from_env,
+    arm_to_env,
+    compose_arm,
+    env_draft_conf,
+    env_lines,
+    env_num_drafts,
+    env_refeed_shift,
+    env_shadow_topk,
+    env_switch,
+    resolved_levers,
+    table_markdown,
+)
 from atlas_ab.config.paths import CONF_DIR
+from atlas_ab.config.structured import ArmConfig, validate_arm
 
 ARMS = sorted(p.stem for p in (CONF_DIR / "arm").glob("*.yaml"))
 ROOT = Path(__file__).resolve().parents[2]

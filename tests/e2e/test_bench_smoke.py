@@ -9,6 +9,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 needs_default = pytest.mark.skipif(not (ROOT / "atlas_ab/models/default/model.safetensors").exists(),
                                    reason="the embedded default model is not in this checkout")
+# each runs a benchmark script end to end in a subprocess: the whole suite (CI) runs them, the fast tier does not
+pytestmark = pytest.mark.slow
 
 
 def smoke(script: str, tmp_path) -> dict:

@@ -2,7 +2,6 @@
 outside the repository (so the packaged configs and pre-registrations are what is found), on a
 tiny workload (scripts/readme_commands.py says which overrides it appends and how RUN, RUN_A,
 RUN_B and runs/multirun/<date>/<time> are filled). ~65 s on 2 cores: marked slow."""
-import os
 import subprocess
 import sys
 from pathlib import Path

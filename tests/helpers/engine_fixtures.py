@@ -11,10 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
-
 
 # ---- synthetic steps of one request -------------------------------------------------------
 
@@ -183,11 +183,19 @@ class FakeEngine:
     """An OpenAI-compatible server on 127.0.0.1 (port 0) answering in one engine's format.
 
     engine: vllm | sglang | trtllm | llamacpp; mode (vllm): detailed | summary | stats | none;
-    fail_first: the first N POSTs answer 503; vary_k: drafts of random length 1..K."""
+    fail_first: the first N POSTs answer 503; vary_k: drafts of random length 1..K;
+    sampling: every answer's text differs (a server that samples whatever the request says);
+    text_salt: a deterministic text that differs from the unsalted server's on about half the
+    prompts (an arm that decoded other text); perf_delay (trtllm): the first N GETs of
+    /perf_metrics after an answer find nothing yet (a streamed request's metrics recorded after
+    [DONE]); models_raw: (bytes, content type) served for /v1/models instead of JSON;
+    hang_after: POSTs after this many hang for `hang_s` seconds before answering; sglang_stream_400:
+    SGLang's refusal of return_meta_info with stream=true."""
 
     def __init__(self, engine="vllm", K=2, p_cond=(0.6, 0.7), mode="detailed", fail_first=0, vary_k=False,
                  by_depth=False, n_choices=1, final_usage=True, owned_by=None, sglang_version="new",
-                 fail_after=None):
+                 fail_after=None, sampling=False, text_salt=None, perf_delay=0, models_raw=None,
+                 hang_after=None, hang_s=3.0):
         self.engine, self.K, self.p_cond, self.mode = engine, K, p_cond, mode
         self.fail_left, self.vary_k, self.by_depth = fail_first, vary_k, by_depth
         self.fail_after = fail_after  # every POST after this many answers 500 (a dying server)
@@ -195,6 +203,8 @@ class FakeEngine:
         self.owned_by = owned_by or {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp",
                                      "trtllm": "tensorrt_llm"}[engine]
         self.requests, self.perf, self.next_id, self.lock = [], [], 0, threading.Lock()
+        self.sampling, self.text_salt, self.perf_delay, self.models_raw = sampling, text_salt, perf_delay, models_raw
+        self.hang_after, self.hang_s, self.perf_hidden = hang_after, hang_s, 0
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -210,6 +220,8 @@ class FakeEngine:
                 self.wfile.write(data)
 
             def do_GET(self):
+                if self.path == "/v1/models" and outer.models_raw is not None:
+                    return self._send(200, raw=outer.models_raw[0], ctype=outer.models_raw[1])
                 if self.path == "/v1/models":
                     return self._send(200, {"object": "list", "data": [{"id": "fake-model", "object": "model",
                                                                          "owned_by": outer.owned_by}]})
@@ -217,6 +229,9 @@ class FakeEngine:
                     return self._send(200, {"version": "9.9.9-fake"})
                 if self.path == "/perf_metrics" and outer.engine == "trtllm":
                     with outer.lock:
+                        if outer.perf_hidden > 0:        # not recorded yet
+                            outer.perf_hidden -= 1
+                            return self._send(200, [])
                         out, outer.perf = outer.perf, []
                     return self._send(200, out)
                 return self._send(404, {"error": "not found"})
@@ -230,12 +245,24 @@ class FakeEngine:
                         return self._send(503, {"error": "warming up"})
                     if outer.fail_after is not None and len(outer.requests) > outer.fail_after:
                         return self._send(500, {"error": "engine died"})
+                    hang = outer.hang_after is not None and len(outer.requests) > outer.hang_after
+                    if outer.engine == "sglang" and body.get("stream") and body.get("return_meta_info"):
+                        # python/sglang/srt/entrypoints/openai/serving_chat.py: a ValueError -> HTTP 400
+                        return self._send(400, {"object": "error", "message": "return_meta_info is not supported "
+                                                "with streaming. Please set stream=false when using "
+                                                "return_meta_info=true.", "code": 400})
                     code, obj, raw = outer.answer(body)
+                if hang:
+                    time.sleep(outer.hang_s)
                 if raw is not None:
                     return self._send(code, raw=raw, ctype="text/event-stream")
                 return self._send(code, obj)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        # a handler still answering (hang_after) is joined on exit, and a client that gave up on it
+        # (a broken pipe) prints nothing into the next test's stderr
+        self.server.daemon_threads = False
+        self.server.handle_error = lambda request, client_address: None
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
@@ -256,6 +283,11 @@ class FakeEngine:
         C = int(body.get("max_tokens", 16))
         P = prompt_tokens(prompt)
         text = reply_for(prompt, 6)
+        if self.sampling:
+            self.next_draw = getattr(self, "next_draw", 0) + 1
+            text = reply_for(prompt + f"#draw{self.next_draw}", 6)
+        elif self.text_salt is not None and int(hashlib.sha256(prompt.encode()).hexdigest()[0], 16) % 2 == 0:
+            text = reply_for(prompt + self.text_salt, 6)
         ks, accs = chain_steps(prompt, C, self.K, self.p_cond, self.vary_k)
         api = "chat" if "messages" in body else "completions"
         if self.engine == "vllm":
@@ -280,6 +312,12 @@ class FakeEngine:
         if self.engine == "trtllm":
             self.next_id += 1
             self.perf.append(trtllm_entry(self.next_id, ks, accs))
+            self.perf_hidden = self.perf_delay
+            if body.get("stream"):
+                chunks = vllm_stream(text, P, C, None, final_usage=True)
+                chunks[-1].pop("metrics")
+                raw = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+                return 200, None, raw.encode()
             return 200, vllm_response(text, P, C, None, api=api, variant="none"), None
         return 200, llamacpp_response(text, ks, accs, P, C, by_depth=self.by_depth), None
 

@@ -2,7 +2,7 @@
 
 Deterministic: every row is a function of (doc_id, turn, step, levers, seed),
 so an interrupted-and-resumed run must reproduce an uninterrupted one exactly.
-Select it with `runner.impl=tests.helpers.fakerunner:FakeRunner` (the repo root on
+Select it with `runner.engine._target_=tests.helpers.fakerunner.FakeRunner` (the repo root on
 PYTHONPATH). Failure knobs (environment, read at run_wave time):
   FAKE_RUNNER_CRASH_AT=i   raise RuntimeError in wave i
   FAKE_RUNNER_KILL_AT=i    os.kill(self, SIGKILL) at the start of wave i (a hard kill)

@@ -7,12 +7,12 @@ import pandas as pd
 import pyarrow as pa
 import torch
 
-from atlas_ab.speculative.loop import Wave
 from atlas_ab.proposers.draft_model import DraftModelProposer
 from atlas_ab.proposers.mtp_head import MTPProposer
+from atlas_ab.speculative.loop import Wave
 from atlas_ab.speculative.targets import LiveTarget, ReplayTarget
-from atlas_ab.telemetry.fingerprint import fingerprint_rows
 from atlas_ab.speculative.trajectory import Trajectory
+from atlas_ab.telemetry.fingerprint import fingerprint_rows
 
 
 def proposer(models, arm, draft=None):
@@ -29,14 +29,30 @@ def tables(trace):
     return steps, events
 
 
-def run(models, arm, docs, G, target=None, draft=None, inspect=None):
+def run(models, arm, docs, G, target=None, draft=None, inspect=None, hasher=fingerprint_rows):
     """One wave of `arm`; target None = live. Returns (steps, events, trace, wave)."""
-    wave = Wave(target if target is not None else models[0], proposer(models, arm, draft), arm, docs, G,
-                fingerprint_rows=fingerprint_rows)
+    wave = Wave(target if target is not None else LiveTarget(models[0]), proposer(models, arm, draft), arm, docs, G,
+                fingerprint_rows=hasher)
     if inspect is not None:
         wave.on_step = lambda *a: inspect(wave)
     trace = wave.run()
     return (*tables(trace), trace, wave)
+
+
+class HashedRows:
+    """A fingerprint_rows that keeps the BF16 rows it hashed: the events' fp rows in table order,
+    then their fp2 rows (telemetry/events.py hashes a wave's rows in one call)."""
+
+    def __init__(self):
+        self.calls: list[torch.Tensor] = []
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.append(x.detach().clone())
+        return fingerprint_rows(x)
+
+    @property
+    def rows(self) -> torch.Tensor:
+        return torch.cat(self.calls)
 
 
 class RecordingTarget(LiveTarget):

@@ -3,11 +3,10 @@ the A/B end to end (two arms -> report --prereg, mcnemar), each engine's format,
 resume, and the refusals (one line, exit 2)."""
 import json
 
-
 from atlas_ab.analysis.__main__ import main as analysis
 from atlas_ab.analysis.load import load_run
+from atlas_ab.analysis.units import figure, load_units
 from atlas_ab.ingest.collect import main as collect
-from atlas_ab.ingest.counts import figure, load_counts
 from tests.helpers.engine_fixtures import FakeEngine, reply_for
 
 ERR = "atlas_ab.ingest.collect: error: "
@@ -33,8 +32,9 @@ def test_vllm_ab_end_to_end(tmp_path, capsys):
     with FakeEngine("vllm", p_cond=(0.8, 0.85)) as fe:
         assert run(fe, tmp_path, "refeed_on", "--stream") == 0
     capsys.readouterr()
-    # greedy, n = 1, bounded retries (2 x 503 then fine), multi-turn conversations
-    assert len(sent) == 8 + 2 and all(b["temperature"] == 0 and b["n"] == 1 for b in sent)
+    # greedy, n = 1, a fixed seed, bounded retries (2 x 503 then fine), the greedy probe (2), multi-turn
+    assert len(sent) == 8 + 2 + 2 and all(b["temperature"] == 0 and b["n"] == 1 and b["seed"] == 0 for b in sent)
+    assert sent[2] == sent[3] and sent[2]["max_tokens"] == 30          # the same request twice
     turn1 = [b for b in sent if len(b["messages"]) == 3]
     assert len(turn1) == 4
     first = json.dumps(turn1[0]["messages"][:1])
@@ -51,7 +51,7 @@ def test_vllm_ab_end_to_end(tmp_path, capsys):
                       "threshold_sd: 2\ndecides: cluster\narms: {control: catchup_on, treatment: refeed_on}\n"
                       "min_n_per_arm: 30\n")
     assert analysis(["report", str(tmp_path / "refeed_on"), str(tmp_path / "catchup_on"), "--prereg", str(prereg),
-                     "--out", str(tmp_path / "rep"), "--bootstrap", "200"]) == 0
+                     "--out", str(tmp_path / "rep"), "--bootstrap", "200", "--evaluate-unlocked"]) == 0
     capsys.readouterr()
     rep = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert rep["verdicts"][0]["status"] in ("MET", "NOT MET", "UNDERPOWERED") and rep["telemetry"]["refeed_on"]
@@ -61,11 +61,12 @@ def test_vllm_ab_end_to_end(tmp_path, capsys):
 
 
 def test_resume_after_the_server_died(tmp_path, capsys):
-    with FakeEngine("vllm", fail_after=3) as fe:
+    with FakeEngine("vllm", fail_after=2 + 3) as fe:   # the greedy probe, then 3 answers
         code = run(fe, tmp_path, "arm", "--retries", "0", "--concurrency", "1")
     one_error(capsys, code, ["HTTP 500", "engine died"])
     m = json.loads((tmp_path / "arm" / "manifest.json").read_text())
-    assert m["status"] == "running" and len((tmp_path / "arm" / "raw" / "responses.jsonl").read_text().splitlines()) == 3
+    raw = (tmp_path / "arm" / "raw" / "responses.jsonl").read_text()
+    assert m["status"] == "running" and len(raw.splitlines()) == 3
     with FakeEngine("vllm") as fe:
         code = run(fe, tmp_path, "arm")
         one_error(capsys, code, ["unfinished collection", "--resume"])
@@ -73,7 +74,7 @@ def test_resume_after_the_server_died(tmp_path, capsys):
         resent = fe.requests
     with FakeEngine("vllm") as fe:
         assert run(fe, tmp_path, "whole") == 0
-    assert len(resent) == 5  # only what was missing
+    assert len(resent) == 2 + 5  # the probe again (the server may have restarted), then only what was missing
     a, b = load_run(tmp_path / "arm", optional=("position",)), load_run(tmp_path / "whole", optional=("position",))
     cols = ["doc_id", "turn", "step", "k", "accept_len", "position"]
     assert a.steps[cols].equals(b.steps[cols])
@@ -84,8 +85,8 @@ def test_refusals(tmp_path, capsys):
         one_error(capsys, run(fe, tmp_path, "a"), ["metrics.speculative_decoding", "--per-request-spec-decode-metrics"])
     with FakeEngine("vllm", final_usage=False) as fe:
         one_error(capsys, run(fe, tmp_path, "b", "--stream"), ["without the final usage chunk"])
-    with FakeEngine("trtllm") as fe:  # cannot tell the engine from /v1/models
-        one_error(capsys, run(fe, tmp_path, "c"), ["owned_by='tensorrt_llm'", "--engine"])
+    with FakeEngine("vllm", owned_by="openai") as fe:  # cannot tell the engine from /v1/models
+        one_error(capsys, run(fe, tmp_path, "c"), ["owned_by='openai'", "--engine"])
     one_error(capsys, collect(["--url", "http://127.0.0.1:9/v1", "--arm", "d", "--out", str(tmp_path / "d"),
                                *SMALL]), ["cannot reach the server"])
 
@@ -98,11 +99,11 @@ def test_other_engines(tmp_path, capsys):
     assert t.grain == "requests" and "p_i_cond" in t.exact and "position_pairing" in t.not_available
     with FakeEngine("trtllm") as fe:
         assert run(fe, tmp_path, "trt", "--engine", "trtllm") == 0
-    c = load_counts(tmp_path / "trt")
+    c = load_units(tmp_path / "trt")
     assert figure(c, "draft_acceptance_rate").status == "exact" and figure(c, "p1").status == "refused"
     with FakeEngine("llamacpp", K=3, vary_k=True, by_depth=True) as fe:
         assert run(fe, tmp_path, "ik") == 0
-    c = load_counts(tmp_path / "ik")
+    c = load_units(tmp_path / "ik")
     assert figure(c, "p2").status == "exact" and figure(c, "p2_cond").status == "refused"
     assert analysis(["report", str(tmp_path / "ik"), "--out", str(tmp_path / "rep"), "--bootstrap", "0"]) == 0
     assert "not available" in (tmp_path / "rep" / "report.md").read_text()
@@ -116,7 +117,7 @@ def test_prompts_file(tmp_path, capsys):
         assert collect(["--url", fe.url, "--arm", "u", "--out", str(tmp_path / "u"), "--prompts", str(p),
                         "--max-tokens", "20", "--api", "completions", "--no-progress"]) == 0
         bodies = fe.requests
-    assert sorted(b["max_tokens"] for b in bodies) == [12, 20, 20]
+    assert sorted(b["max_tokens"] for b in bodies) == [12, 20, 20, 20, 20]   # the probe: doc 7's first turn twice
     assert any(b["prompt"].startswith("def f(x):") and "return x" in b["prompt"] for b in bodies)
     steps = load_run(tmp_path / "u").steps
     assert sorted(set(zip(steps["doc_id"], steps["turn"]))) == [(1, 0), (7, 0), (7, 1)]

@@ -70,8 +70,11 @@ def test_prompts_are_our_token_ids_continued_with_the_replies_ids(server, tmp_pa
     assert collect(["--url", server.url, "--arm", "a", "--out", str(out), "--token-ids", "--ignore-eos",
                     "--no-progress", "--concurrency", "1", *SET]) == 0
     docs = build_workload(WorkloadConfig(**WL), PACKAGE_DIR / "models" / "default" / "tokenizer.json").docs
-    assert [p for p, _ in server.bodies] == ["/completion"] * 6
-    raw = {(r["doc_id"], r["turn"]): r for r in map(json.loads, (out / "raw" / "responses.jsonl").read_text().splitlines())}
+    # the greedy probe (the first prompt twice, collect.check_greedy), then 3 documents x 2 turns
+    assert [p for p, _ in server.bodies] == ["/completion"] * 8
+    assert server.bodies[0][1]["prompt"] == server.bodies[1][1]["prompt"] == docs[0].chunks[0]
+    lines = (out / "raw" / "responses.jsonl").read_text().splitlines()
+    raw = {(r["doc_id"], r["turn"]): r for r in map(json.loads, lines)}
     for d in docs:
         context = []
         for t, chunk in enumerate(d.chunks):
@@ -97,7 +100,7 @@ def test_token_ids_refused_where_they_cannot_hold(server, tmp_path, capsys):
 def test_resume_continues_with_the_stored_reply_ids(tmp_path, capsys):
     out, whole = tmp_path / "run", tmp_path / "whole"
     args = ["--arm", "a", "--token-ids", "--no-progress", "--concurrency", "1", "--retries", "0", *SET]
-    s = LlamaServerStandIn(fail_after=2)
+    s = LlamaServerStandIn(fail_after=4)     # the greedy probe's 2 requests, then 2 turns
     try:
         assert collect(["--url", s.url, "--out", str(out), *args]) == 2
     finally:
@@ -110,5 +113,6 @@ def test_resume_continues_with_the_stored_reply_ids(tmp_path, capsys):
     finally:
         s.close()
         ref.close()
-    assert len(s.bodies) == 4       # only the missing turns, their prompts as without the interruption
+    # the probe again, then only the missing turns, their prompts as without the interruption
+    assert len(s.bodies) == 2 + 4
     assert all(b in [rb for _, rb in ref.bodies] for _, b in s.bodies)

@@ -31,12 +31,14 @@ def test_counters_verdict_binomial_only(tmp_path, capsys):
     off = ingest("prometheus", [tmp_path / "off.prom"], tmp_path / "ctl").out
     on = ingest("prometheus", [tmp_path / "on.prom"], tmp_path / "trt").out
     assert main(["report", str(on), str(off), "--prereg", str(prereg(tmp_path)), "--out", str(tmp_path / "r"),
-                 "--bootstrap", "100"]) == 0
-    assert capsys.readouterr().out.startswith("MET")
+                 "--bootstrap", "100", "--evaluate-unlocked"]) == 0     # engine runs lock no pre-registration
+    out = capsys.readouterr().out
+    assert out.startswith("WARNING: UNLOCKED") and "\nMET" in out
     v = json.loads((tmp_path / "r" / "report.json").read_text())["verdicts"][0]
     sd = math.hypot(math.sqrt(0.5 * 0.5 / 2000), math.sqrt(0.575 * 0.425 / 2000))
     assert v["delta"] == 0.575 - 0.5 and abs(v["sd"] - sd) < 1e-12
-    one_error(capsys, ["report", on, off, "--prereg", prereg(tmp_path, decides="cluster"), "--out", tmp_path / "r2"],
+    one_error(capsys, ["report", on, off, "--prereg", prereg(tmp_path, decides="cluster"), "--out", tmp_path / "r2",
+                       "--evaluate-unlocked"],
               ["decides by the cluster sd", "global counters have no requests or documents"])
 
 
@@ -45,5 +47,17 @@ def test_token_totals_refuse_p2(tmp_path, capsys):
         (tmp_path / f"{arm}.json").write_text(json.dumps([trtllm_entry(i, [3, 3], [acc, 0]) for i in range(4)]))
         ingest("trtllm", [tmp_path / f"{arm}.json"], tmp_path / arm)
     one_error(capsys, ["report", tmp_path / "ctl", tmp_path / "trt", "--prereg", prereg(tmp_path),
-                       "--out", tmp_path / "r"], [str(tmp_path / "ctl"), "p2_uncond is not available",
-                                                  "token totals only"])
+                       "--out", tmp_path / "r", "--evaluate-unlocked"],
+              [str(tmp_path / "ctl"), "p2_uncond is not available", "token totals only"])
+
+
+def test_turn_class_preregistration_refused_without_steps(tmp_path, capsys):
+    # the report of runs without a step table judged every turn whatever `turns` said; now one line
+    for arm, acc in (("ctl", 1), ("trt", 2)):
+        (tmp_path / f"{arm}.json").write_text(json.dumps([trtllm_entry(i, [3, 3], [acc, 0]) for i in range(12)]))
+        ingest("trtllm", [tmp_path / f"{arm}.json"], tmp_path / arm)
+    p = prereg(tmp_path, metric="draft_acceptance_rate", decides="cluster")
+    p.write_text(p.read_text() + "turns: cold\n")
+    one_error(capsys, ["report", tmp_path / "ctl", tmp_path / "trt", "--prereg", p, "--out", tmp_path / "r",
+                       "--evaluate-unlocked"],
+              ["judges cold turns", "all turns only"])

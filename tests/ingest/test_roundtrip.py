@@ -6,14 +6,14 @@ import pytest
 from atlas_ab import AtlasError
 from atlas_ab.analysis.__main__ import main
 from atlas_ab.analysis.comparison import compare_runs
+from atlas_ab.analysis.export import export
 from atlas_ab.analysis.load import load_run
 from atlas_ab.analysis.metrics import cell_counts, doc_sums
-from atlas_ab.analysis.stats import estimate
 from atlas_ab.analysis.paired import between_runs
+from atlas_ab.analysis.stats import estimate
 from atlas_ab.analysis.synth import simulate_steps, write_run
+from atlas_ab.analysis.units import figure, load_units
 from atlas_ab.ingest import ingest
-from atlas_ab.ingest.counts import figure, load_counts
-from atlas_ab.ingest.export import export
 from tests.helpers.engine_fixtures import greedy_positions
 
 HEAD = ("p1", "p2_uncond", "p2_cond", "tokens_per_step")
@@ -98,7 +98,7 @@ def test_histogram_with_varying_k_gives_what_is_exact(tmp_path, capsys):
     # no step table: the joint of (k, accept_len) is unknown when k varied
     with pytest.raises(AtlasError, match="has no step table"):
         load_run(h)
-    c = load_counts(h)
+    c = load_units(h)
     r = rates(A)
     p1, tok = figure(c, "p1"), figure(c, "tokens_per_step")
     assert p1.status == tok.status == "exact"

@@ -9,10 +9,20 @@ import pytest
 from atlas_ab import AtlasError
 from atlas_ab.analysis.__main__ import main
 from atlas_ab.analysis.load import load_run
+from atlas_ab.analysis.units import exact_difference, figure, load_units
 from atlas_ab.ingest import ingest
-from atlas_ab.ingest.counts import difference, figure, load_counts
-from tests.helpers.engine_fixtures import (llamacpp_response, sglang_meta, sglang_response, trtllm_entry,
-                             trtllm_iterations, trtllm_prom, vllm_prom, vllm_response, vllm_spec, vllm_stream)
+from tests.helpers.engine_fixtures import (
+    llamacpp_response,
+    sglang_meta,
+    sglang_response,
+    trtllm_entry,
+    trtllm_iterations,
+    trtllm_prom,
+    vllm_prom,
+    vllm_response,
+    vllm_spec,
+    vllm_stream,
+)
 
 
 def jsonl(path, records):
@@ -66,7 +76,7 @@ def test_vllm_zero_step_requests_are_missing_not_zero(tmp_path):
                                      wrapped(1, 0, vllm_response("x", 9, 6, spec))])
     res = ingest("vllm", [f], tmp_path / "run")
     assert res.units == 1 and res.dropped == 1
-    c = load_counts(res.out)
+    c = load_units(res.out)
     assert figure(c, "p1").value == 1.0 and figure(c, "p2").value == 0.5
     assert any("missing, not rate 0" in n for n in res.telemetry.notes)
 
@@ -77,7 +87,7 @@ def test_vllm_summary_with_varying_k_bounds(tmp_path):
             "num_spec_steps": 3, "num_accepted_draft_tokens": 3, "num_draft_tokens": 5, "num_spec_tokens": 2}
     res = ingest("vllm", [jsonl(tmp_path / "r.jsonl", [vllm_response("x", 9, 8, spec)])], tmp_path / "run")
     assert res.steps == 0 and res.telemetry.grain == "requests" and res.telemetry.clusters == "request"
-    c = load_counts(res.out)
+    c = load_units(res.out)
     assert figure(c, "p1").value == pytest.approx(2 / 3)
     assert figure(c, "tokens_per_step").value == pytest.approx(2.0)
     assert figure(c, "draft_acceptance_rate").value == pytest.approx(0.6)
@@ -100,7 +110,7 @@ def test_vllm_log_line_gives_token_totals_only(tmp_path):
     res = ingest("vllm", [log], tmp_path / "run")
     t = res.telemetry
     assert t.grain == "counters" and t.exact == ("draft_acceptance_rate",)
-    c = load_counts(res.out)
+    c = load_units(res.out)
     assert figure(c, "draft_acceptance_rate").value == 150 / 250
     assert figure(c, "p1").status == figure(c, "tokens_per_step").status == "refused"
 
@@ -116,7 +126,7 @@ def test_sglang_histogram_writes_steps_and_recomputes_tokens(tmp_path):
     assert res.telemetry.grain == "requests" and res.steps == 4
     st = load_run(res.out).steps
     assert sorted(st["accept_len"]) == [0, 1, 3, 3] and set(st["k"]) == {3}
-    c = load_counts(res.out)
+    c = load_units(res.out)
     assert figure(c, "tokens_per_step").value == 1 + 7 / 4
     assert figure(c, "p3_cond").value == 2 / 2 and figure(c, "p2").value == 2 / 4
 
@@ -125,7 +135,7 @@ def test_sglang_older_names_without_histogram(tmp_path):
     meta = sglang_meta([2] * 5, [2, 2, 1, 0, 0], 2, P=10, C=11, version="old")
     assert "spec_accept_token_num" in meta and "spec_correct_drafts_histogram" not in meta
     res = ingest("sglang", [jsonl(tmp_path / "r.jsonl", [{"text": "x", "meta_info": meta}])], tmp_path / "run")
-    c = load_counts(res.out)
+    c = load_units(res.out)
     assert figure(c, "tokens_per_step").value == 1 + 5 / 5
     assert figure(c, "draft_acceptance_rate").value == 5 / 10
     assert figure(c, "p1").status == "refused" and "token totals only" in figure(c, "p1").reason
@@ -138,14 +148,19 @@ def test_trtllm_perf_metrics_and_iteration_stats(tmp_path):
     (tmp_path / "perf.json").write_text(json.dumps(entries))
     res = ingest("trtllm", [tmp_path / "perf.json"], tmp_path / "run")
     assert res.units == 2 and res.dropped == 1  # request 3 drafted nothing: missing
-    c = load_counts(res.out)
+    c = load_units(res.out)
     dar = figure(c, "draft_acceptance_rate")
-    assert dar.value == 4 / 9 and dar.iid_sd is None and dar.cluster_sd is not None
+    assert dar.value == 4 / 9 and dar.iid_sd is None
+    # requests as clusters, under the analysis' rule for every run (stats.MIN_CLUSTERS): 2 are too few
+    assert dar.cluster_sd is None and "fewer than 10" in dar.rate.cluster_note
+    (tmp_path / "perf12.json").write_text(json.dumps([trtllm_entry(i, [3, 3], [i % 4, 0]) for i in range(12)]))
+    assert figure(load_units(ingest("trtllm", [tmp_path / "perf12.json"], tmp_path / "r12").out),
+                  "draft_acceptance_rate").cluster_sd is not None
     for m in ("p1", "tokens_per_step", "p2_cond"):
         assert figure(c, m).status == "refused"
     (tmp_path / "iter.json").write_text(json.dumps(trtllm_iterations([(6, 4, 2), (0, 0, 0), (3, 0, 1)])))
     res = ingest("trtllm", [tmp_path / "iter.json"], tmp_path / "iter")
-    c = load_counts(res.out)
+    c = load_units(res.out)
     tok = figure(c, "tokens_per_step")
     assert tok.value == (3 + 4) / 3 and tok.cluster_sd is None and res.telemetry.clusters is None
 
@@ -154,7 +169,7 @@ def test_trtllm_perf_metrics_and_iteration_stats(tmp_path):
 
 def test_llamacpp_totals_and_ik_by_depth(tmp_path):
     plain = jsonl(tmp_path / "p.jsonl", [wrapped(0, 0, llamacpp_response("x", [4, 2, 3], [1, 2, 0], 9, 7))])
-    c = load_counts(ingest("llamacpp", [plain], tmp_path / "plain").out)
+    c = load_units(ingest("llamacpp", [plain], tmp_path / "plain").out)
     assert figure(c, "draft_acceptance_rate").value == 3 / 9
     assert figure(c, "p1").status == "refused"
     # ik_llama.cpp: exact per-depth counts with k varying: p_i exact, p_i_cond refused
@@ -162,7 +177,7 @@ def test_llamacpp_totals_and_ik_by_depth(tmp_path):
     ik = jsonl(tmp_path / "ik.jsonl", [wrapped(0, 0, llamacpp_response("x", ks, accs, 9, 9, by_depth=True))])
     res = ingest("llamacpp", [ik], tmp_path / "ik")
     assert res.telemetry.format.startswith("ik_llama") and res.steps == 0
-    c = load_counts(res.out)
+    c = load_units(res.out)
     assert figure(c, "p1").value == 3 / 4 and figure(c, "p2").value == 1 / 3 and figure(c, "p3").value == 0 / 2
     assert figure(c, "tokens_per_step").value == 1 + 4 / 4
     assert figure(c, "p2_cond").status == "refused"
@@ -181,32 +196,35 @@ def test_vllm_counters_before_after(tmp_path):
     res = ingest("prometheus", [tmp_path / "before.prom", tmp_path / "after.prom"], tmp_path / "run")
     t = res.telemetry
     assert t.grain == "counters" and t.clusters is None and "cluster_sd" in t.not_available
-    c = load_counts(res.out)
+    c = load_units(res.out)
     p1, p2, cond = figure(c, "p1"), figure(c, "p2"), figure(c, "p2_cond")
     assert (p1.value, p1.n) == (0.8, 1000) and p1.iid_sd == pytest.approx(math.sqrt(0.8 * 0.2 / 1000))
     assert p1.cluster_sd is None and p2.value == 0.5 and cond.value == 500 / 800
     assert figure(c, "tokens_per_step").value == 1 + 1300 / 1000
     # a second arm: binomial sd only, no cluster sd, no bootstrap
     (tmp_path / "b.prom").write_text(vllm_prom(1000, 2000, 1400, [850, 550]))
-    b = load_counts(ingest("prometheus", [tmp_path / "b.prom"], tmp_path / "b").out)
-    d = difference(c, b, "p2")
+    b = load_units(ingest("prometheus", [tmp_path / "b.prom"], tmp_path / "b").out)
+    d = exact_difference(c, b, "p2")
     assert d.cluster_sd is None and d.bootstrap is None and d.sd == pytest.approx(
         math.hypot(math.sqrt(0.25 / 1000), math.sqrt(0.55 * 0.45 / 1000)))
 
 
 def test_vllm_counters_with_varying_k_and_trtllm_positions(tmp_path):
     (tmp_path / "v.prom").write_text(vllm_prom(100, 180, 100, [70, 30]))  # 180 < 100 x 2: k varied
-    c = load_counts(ingest("prometheus", [tmp_path / "v.prom"], tmp_path / "v").out)
-    assert figure(c, "p1").value == 0.7
-    p2 = figure(c, "p2")  # #(k >= 2) in [max(30, ceil((180 - 100) / 1)) = 80, min(100, 80)] = 80
-    assert p2.status == "bounds" and p2.low == p2.high == 30 / 80
+    c = load_units(ingest("prometheus", [tmp_path / "v.prom"], tmp_path / "v").out)
+    # a draft whose tokens grammar invalidated counts with 0 tokens (tests/ingest/test_as_emitted.py),
+    # so up to 100 - ceil(180 / 2) = 10 drafts may have drafted nothing: #(k >= 1) in [90, 100]
+    p1 = figure(c, "p1")
+    assert p1.status == "bounds" and (p1.low, p1.high) == (0.7, 70 / 90)
+    p2 = figure(c, "p2")  # #(k >= 2) in [max(30, ceil((180 - 100) / 1)) = 80, min(100, floor(180 / 2))]
+    assert p2.status == "bounds" and (p2.low, p2.high) == (30 / 90, 30 / 80)
     (tmp_path / "t.prom").write_text(trtllm_prom([100, 80, 50], [70, 40, 10]))
-    c = load_counts(ingest("prometheus", [tmp_path / "t.prom"], tmp_path / "t").out)
+    c = load_units(ingest("prometheus", [tmp_path / "t.prom"], tmp_path / "t").out)
     assert [figure(c, f"p{i}").value for i in (1, 2, 3)] == [0.7, 0.5, 0.2]
     assert figure(c, "p2_cond").status == "refused" and figure(c, "tokens_per_step").value == 1 + 120 / 100
 
 
-# --- the seeds' engine log ---------------------------------------------------------------------
+# --- the reference engine log ---------------------------------------------------------------------
 
 def test_atlas_log_events_and_fingerprints(tmp_path, capsys):
     log = tmp_path / "serve.log"
@@ -235,9 +253,14 @@ def test_atlas_log_events_and_fingerprints(tmp_path, capsys):
 def test_docs_counts_table_is_the_schema():
     from pathlib import Path
 
-    from atlas_ab.ingest.tables import count_markdown
+    from atlas_ab.ingest import ignored_markdown
 
-    assert count_markdown() in (Path(__file__).parents[2] / "docs" / "ingest.md").read_text()
+    assert ignored_markdown() in (Path(__file__).parents[2] / "docs" / "ingest.md").read_text()
+
+    from atlas_ab.telemetry.schema import COUNT_COLUMNS, markdown_table
+
+    docs = (Path(__file__).parents[2] / "docs" / "ingest.md").read_text()
+    assert markdown_table(COUNT_COLUMNS, required=False) in docs
 
 
 def test_no_positions_without_carried_documents(tmp_path):
@@ -246,3 +269,22 @@ def test_no_positions_without_carried_documents(tmp_path):
     t = res.telemetry
     assert t.clusters == "request" and "cannot be matched" in t.why_not("position_pairing")
     assert "position" not in load_run(res.out).steps.columns
+
+
+def test_registry_and_one_reader():
+    """Every source is one module with one signature; the collector and the ingest read JSON,
+    JSON lines and SSE with the same functions."""
+    import importlib
+    import inspect
+
+    from atlas_ab.ingest import SOURCES, collect, jsonio, records
+
+    for name, path in SOURCES.items():
+        mod = importlib.import_module(path)
+        entry = getattr(mod, "units", None) or mod.events
+        assert list(inspect.signature(entry).parameters)[0] == "paths", name
+        assert set(getattr(mod, "OPTIONS", ())) <= set(inspect.signature(entry).parameters), name
+    assert collect.sse_payloads is jsonio.sse_payloads and records.json_items is jsonio.json_items
+    with pytest.raises(AtlasError, match="applies to sglang only, not to vllm"):
+        from atlas_ab.ingest import source_units
+        source_units("vllm", [], k=3)

@@ -11,9 +11,11 @@ from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.proposers.rowspace import rows_to_trim
 from tests.helpers.tiny import tiny_models
 
+pytestmark = pytest.mark.float_sensitive
+
 
 def test_seed_examples_of_the_compact_trim():
-    # The seeds' comment: "K=2: drafted 1, accepted 0 -> trim 1. accepted 1 -> trim 0.
+    # The reference engine's comment: "K=2: drafted 1, accepted 0 -> trim 1. accepted 1 -> trim 0.
     # K=3: drafted 2, accepted 0 -> trim 2. accepted 1 -> trim 1. accepted 2 -> trim 0."
     assert [rows_to_trim("compact", 1, a, False) for a in (0, 1)] == [1, 0]
     assert [rows_to_trim("compact", 2, a, False) for a in (0, 1, 2)] == [2, 1, 0]

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE = ["runner.impl=tests.helpers.fakerunner:FakeRunner", "runner.device=cpu"]
+FAKE = ["runner.engine._target_=tests.helpers.fakerunner.FakeRunner", "runner.device=cpu"]
 
 
 def _env(**extra):
@@ -125,6 +125,7 @@ def _kill_resume_compare(tmp_path, base, env_killed):
     mk, mf = manifest(killed), manifest(full)
     assert mk["status"] == mf["status"] == "complete" and mk["resumed"] and not mf["resumed"]
     assert [s["wave"] for s in mk["shards"]] == list(range(mf["waves"]["total"]))
+    # bit for bit: both processes take the default thread count and run each wave in the same shapes
     assert steps_of(killed).equals(steps_of(full))
     assert mk["rows"] == mf["rows"] and mk["workload"]["hash"] == mf["workload"]["hash"]
     # the original config is kept; the resume's own is filed beside it
@@ -175,8 +176,8 @@ def test_joblib_two_arm_sweep_fake(tmp_path):
 def tiny_ckpt(tmp_path_factory):
     """A tiny MTP checkpoint with the embedded tokenizer (the real model may not be trained yet)."""
     torch = pytest.importorskip("torch")
-    from tests.helpers.tiny import tiny_models
     from atlas_ab.runtime import checkpoint
+    from tests.helpers.tiny import tiny_models
 
     d = tmp_path_factory.mktemp("ckpt")
     trunk, mtp = tiny_models(vocab=4096)
@@ -218,7 +219,7 @@ def test_real_joblib_two_arm_sweep(tmp_path, tiny_ckpt):
 
 
 def test_arm_env_takes_the_levers_from_atlas_mtp_variables(tmp_path):
-    """`+arm=env` runs what the engine would run under ATLAS_MTP_*: parsed and clamped as the seeds."""
+    """`+arm=env` runs what the engine would run under ATLAS_MTP_*: parsed and clamped as the reference engine."""
     env = {**_env(), "ATLAS_MTP_CATCHUP": "1", "ATLAS_MTP_REFEED_ACCEPTED": "1",
            "ATLAS_MTP_REFEED_SHIFT": "9", "ATLAS_MTP_SHADOW_TOPK": "12"}
     d = tmp_path / "env"

@@ -3,9 +3,10 @@ import pytest
 import torch
 
 from atlas_ab.config.structured import ArmConfig
+from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.speculative.gate import check
 from atlas_ab.speculative.loop import Wave
-from atlas_ab.proposers.mtp_head import MTPProposer
+from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.telemetry.fingerprint import fingerprint_rows
 from tests.helpers.tiny import tiny_docs, tiny_models
 
@@ -28,15 +29,16 @@ def test_gpu_wave_is_lossless_up_to_near_ties(models, arm, graphs):
     docs = tiny_docs(n=8, turns=2, chunk=12)
     prop = MTPProposer(trunk, mtp, arm.row_space, arm.refeed, graphs=graphs)
     fp = fingerprint_rows if arm.fingerprints_on else None
-    trace = Wave(trunk, prop, arm, docs, G, fingerprint_rows=fp, graphs=graphs).run()
+    trace = Wave(LiveTarget(trunk, graphs), prop, arm, docs, G, fingerprint_rows=fp).run()
     gate = check(trunk, docs, trace.generated, G, list(range(8)))
     assert gate.passed, gate.first_divergence
     steps = trace.steps.table().to_pandas()
     assert (steps.accept_len <= steps.k).all() and steps.accept_len.max() >= 1
     if trace.events is not None:
-        from atlas_ab.analysis.fingerprints import fingerprint_table
         import pandas as pd
         import pyarrow as pa
+
+        from atlas_ab.analysis.fingerprints import fingerprint_table
         ev = trace.events.table().to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
         t = fingerprint_table(ev, "compact")
         assert all(r.ok for r in t.rows), t.summary()
@@ -50,7 +52,7 @@ def test_gpu_draft_model_is_lossless_up_to_near_ties(models, graphs):
     draft = tiny_draft(trunk).cuda().to(torch.bfloat16)   # built on the CPU from the GPU weights
     docs = tiny_docs(n=8, turns=2, chunk=12)
     arm = ArmConfig(proposer="draft_model", num_drafts=3)
-    trace = Wave(trunk, DraftModelProposer(draft, graphs=graphs), arm, docs, G, graphs=graphs).run()
+    trace = Wave(LiveTarget(trunk, graphs), DraftModelProposer(draft, graphs=graphs), arm, docs, G).run()
     gate = check(trunk, docs, trace.generated, G, list(range(8)))
     assert gate.passed, gate.first_divergence
     assert trace.steps.table().to_pandas().accept_len.max() >= 1
@@ -71,9 +73,9 @@ def test_gpu_replay_commits_the_stored_text_and_is_measured_against_live(models,
     fp = fingerprint_rows if arm.fingerprints_on else None
     waves = {}
     for mode in ("live", "replay"):
-        target = trunk if mode == "live" else ReplayTarget(traj, "cuda")
+        target = LiveTarget(trunk, True) if mode == "live" else ReplayTarget(traj, "cuda")
         prop = MTPProposer(trunk, mtp, arm.row_space, arm.refeed, graphs=True)
-        waves[mode] = Wave(target, prop, arm, docs, G, fingerprint_rows=fp, graphs=True).run()
+        waves[mode] = Wave(target, prop, arm, docs, G, fingerprint_rows=fp).run()
     rep = waves["replay"]
     assert replay_gate(traj, rep.generated)["passed"]
     steps = rep.steps.table().to_pandas()

@@ -26,6 +26,7 @@ def test_checkpoint_init_needs_a_path():
 
 def test_no_cuda_here_is_one_line():
     import torch
+
     from atlas_ab.run.runner import resolve_device
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")

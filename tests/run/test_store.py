@@ -10,12 +10,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from atlas_ab import AtlasError
+from atlas_ab.atomic import write_table
+from atlas_ab.config.paths import CONF_DIR, PACKAGE_ROOT, resolve_path
 from atlas_ab.run.session import acceptance_summary, run
-from atlas_ab.config.paths import PACKAGE_ROOT, resolve_path
-from atlas_ab.config.paths import CONF_DIR
-from atlas_ab.run.store import RunStore, aggregate_gate, config_diff, write_table_atomic
+from atlas_ab.run.store import RunStore, aggregate_gate, config_diff
 
-FAKE = "runner.impl=tests.helpers.fakerunner:FakeRunner"
+FAKE = "runner.engine._target_=tests.helpers.fakerunner.FakeRunner"
 BASE = [FAKE, "workload=tiny", "runner.device=cpu", "runner.batch_width=1", "runner.progress=false"]
 
 
@@ -70,7 +70,7 @@ def test_groups_and_presets():
     assert all(d.model[k] is None for k in ("hidden_size", "num_hidden_layers", "vocab_size"))
     s = cfg_of("+study=refeed")
     assert list(s.study.arms) == ["catchup_on", "refeed_on"]
-    assert list(s.study.preregs) == ["analysis/prereg/refeed_p2_uncond.yaml"]
+    assert list(s.study.preregs) == ["refeed_p2_uncond"]
 
 
 @pytest.mark.parametrize("override,match", [
@@ -104,7 +104,7 @@ def test_launcher_configs_compose():
 
 def test_atomic_writes_leave_no_tmp(tmp_path):
     t = pa.table({"x": [1, 2]})
-    write_table_atomic(tmp_path / "a.parquet", t)
+    write_table(tmp_path / "a.parquet", t)
     assert pq.read_table(tmp_path / "a.parquet").equals(t) and not list(tmp_path.glob("*.tmp"))
 
 
@@ -132,13 +132,15 @@ def test_complete_run_manifest(tmp_path):
     assert sorted(p.name for p in (d / "steps").iterdir()) == [f"part-{i:05d}.parquet" for i in range(4)]
     assert all(s["events"] for s in m["shards"])  # refeed has a ring: fingerprints on
     assert m["rows"]["steps"] == sum(s["rows"] for s in m["shards"]) == steps_of(d).num_rows
-    for key in ("arm", "levers", "row_space", "proposer", "model", "workload", "git", "versions", "device",
+    for key in ("arm", "levers", "row_space", "proposer", "model", "workload", "code", "versions", "device",
                 "dtype", "seed", "started", "finished", "gate", "preregs", "config", "mode"):
         assert key in m, key
     assert m["levers"]["refeed"] and m["levers"]["fingerprints"] is True
+    assert m["engine"] == "tests.helpers.fakerunner.FakeRunner"     # the class runner.engine._target_ named
     assert m["model"]["hash"].startswith("sha256:") and m["workload"]["hash"].startswith("sha256:")
     assert m["gate"]["passed"] is True and m["gate"]["checked_sequences"] == 4
-    assert set(m["git"]) == {"commit", "dirty"}
+    assert m["code"]["hash"].startswith("sha256:") and m["code"]["files"] > 100
+    assert set(m["code"]) == {"hash", "files", "commit", "commit_why"} and "git" not in m
     assert {"p1", "p2_uncond", "p2_cond", "tokens_per_step", "n_steps"} <= set(m["summary"])
     assert not list(d.rglob("*.tmp"))
 
@@ -220,6 +222,7 @@ def test_fresh_run_refuses_a_directory_holding_a_run(tmp_path):
     (["+arm=baseline", "model.path=/nonexistent/ckpt"], "not found"),
     (["+arm=baseline", "model=path"], "model.path is required"),
     (["+arm=k1", "+study=refeed"], "not in study"),
+    (["+arm=baseline", "runner.engine._target_=tests.helpers.nosuch.Runner"], "cannot be loaded"),
 ])
 def test_bad_input_fails_before_loading_and_leaves_no_data(tmp_path, overrides, match):
     d = tmp_path / "r"

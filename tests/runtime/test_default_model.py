@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from atlas_ab.workload.corpus import build_corpus, file_sha256
 from atlas_ab.runtime import checkpoint
+from atlas_ab.workload.corpus import build_corpus, file_sha256
 
 MODELS = Path(__file__).resolve().parents[2] / "atlas_ab" / "models"
 DEFAULT, DRAFT = MODELS / "default", MODELS / "draft"

@@ -3,10 +3,11 @@
 import pytest
 import torch
 
+pytestmark = pytest.mark.float_sensitive
+
 transformers = pytest.importorskip("transformers")
 
-from atlas_ab.runtime import ModelArgs
-from atlas_ab.runtime import checkpoint as ckpt
+from atlas_ab.runtime import ModelArgs, checkpoint as ckpt
 
 COMMON = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5)

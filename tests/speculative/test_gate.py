@@ -8,10 +8,13 @@ import pytest
 import torch
 
 from atlas_ab.config.structured import ArmConfig
+from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.speculative.gate import FORWARD_ERROR, check, forward_error, replay_greedy, resolution, trunk_in
 from atlas_ab.speculative.loop import Wave
-from atlas_ab.proposers.mtp_head import MTPProposer
+from atlas_ab.speculative.targets import LiveTarget
 from tests.helpers.tiny import tiny_docs, tiny_models
+
+pytestmark = pytest.mark.float_sensitive
 
 G = 8
 
@@ -109,7 +112,7 @@ def _wave(models, dtype, docs, monkeypatch=None, inject_at=None):
     if inject_at is not None:
         inject_lossy_commit(monkeypatch, inject_at)
     arm = ArmConfig(catchup=True, refeed=True)
-    trace = Wave(trunk, MTPProposer(trunk, mtp, arm.row_space, arm.refeed), arm, docs, G).run()
+    trace = Wave(LiveTarget(trunk), MTPProposer(trunk, mtp, arm.row_space, arm.refeed), arm, docs, G).run()
     return check(trunk, docs, trace.generated, G, list(range(len(docs))))
 
 

@@ -9,8 +9,8 @@ import torch
 
 from atlas_ab.config.structured import ArmConfig, RunnerConfig, WorkloadConfig
 from atlas_ab.speculative.gate import FORWARD_ERROR, forward_error
-from tests.speculative.test_gate import inject_lossy_commit
 from tests.runtime.test_presets import model_cfg
+from tests.speculative.test_gate import inject_lossy_commit
 
 pytestmark = pytest.mark.gpu
 

@@ -10,7 +10,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-
 from hydra import compose, initialize_config_dir
 
 from atlas_ab import AtlasError
@@ -18,8 +17,10 @@ from atlas_ab.config.paths import CONF_DIR
 from atlas_ab.run.session import run
 from atlas_ab.speculative.trajectory import Trajectory
 from atlas_ab.speculative.trajectory_store import TrajectoryStore, wave_file
+from atlas_ab.telemetry.schema import TIMING_COLUMNS
 
-BASE = ["workload=tiny", "runner.device=cpu", "runner.batch_width=2", "runner.progress=false"]
+# one torch thread, as tests/conftest.py sets for every test: the default (every core) spins on a shared machine
+BASE = ["workload=tiny", "runner.device=cpu", "runner.batch_width=2", "runner.progress=false", "runner.threads=1"]
 
 
 def cfg_of(*overrides):
@@ -30,7 +31,7 @@ def cfg_of(*overrides):
 def steps_of(d: Path) -> pa.Table:
     m = json.loads((d / "manifest.json").read_text())
     t = pa.concat_tables([pq.read_table(d / s["steps"]) for s in m["shards"]])
-    return t.drop(["step_ms", "target", "conf"]).sort_by([("doc_id", "ascending"), ("turn", "ascending"),
+    return t.drop([*TIMING_COLUMNS, "target", "conf"]).sort_by([("doc_id", "ascending"), ("turn", "ascending"),
                                                           ("step", "ascending")])
 
 
@@ -57,10 +58,11 @@ def test_replay_runs_record_their_trajectory_and_equal_live(tmp_path, cache):
     assert m["gate"]["passed"] and m["gate"]["by"] == "live+replay"
     assert m["shards"][1]["gate"]["by"] == "replay"
     steps = pa.concat_tables([pq.read_table(tmp_path / "a" / s["steps"]) for s in m["shards"]])
-    assert steps.column("step_ms").null_count == steps.num_rows         # no timing passes for engine speed
+    # no timing passes for engine speed
+    assert all(steps.column(c).null_count == steps.num_rows for c in TIMING_COLUMNS)
     live = run(cfg_of(*BASE, "+arm=refeed_on"), tmp_path / "live")
     assert live["mode"] == "live" and live["replay"] is None and live["gate"]["by"] == "live"
-    assert steps_of(tmp_path / "a").equals(steps_of(tmp_path / "live"))
+    assert steps_of(tmp_path / "a").equals(steps_of(tmp_path / "live"))   # discrete columns: equal on any CPU
     assert m["summary"] == live["summary"]
     # a second arm of the sweep reuses the stored trajectory
     m2 = replay("catchup_on", cache, tmp_path / "b", "runner.replay_check_waves=0")
@@ -102,7 +104,8 @@ def test_a_corrupt_trajectory_is_refused_in_one_line(tmp_path, cache):
 # -- the cache on its own: concurrency and atomicity --------------------------------------
 
 def tiny_trajectory(i: int) -> Trajectory:
-    return Trajectory(doc_ids=np.array([i]), tokens=np.arange(6, dtype=np.int32)[None], argmax=np.zeros((1, 6), np.int32),
+    return Trajectory(doc_ids=np.array([i]), tokens=np.arange(6, dtype=np.int32)[None],
+                      argmax=np.zeros((1, 6), np.int32),
                       hiddens=torch.full((1, 6, 4), float(i)), ext=np.zeros((1, 1, 8), np.int32),
                       gen_start=np.array([[3]]), margins=np.zeros((1, 6, 2), np.float32), gen_tokens=3)
 

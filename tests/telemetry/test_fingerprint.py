@@ -15,7 +15,13 @@ import pytest
 import torch
 
 from atlas_ab.telemetry.fingerprint import (
-    FNV_OFFSET, fingerprint_reference, fingerprint_rows, fnv1a64, row_bytes, to_hex, to_signed,
+    FNV_OFFSET,
+    fingerprint_reference,
+    fingerprint_rows,
+    fnv1a64,
+    row_bytes,
+    to_hex,
+    to_signed,
     to_unsigned,
 )
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from atlas_ab.analysis import cli
-from atlas_ab.analysis.claims import OPTIONAL, build_claims
+from atlas_ab.analysis.claims import OPTIONAL, build_claims, check_findings
+from atlas_ab.analysis.code_check import check_code
 from atlas_ab.analysis.load import load_run
 
 
@@ -15,7 +16,11 @@ def run(args) -> int:
     for r in runs:
         for w in r.warnings:
             cli.warn(w)
-    data = build_claims(runs, Path(args.out), B=args.bootstrap, seed=args.seed)
+    # every run of the report ran one code (runs made before code hashes: --allow-mismatch, said at its top)
+    mismatches = check_code(runs, args.allow_mismatch)
+    for m in mismatches:
+        cli.warn(m + " (allowed by --allow-mismatch)")
+    data = build_claims(runs, Path(args.out), B=args.bootstrap, seed=args.seed, mismatches=tuple(mismatches))
     if args.json:
         cli.emit_json(data)
     else:
@@ -23,6 +28,11 @@ def run(args) -> int:
             for name, q in g["questions"].items():
                 print(f"{label}  {name}: {q['verdict']['status']}")
         print(f"report: {Path(args.out) / 'report.md'}")
+    if args.findings:
+        bad = check_findings(Path(args.findings).read_text(), data)
+        for b in bad:
+            cli.warn(f"{args.findings}: {b}")
+        return 1 if bad else 0
     return 0
 
 
@@ -32,6 +42,9 @@ def register(subparsers) -> None:
                                                          "+study=claims_conf, for one or more models")
     p.add_argument("--out", required=True, help="output directory (analysis/reports/claims_<date>)")
     p.add_argument("--json", action="store_true", help="also print every number as one JSON object")
-    cli.add_run_flags(p, mismatch=False)
+    p.add_argument("--findings", metavar="FILE",
+                   help="check the workload numbers FILE's prose quotes ('N documents', 'N source files', "
+                        "'N clusters') against the report's; exit 1 naming each that disagrees")
+    cli.add_run_flags(p)
     cli.add_boot_flags(p)
     p.set_defaults(func=run)

@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 from atlas_ab.analysis import cli
+from atlas_ab.analysis.code_check import code_header, code_json
 from atlas_ab.analysis.comparison import compare_runs
+from atlas_ab.analysis.load import check_distinct
 
 
 def run(args) -> int:
     runs, mismatches = cli.load_runs([args.run_a, args.run_b], args)
+    check_distinct(runs)
     comp = compare_runs(runs[0], runs[1], args.metric, B=args.bootstrap, seed=args.seed,
                         mismatches=tuple(mismatches))
-    return cli.emit(args, comp.to_dict(), comp.summary())
+    return cli.emit(args, {**comp.to_dict(), "code": code_json(runs)}, code_header(runs) + "\n" + comp.summary())
 
 
 def register(subparsers) -> None:

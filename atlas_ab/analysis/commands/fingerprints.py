@@ -1,4 +1,4 @@
-"""`fingerprints RUN`: the seeds' REFEED fingerprint verification table of one run."""
+"""`fingerprints RUN`: the reference engine's REFEED fingerprint verification table of one run."""
 from __future__ import annotations
 
 from atlas_ab import AtlasError

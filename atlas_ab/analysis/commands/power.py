@@ -1,10 +1,34 @@
 """`power`: steps per arm to show an effect, and what a given n would show (see sizing.py)."""
 from __future__ import annotations
 
+import math
+
+from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, sizing
+
+#: each flag's valid range, in the words the refusal prints
+RANGES = {
+    "p": (lambda v: 0 <= v <= 1, "a rate in [0, 1]"),
+    "delta": (lambda v: v != 0 and -1 <= v <= 1, "a non-zero difference of rates, in [-1, 1]"),
+    "sd": (lambda v: v > 0, "a threshold in sd, > 0"),
+    "alpha": (lambda v: 0 < v < 1, "a two-sided alpha in (0, 1)"),
+    "power": (lambda v: 0 < v < 1, "a power in (0, 1)"),
+    "icc": (lambda v: 0 <= v <= 1, "an intra-document correlation in [0, 1]"),
+    "m": (lambda v: v >= 1, "steps per document, >= 1"),
+    "n": (lambda v: v >= 1, "steps per arm, >= 1"),
+}
+
+
+def check(args) -> None:
+    """Refuse, naming the flag, a value that is not finite or out of its range."""
+    for flag, (ok, words) in RANGES.items():
+        v = getattr(args, flag)
+        if v is not None and not (math.isfinite(v) and ok(v)):
+            raise AtlasError(f"--{flag} {v}: must be {words}")
 
 
 def run(args) -> int:
+    check(args)
     res = sizing.solve(args.p, args.delta, sd=args.sd, alpha=args.alpha, power=args.power,
                        icc=args.icc, m=args.m, n=args.n)
     return cli.emit(args, res.to_dict(), res.summary())

@@ -1,49 +1,78 @@
-"""`report RUN... [--prereg FILE] [--out DIR]`: the Markdown report of runs (and their pre-registrations)."""
+"""`report RUN... [--prereg FILE] [--out DIR]`: the Markdown report of runs (and their pre-registrations).
+
+Exit status 1 when a pre-registration got no verdict because the runs did not all lock its text
+(UNLOCKED, PREREG CHANGED) and the user did not ask to judge it anyway."""
 from __future__ import annotations
 
 import datetime as _dt
 from pathlib import Path
 
-from atlas_ab.analysis import cli
-from atlas_ab.config.paths import resolve_path
+from atlas_ab.analysis import cli, criteria
+from atlas_ab.analysis.code_check import check_code, code_header, warning_lines
 from atlas_ab.analysis.load import check_provenance
-from atlas_ab.analysis.prereg import load_prereg
 from atlas_ab.analysis.report import build_report
+from atlas_ab.config.paths import resolve_path
+from atlas_ab.config.prereg import registrations
+
+NO_VERDICT = 1
 
 
-def run(args) -> int:
-    from atlas_ab.ingest import counts
+def _grain_report(args, paths, out, prereg) -> int:
+    """Engine runs without a step table: every run as its per-unit table, what its grain makes exact."""
+    from atlas_ab.analysis.grain_report import grain_report
+    from atlas_ab.analysis.units import load_units
 
-    out = Path(args.out) if args.out else Path("analysis/reports") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    prereg = resolve_path(args.prereg) if args.prereg else None
-    paths = cli.expand(args.runs)
-    if any(counts.needs_counts(p, args.allow_incomplete) for p in paths):
-        # engine runs without a step table: the report of what their grain makes exact
-        runs = [counts.load_counts(p, args.allow_incomplete) for p in paths]
-        mismatches = check_provenance(runs, args.allow_mismatch) if len(runs) > 1 else []
-        rep = counts.build_report(runs, out, prereg=load_prereg(prereg) if prereg else None, B=args.bootstrap,
-                                  seed=args.seed, mismatches=tuple(mismatches))
-        if args.json:
-            cli.emit_json(rep.data)
-        else:
-            if rep.verdict:
-                print(rep.verdict.summary())
-            print(f"report: {rep.path}")
-        return 0
-    runs, mismatches = cli.load_runs(paths, args, optional=("oracle_hit2", "position"))
-    rep = build_report(runs, out, prereg=prereg, B=args.bootstrap, seed=args.seed, mismatches=tuple(mismatches),
-                       evaluate_edited=args.evaluate_edited, allow_ungated=args.allow_ungated)
+    runs = [load_units(p, args.allow_incomplete) for p in paths]
+    mismatches = check_provenance(runs, args.allow_mismatch) + check_code(runs, args.allow_mismatch) \
+        if len(runs) > 1 else []
+    reg = registrations({r.arm: r.manifest for r in runs}, prereg)[0] if prereg else None
+    judged = reg is not None and (reg.status == "locked" or (reg.status == "unlocked" and args.evaluate_unlocked)
+                                  or (reg.status == "changed" and args.evaluate_edited))
+    warning = None
+    if reg is not None and reg.status != "locked":
+        none = criteria.changed(reg.locked, reg.prereg) if reg.status == "changed" else criteria.unlocked(reg)
+        warning = (f"**WARNING: {none.status} PRE-REGISTRATION, JUDGED AT THE USER'S REQUEST.** {none.reason}"
+                   if judged else f"**{none.status}: NO VERDICT.** {none.reason}")
+        print(f"WARNING: {none.status} pre-registration {reg.prereg.path.name}, judged at the user's request"
+              if judged else none.summary())
+    rep = grain_report(runs, out, prereg=reg.prereg if judged else None, B=args.bootstrap, seed=args.seed,
+                       mismatches=tuple(mismatches), warning=warning)
     if args.json:
         cli.emit_json(rep.data)
     else:
+        for w in warning_lines(mismatches):
+            print(w)
+        if rep.verdict:
+            print(rep.verdict.summary())
+        print(code_header(runs))
+        print(f"report: {rep.path}")
+    return NO_VERDICT if reg is not None and not judged else 0
+
+
+def run(args) -> int:
+    out = Path(args.out) if args.out else Path("analysis/reports") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    prereg = resolve_path(args.prereg) if args.prereg else None
+    paths = cli.expand(args.runs)
+    from atlas_ab.analysis import units
+
+    if any(units.needs_units(p, args.allow_incomplete) for p in paths):
+        return _grain_report(args, paths, out, prereg)
+    runs, mismatches = cli.load_runs(paths, args, optional=("oracle_hit2", "position"))
+    rep = build_report(runs, out, prereg=prereg, B=args.bootstrap, seed=args.seed, mismatches=tuple(mismatches),
+                       evaluate_edited=args.evaluate_edited, allow_ungated=args.allow_ungated,
+                       evaluate_unlocked=args.evaluate_unlocked)
+    if args.json:
+        cli.emit_json(rep.data)
+    else:
+        for w in warning_lines(mismatches):
+            print(w)
         for j in rep.judged:
-            if j.origin == "edited":
-                print("WARNING: judged against an EDITED pre-registration (--evaluate-edited)")
-            print(j.verdict.summary())
+            print(j.summary())
         if not rep.judged:
             print("no pre-registration to judge (none locked by the runs' study, none given)")
+        print(code_header(runs))
         print(f"report: {rep.path}")
-    return 0
+    return NO_VERDICT if any(j.origin in ("unlocked", "changed") for j in rep.judged) else 0
 
 
 def register(subparsers) -> None:
@@ -53,8 +82,12 @@ def register(subparsers) -> None:
     p.add_argument("--prereg", help="a pre-registration to judge (analysis/prereg/NAME.yaml or NAME); default: "
                                     "the ones the runs' study locked")
     p.add_argument("--evaluate-edited", action="store_true",
-                   help="judge --prereg even though it differs from the text the study locked (the report "
-                        "says so at its top)")
+                   help="judge --prereg even though it differs from the text the study locked under its name "
+                        "(the report says so at its top)")
+    p.add_argument("--evaluate-unlocked", action="store_true",
+                   help="judge a pre-registration that not every arm it names locked (runs made outside a study, "
+                        "engine runs, a renamed copy); the report and stdout mark it UNLOCKED. Without it such a "
+                        "pre-registration gets no verdict and report exits 1")
     p.add_argument("--allow-ungated", action="store_true",
                    help="judge runs whose lossless gate checked nothing (runner.gate_sequences=0)")
     p.add_argument("--out", help="output directory (default analysis/reports/<timestamp>)")

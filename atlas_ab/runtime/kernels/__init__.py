@@ -24,6 +24,7 @@ import torch
 
 from atlas_ab import AtlasError
 
+
 class Choice:
     """A process-wide setting: the environment variable `env` gives the default (options[0] when
     unset); `use(name)` overrides it from then on, and as `with use(name):` only inside."""

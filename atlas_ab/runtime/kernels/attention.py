@@ -28,7 +28,7 @@ from typing import Optional
 
 import torch
 
-from atlas_ab.runtime.kernels import interpreting, sm_count, on_its_device
+from atlas_ab.runtime.kernels import interpreting, on_its_device, sm_count
 from atlas_ab.runtime.kernels.norm import triton_next_pow2
 
 LOG2E = 1.4426950408889634

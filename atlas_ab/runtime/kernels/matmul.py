@@ -9,9 +9,10 @@ splits K (so no second pass, no atomics: results are deterministic, as cuBLAS's 
 Which one runs is a fixed table, never a timing taken at run time: a run must compute the same
 numbers every time it is resumed. "auto" (the default) takes the skinny kernel, with the tile
 listed there, exactly for the (N, K, row bucket) entries of this GPU's `SKINNY_TABLES` entry: the
-weight shapes where bench/bench_forward.py measured it faster than cuBLAS (a table per GPU, as
-engines keep tuned kernel configs per GPU; a GPU without one uses cuBLAS). ATLAS_AB_MATMUL=cublas|triton or `use_matmul(...)`
-forces one side (triton: the skinny kernel for every matmul of <= 64 rows, tiles by `skinny_plan`).
+weight shapes where bench/bench_forward.py found it faster than cuBLAS (a table per GPU, as
+engines keep tuned kernel configs per GPU; a GPU without one uses cuBLAS).
+ATLAS_AB_MATMUL=cublas|triton or `use_matmul(...)` forces one side (triton: the skinny kernel for
+every matmul of <= 64 rows, tiles by `skinny_plan`).
 """
 from __future__ import annotations
 
@@ -21,14 +22,12 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from atlas_ab.runtime.kernels import Choice, interpreting, sm_count, on_its_device
+from atlas_ab.runtime.kernels import Choice, interpreting, on_its_device, sm_count
 
 SKINNY_MAX_ROWS = 64
 # GPU name -> {(N, K, row bucket): (BLOCK_N, BLOCK_K, num_stages)}: where the skinny kernel's best tile beat
-# cuBLAS by > 3% (summed over the bucket's row counts, each matmul over every layer's weight) in
-# bench/bench_forward.py on the H200, 2026-11-29 (bench/results/bench_forward_h200_2026-11-29.*).
-# The GPU preset (d512) gains most (its forward 0.309 -> 0.299 ms at B=16, K=1); at 5.7B only the
-# 16-row draft step's qkv and gate_up (46.4 -> 44.6 us); none at 0.77B. Elsewhere: cuBLAS.
+# cuBLAS by > 3% (summed over the bucket's row counts, each matmul over every layer's weight); elsewhere
+# cuBLAS. From bench/bench_forward.py: bench/RESULTS.md, "The skinny matmul table".
 SKINNY_TABLES: dict = {"NVIDIA H200": {
     (512, 512, 16): (32, 128, 4), (512, 512, 32): (16, 256, 3), (512, 512, 64): (16, 128, 4),
     (512, 1024, 16): (16, 128, 4), (512, 1024, 64): (16, 128, 4), (512, 1408, 64): (16, 128, 4),
@@ -43,7 +42,7 @@ matmul_choice, use_matmul = MATMUL.get, MATMUL.use
 
 @functools.cache
 def skinny_table(device: torch.device) -> dict:
-    """This GPU's table (empty for a GPU nobody measured, and for the CPU): a dict the benchmark
+    """This GPU's table (empty for a GPU without one, and for the CPU): a dict the benchmark
     may fill in place while it measures."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     return SKINNY_TABLES.setdefault(name, {})

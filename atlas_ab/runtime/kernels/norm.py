@@ -7,7 +7,7 @@ differs from F.rms_norm, a few fp32 ulps before the cast.
 
 Why a kernel: the torch path spends 4 launches per norm (cast, rms_norm, cast, mul) plus one for
 the residual add; at 32 layers x 2 norms that is ~320 launches a forward, ~2-3 us each even
-inside a CUDA graph (NOTES: 100 adds from one graph ~85 us).
+inside a CUDA graph (bench/RESULTS.md, "Launch-bound").
 """
 from __future__ import annotations
 

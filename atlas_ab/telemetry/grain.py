@@ -51,6 +51,7 @@ class Telemetry:
     exact: tuple[str, ...]
     not_available: dict[str, str]    # figure -> why not
     notes: tuple[str, ...] = field(default=())
+    ignored: dict[str, str] = field(default_factory=dict)   # field or metric name -> why it was not read
 
     def __post_init__(self):
         if self.grain not in GRAINS:
@@ -69,6 +70,7 @@ class Telemetry:
                  "  exact: " + (", ".join(self.exact) or "nothing")]
         lines += [f"  not available: {k}: {v}" for k, v in self.not_available.items()]
         lines += [f"  note: {n}" for n in self.notes]
+        lines += [f"  ignored: {k}: {v}" for k, v in self.ignored.items()]
         return "\n".join(lines)
 
     __str__ = summary
@@ -76,7 +78,7 @@ class Telemetry:
     def to_dict(self) -> dict:
         return {"source": self.source, "format": self.format, "grain": self.grain,
                 "tables": list(self.tables), "clusters": self.clusters, "exact": list(self.exact),
-                "not_available": dict(self.not_available), "notes": list(self.notes)}
+                "not_available": dict(self.not_available), "notes": list(self.notes), "ignored": dict(self.ignored)}
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "manifest.json") -> "Telemetry":
@@ -84,7 +86,7 @@ class Telemetry:
             return cls(source=str(d["source"]), format=str(d.get("format", "")), grain=str(d["grain"]),
                        tables=tuple(d.get("tables") or ()), clusters=d.get("clusters"),
                        exact=tuple(d.get("exact") or ()), not_available=dict(d.get("not_available") or {}),
-                       notes=tuple(d.get("notes") or ()))
+                       notes=tuple(d.get("notes") or ()), ignored=dict(d.get("ignored") or {}))
         except (KeyError, TypeError, ValueError) as e:
             raise AtlasError(f"{where}: malformed telemetry section ({e.__class__.__name__}: {e})") from None
 

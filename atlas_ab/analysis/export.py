@@ -95,7 +95,9 @@ def export(run_path, fmt: str, out, allow_incomplete: bool = False) -> ExportRes
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": ""},
                                  "finish_reason": "length"}],
                     "usage": usage, "metrics": {"speculative_decoding": spec}}
-        lines.append(json.dumps({"doc_id": int(doc), "turn": int(turn), "response": response}))
+        # the request as sent: greedy, n = 1, no structured output (so no step lost all its drafts)
+        request = {"model": run.arm, "temperature": 0, "n": 1}
+        lines.append(json.dumps({"doc_id": int(doc), "turn": int(turn), "request": request, "response": response}))
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

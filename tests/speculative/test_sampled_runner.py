@@ -1,0 +1,80 @@
+"""A sampled run end to end through the real runner (tiny checkpoint, CPU): live and replay pass the
+distributional gate; a lossy sampler (injected in-process) fails the run; bad sampling configs
+are one line before any model loads."""
+import json
+
+import pytest
+
+from tests.run.test_cli import cli, manifest, tiny_ckpt  # noqa: F401  (the fixture)
+
+SAMPLED = ["+arm=refeed_on", "workload=tiny", "workload.gen_tokens=16", "workload.sampling.temperature=0.7"]
+
+
+def _overrides(ckpt, d, *extra):
+    return [*SAMPLED, "model=path", f"model.path={ckpt}", f"hydra.run.dir={d}", *extra]
+
+
+@pytest.mark.slow
+def test_sampled_run_live_and_replay_pass_the_gate(tmp_path, tiny_ckpt):  # noqa: F811
+    traj = f"runner.trajectories={tmp_path / 'traj'}"
+    for mode in ("live", "replay"):
+        d = tmp_path / mode
+        rc, out, err = cli(*_overrides(tiny_ckpt, d, f"runner.mode={mode}", traj))
+        assert rc == 0, err
+        m = manifest(d)
+        assert m["status"] == "complete" and m["gate"]["passed"] is True, m["gate"]
+        assert "distribution" in m["gate"]["by"] and all(k["p_value"] >= k["alpha"] for k in m["gate"]["ks"])
+        assert m["workload"]["sampling"]["temperature"] == 0.7 and "lossless gate passed" in out
+    assert (tmp_path / "traj").is_dir()
+
+
+def _compose(overrides):
+    from hydra import compose, initialize_config_dir
+
+    from atlas_ab.config.store import CONF_DIR
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="t"):
+        return compose(config_name="config", overrides=overrides)
+
+
+@pytest.mark.slow
+def test_a_lossy_sampler_fails_the_run(tmp_path, tiny_ckpt, monkeypatch):  # noqa: F811
+    from atlas_ab import AtlasError
+    from atlas_ab.run.session import run
+    from atlas_ab.speculative import sampling
+    monkeypatch.setattr(sampling, "_residual", lambda p, q, x: p)      # resample from p, not the residual
+    d = tmp_path / "lossy"
+    cfg = _compose([*SAMPLED, "workload.n_docs=16", "runner.progress=false", "model=path",
+                    f"model.path={tiny_ckpt}"])
+    with pytest.raises(AtlasError, match="lossless gate failed: the committed tokens are not draws"):
+        run(cfg, d)
+    m = json.loads((d / "manifest.json").read_text())
+    assert m["status"] == "failed" and m["gate"]["passed"] is False
+
+
+BAD = {
+    "top_p at greedy": ({"top_p": 0.9}, "top_p=0.9 has no effect at temperature=0"),
+    "negative temperature": ({"temperature": -1.0}, "out of range"),
+    "hot": ({"temperature": 11.0}, "out of range"),
+    "top_p past 1": ({"temperature": 1.0, "top_p": 1.5}, "top_p=1.5"),
+    "negative top_k": ({"temperature": 1.0, "top_k": -1}, "top_k=-1"),
+}
+
+
+@pytest.mark.parametrize("case", BAD, ids=list(BAD))
+def test_bad_sampling_is_refused(case):
+    from atlas_ab import AtlasError
+    from atlas_ab.config.structured import SamplingConfig, validate_sampling
+    fields, must = BAD[case]
+    with pytest.raises(AtlasError, match=must.replace("(", r"\(").replace(")", r"\)")):
+        validate_sampling(SamplingConfig(**fields))
+
+
+@pytest.mark.parametrize("args,must", [
+    (["+arm=baseline", "arm.draft_policy=greedy"], "draft_policy has no effect"),
+    (["+arm=baseline", "workload.sampling.temperature=1", "arm.draft_policy=nucleus"], "draft_policy='nucleus'"),
+], ids=["draft policy at greedy", "unknown policy"])
+def test_bad_sampling_is_one_line(tmp_path, args, must):
+    d = tmp_path / "run"
+    rc, out, err = cli(*args, f"hydra.run.dir={d}", "runner.device=cpu")
+    assert rc == 2 and must in err and len(err.strip().splitlines()) == 1, err
+    assert not (d / "steps").exists()
