@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from llamacpp_compare import engine_side
 
-    from atlas_ab.config.structured import ArmConfig, WorkloadConfig
+    from atlas_ab.config.structured import ArmConfig, SamplingConfig, WorkloadConfig
     from atlas_ab.proposers.base import RowFeed
     from atlas_ab.proposers.mtp_head import MTPProposer
     from atlas_ab.runtime.checkpoint import load
@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     me = json.loads((a.engine / "manifest.json").read_text())
     model = ROOT / "atlas_ab" / "models" / "default"
-    wl = build_workload(WorkloadConfig(**me["workload"]["config"]), model / "tokenizer.json")
+    cfg = dict(me["workload"]["config"])
+    cfg["sampling"] = SamplingConfig(**(cfg.get("sampling") or {}))
+    wl = build_workload(WorkloadConfig(**cfg), model / "tokenizer.json")
     if wl.hash != me["workload"]["hash"]:
         print(f"llamacpp_mtp_rows.py: error: {a.engine} ran another workload", file=sys.stderr)
         return 2
