@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     from atlas_ab.proposers.mtp_head import MTPProposer
     from atlas_ab.runtime.checkpoint import load
     from atlas_ab.speculative.loop import Wave
+    from atlas_ab.speculative.targets import LiveTarget
     from atlas_ab.speculative.trajectory import greedy
     from atlas_ab.workload.documents import build_workload
 
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 super()._prefill_turn(t)
         proposer = MTPProposer(trunk, ck.mtp, "compact", refeed=True, handoff_norm="pre", recycle_norm="pre")
         with torch.no_grad():
-            return budgeted(Row0Wave(trunk, proposer, arm, wl.docs, G).run().steps.table(), K, G)
+            return budgeted(Row0Wave(LiveTarget(trunk), proposer, arm, wl.docs, G).run().steps.table(), K, G)
 
     eng = {k: v[1] for k, v in engine_side(a.engine).items()}
     same_tokens = {k for k, (toks, _) in engine_side(a.engine).items()
