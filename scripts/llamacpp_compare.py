@@ -155,12 +155,14 @@ def reference(m: dict):
     """Our target's greedy tokens and margins for the run's documents, fp32 on the CPU."""
     import torch
 
-    from atlas_ab.config.structured import WorkloadConfig
+    from atlas_ab.config.structured import SamplingConfig, WorkloadConfig
     from atlas_ab.runtime.checkpoint import load
     from atlas_ab.speculative.trajectory import greedy
     from atlas_ab.workload.documents import build_workload
     model = Path(m["model"]["path"])
-    wl = build_workload(WorkloadConfig(**m["config"]["workload"]), model / "tokenizer.json")
+    cfg = dict(m["config"]["workload"])
+    cfg["sampling"] = SamplingConfig(**(cfg.get("sampling") or {}))
+    wl = build_workload(WorkloadConfig(**cfg), model / "tokenizer.json")
     if wl.hash != m["workload"]["hash"]:
         fail(f"the workload rebuilt here ({wl.hash}) is not the run's ({m['workload']['hash']})")
     trunk = load(model, device="cpu", dtype=torch.float32).trunk.eval()

@@ -33,8 +33,8 @@ pytestmark = [pytest.mark.llamacpp, pytest.mark.slow,
 K = 2
 WORKLOAD = {"n_docs": 3, "turns": 3}     # 9 requests: turns >= 1 exercise the server's prompt cache
 # A divergence is tolerated only where our top-1 led the top-2 by less than this (logits): the two
-# fp32 paths (ggml's kernels, torch's) split near-ties. Over the default workload, sequentially, the
-# one divergence was at 0.0015 (docs/ingest.md); 0.01 leaves room for another CPU's kernels.
+# fp32 paths (ggml's kernels, torch's) put that margin up to 0.0068 apart over 512 tokens, and the
+# default workload's divergences were at 0.0015 and 0.0027 (docs/ingest.md).
 NEAR_TIE = 0.01
 
 
@@ -120,10 +120,11 @@ def test_draft_model_agrees_request_by_request(tmp_path):
 
 
 def test_mtp_head_as_mimo2_same_tokens(tmp_path):
-    """Our trunk + MTP layer written as MiMo-V2 (`--spec-type draft-mtp`) against our MTP arm whose row
-    policy is llama.cpp's (every committed position's row, with the target's hidden: drafter_prefill,
-    catchup, refeed). The trunk computes the same tokens; the counts may differ where llama.cpp's extra
-    row at position 0 (token 0 with a zero, or the previous request's, hidden) moves a draft."""
+    """Our trunk + MTP layer written as MiMo-V2 (`--spec-type draft-mtp`) against our MTP arm whose rows
+    are closest to llama.cpp's (every committed position's row, with the target's hidden: drafter_prefill,
+    catchup, refeed). The trunk computes the same tokens; the counts are not held equal: llama.cpp's
+    row at position 0, a gap of ours at turn boundaries and 8 of 121 requests unexplained make them
+    differ (docs/ingest.md, "MTP")."""
     spec = ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(K), "--spec-draft-n-min", "0",
             "--spec-draft-p-min", "0"]
     with llama_server(tmp_path / "server.log", "-m", BUILT["target_mtp"], *spec) as url:
