@@ -21,6 +21,7 @@ from atlas_ab.analysis.code_check import code_of
 from atlas_ab.analysis.load import Run
 from atlas_ab.analysis.metrics import arm_metrics, rates
 from atlas_ab.config.prereg import Prereg, lock_status, locked_texts
+from atlas_ab.telemetry.acceptance import THROUGHPUT
 
 #: What the reference engine's studies measured, per question (docs/reference_engine.md).
 REFERENCE = {
@@ -178,7 +179,8 @@ def _variance_saving(pr: Prereg, group: ModelRuns, sd, B: int, seed: int) -> dic
     from atlas_ab.analysis.metrics import parse_metric, realized
 
     spec = pr.spec
-    if pr.kind != "difference" or sd is None or parse_metric(spec.primary_metric)[0] not in ("expected", "alpha"):
+    if pr.kind != "difference" or sd is None or spec.primary_metric == THROUGHPUT \
+            or parse_metric(spec.primary_metric)[0] not in ("expected", "alpha"):
         return None
     other = realized(spec.primary_metric)
     twin = replace(pr, spec=replace(spec, primary_metric=other))
