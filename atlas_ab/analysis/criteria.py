@@ -388,18 +388,11 @@ def _difference_verdict(pr: Prereg, spec, m: Measured) -> Verdict:
     effect = sign * delta
     z = effect / sd if sd else (math.copysign(math.inf, effect) if sd == 0 and effect else float("nan"))
     power = None if sd is None else (1.0 if sd == 0 else power_at(spec.min_effect, sd, spec.threshold_sd))
-    common = dict(delta=delta, sd=sd, z=z, power_at_min_effect=power, n_control=m.n_control,
-                  n_treatment=m.n_treatment, prereg=pr, **_sd_words(spec.decides, m), counts=m.counts())
-    c, t = spec.arms.control, spec.arms.treatment
-    if sd is None:
-        return Verdict("UNDERPOWERED", f"the registered {spec.decides.value} sd cannot be computed: {why}", **common)
-    short = _short(spec, m.counts(), m, (c, t))
-    if short:
-        return Verdict("UNDERPOWERED", short, **common)
-    if m.identical(spec.estimand):
-        return Verdict("NOT INFORMATIVE", f"{t} and {c} gave identical outcomes at every compared step "
-                       f"({_identity_words(m, spec.estimand)}): the data cannot tell a lever that does nothing from "
-                       "arms that run one code path here", **common)
+    common = _common(pr, spec, m, delta, sd, z, power)
+    early = _not_judgeable(spec, m, sd, why, common, "the data cannot tell a lever that does nothing from arms "
+                           "that run one code path here")
+    if early:
+        return early
     rel = " (relative)" if spec.relative else ""
     if effect >= spec.min_effect and z >= spec.threshold_sd:
         return Verdict("MET", f"{spec.primary_metric}{rel} moved {delta:+.4f} ({z:.1f} sd), "
@@ -413,6 +406,27 @@ def _difference_verdict(pr: Prereg, spec, m: Measured) -> Verdict:
     return Verdict("NOT MET", why, **common)
 
 
+def _common(pr: Prereg, spec, m: Measured, delta: float, sd, z: float, power) -> dict:
+    """The fields every two-arm Verdict carries."""
+    return dict(delta=delta, sd=sd, z=z, power_at_min_effect=power, n_control=m.n_control,
+                n_treatment=m.n_treatment, prereg=pr, **_sd_words(spec.decides, m), counts=m.counts())
+
+
+def _not_judgeable(spec, m: Measured, sd, why, common: dict, identical_means: str) -> Verdict | None:
+    """A two-arm rule's verdicts before its decision: no sd, fewer units than registered, or arms
+    identical by construction (`identical_means`: what that leaves the rule unable to say)."""
+    c, t = spec.arms.control, spec.arms.treatment
+    if sd is None:
+        return Verdict("UNDERPOWERED", f"the registered {spec.decides.value} sd cannot be computed: {why}", **common)
+    short = _short(spec, m.counts(), m, (c, t))
+    if short:
+        return Verdict("UNDERPOWERED", short, **common)
+    if m.identical(spec.estimand):
+        return Verdict("NOT INFORMATIVE", f"{t} and {c} gave identical outcomes at every compared step "
+                       f"({_identity_words(m, spec.estimand)}): {identical_means}", **common)
+    return None
+
+
 def _identity_words(m: Measured, estimand: Estimand) -> str:
     if estimand == Estimand.matched_positions:
         return f"{m.paired.n_pairs:,} matched pairs, none discordant"
@@ -422,18 +436,11 @@ def _identity_words(m: Measured, estimand: Estimand) -> str:
 def _equivalence_verdict(pr: Prereg, spec, m: Measured) -> Verdict:
     delta, sd, why = _effect(spec, m, spec.estimand, spec.decides)
     z = abs(delta) / sd if sd else (0.0 if sd == 0 and delta == 0 else float("nan"))
-    common = dict(delta=delta, sd=sd, z=z, power_at_min_effect=None, n_control=m.n_control,
-                  n_treatment=m.n_treatment, prereg=pr, **_sd_words(spec.decides, m), counts=m.counts())
-    c, t = spec.arms.control, spec.arms.treatment
-    if sd is None:
-        return Verdict("UNDERPOWERED", f"the registered {spec.decides.value} sd cannot be computed: {why}", **common)
-    short = _short(spec, m.counts(), m, (c, t))
-    if short:
-        return Verdict("UNDERPOWERED", short, **common)
-    if m.identical(spec.estimand):
-        return Verdict("NOT INFORMATIVE", f"{t} and {c} gave identical outcomes at every compared step "
-                       f"({_identity_words(m, spec.estimand)}): an equivalence that could not have failed is "
-                       "no evidence that the arms do not differ", **common)
+    common = _common(pr, spec, m, delta, sd, z, None)
+    early = _not_judgeable(spec, m, sd, why, common, "an equivalence that could not have failed is no evidence "
+                           "that the arms do not differ")
+    if early:
+        return early
     bound = abs(delta) + spec.threshold_sd * sd
     if bound <= spec.margin:
         return Verdict("MET", f"|{delta:+.4f}| + {spec.threshold_sd:g} x {sd:.4f} = {bound:.4f} <= the margin "
