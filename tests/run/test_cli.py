@@ -1,8 +1,8 @@
 """`python -m atlas_ab` as a user runs it: subprocesses, one-line errors, kill -9 + resume, joblib sweeps.
 
-Fast tests drive the fake runner (tests/helpers/fakerunner.py) or fail
-before any model loads. The ones marked `slow` drive the real runner on a tiny
-checkpoint written to a temp dir; `pytest -m "not slow"` leaves them out.
+Fast tests fail before any model loads. The ones marked `slow` run the CLI end to end: the fake
+runner (tests/helpers/fakerunner.py) or the real runner on a tiny checkpoint written to a temp
+dir; `pytest -m "not slow"` leaves them out.
 """
 import json
 import os
@@ -133,11 +133,13 @@ def _kill_resume_compare(tmp_path, base, env_killed):
     return mk
 
 
+@pytest.mark.slow        # end to end: a run killed -9 in a subprocess, resumed, and rerun whole
 def test_kill9_then_resume_matches_uninterrupted_fake(tmp_path):
     base = ["+arm=refeed_on", "workload=tiny", "runner.batch_width=1", *FAKE]
     _kill_resume_compare(tmp_path, base, _env(FAKE_RUNNER_KILL_AT=2))
 
 
+@pytest.mark.slow        # three CLI runs end to end (tests/run/test_store.py checks the refusal in-process)
 def test_resume_refuses_changed_config_in_one_line(tmp_path):
     d = tmp_path / "r"
     rc, _, err = cli("+arm=refeed_on", "workload=tiny", "runner.batch_width=1", *FAKE, f"hydra.run.dir={d}",
@@ -161,6 +163,7 @@ def _check_sweep(sweep: Path, arms):
     return ms
 
 
+@pytest.mark.slow        # a joblib sweep end to end, two worker processes
 def test_joblib_two_arm_sweep_fake(tmp_path):
     sweep = tmp_path / "sweep"
     rc, out, err = cli("-m", "hydra/launcher=local_gpus", "+arm=baseline,refeed_on", "workload=tiny", *FAKE,
@@ -218,6 +221,7 @@ def test_real_joblib_two_arm_sweep(tmp_path, tiny_ckpt):
     _check_sweep(sweep, ["baseline", "refeed_on"])
 
 
+@pytest.mark.slow        # two CLI runs end to end (tests/config/test_lever_cli.py parses the env in-process)
 def test_arm_env_takes_the_levers_from_atlas_mtp_variables(tmp_path):
     """`+arm=env` runs what the engine would run under ATLAS_MTP_*: parsed and clamped as the seeds."""
     env = {**_env(), "ATLAS_MTP_CATCHUP": "1", "ATLAS_MTP_REFEED_ACCEPTED": "1",
