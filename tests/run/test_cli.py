@@ -63,14 +63,14 @@ BAD = {
 }
 
 
-def test_bad_inputs_are_one_line_and_leave_no_data(tmp_path):
+def _bad_inputs_are_one_line_and_leave_no_data(tmp_path, names):
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()
     (corrupt / "config.json").write_text("{not json")
     (corrupt / "model.safetensors").write_bytes(b"\x00" * 16)
     procs = {}
-    for name, (args, _) in BAD.items():
-        args = [a.format(corrupt=corrupt) for a in args]
+    for name in names:
+        args = [a.format(corrupt=corrupt) for a in BAD[name][0]]
         run_dir = tmp_path / "runs" / name.replace(" ", "_")
         if not any(a.startswith("hydra.run.dir=") for a in args):
             args.append(f"hydra.run.dir={run_dir}")
@@ -89,7 +89,16 @@ def test_bad_inputs_are_one_line_and_leave_no_data(tmp_path):
             assert not (run_dir / "steps").exists() or not any((run_dir / "steps").iterdir()), name
 
 
-# -- kill -9 and resume (fake runner: fast) ---------------------------------------
+def test_bad_inputs_are_one_line_and_leave_no_data(tmp_path):
+    _bad_inputs_are_one_line_and_leave_no_data(tmp_path, [n for n in BAD if "checkpoint" not in n])
+
+
+@pytest.mark.slow        # the real runner's engine (and torch) loads in each; test_store.py checks them in-process
+def test_bad_checkpoints_are_one_line_and_leave_no_data(tmp_path):
+    _bad_inputs_are_one_line_and_leave_no_data(tmp_path, [n for n in BAD if "checkpoint" in n])
+
+
+# -- kill -9 and resume (fake runner) -------------------------------------------------
 
 def _kill_after_first_shard(p, d: Path, timeout=120):
     t0 = time.time()
