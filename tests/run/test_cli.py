@@ -1,8 +1,8 @@
 """`python -m atlas_ab` as a user runs it: subprocesses, one-line errors, kill -9 + resume, joblib sweeps.
 
-Fast tests drive the fake runner (tests/helpers/fakerunner.py) or fail
-before any model loads. The ones marked `slow` drive the real runner on a tiny
-checkpoint written to a temp dir; `pytest -m "not slow"` leaves them out.
+Fast tests fail before any model loads. The ones marked `slow` run the CLI end to end: the fake
+runner (tests/helpers/fakerunner.py) or the real runner on a tiny checkpoint written to a temp
+dir; `pytest -m "not slow"` leaves them out.
 """
 import json
 import os
@@ -63,14 +63,14 @@ BAD = {
 }
 
 
-def test_bad_inputs_are_one_line_and_leave_no_data(tmp_path):
+def _bad_inputs_are_one_line_and_leave_no_data(tmp_path, names):
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()
     (corrupt / "config.json").write_text("{not json")
     (corrupt / "model.safetensors").write_bytes(b"\x00" * 16)
     procs = {}
-    for name, (args, _) in BAD.items():
-        args = [a.format(corrupt=corrupt) for a in args]
+    for name in names:
+        args = [a.format(corrupt=corrupt) for a in BAD[name][0]]
         run_dir = tmp_path / "runs" / name.replace(" ", "_")
         if not any(a.startswith("hydra.run.dir=") for a in args):
             args.append(f"hydra.run.dir={run_dir}")
@@ -89,7 +89,16 @@ def test_bad_inputs_are_one_line_and_leave_no_data(tmp_path):
             assert not (run_dir / "steps").exists() or not any((run_dir / "steps").iterdir()), name
 
 
-# -- kill -9 and resume (fake runner: fast) ---------------------------------------
+def test_bad_inputs_are_one_line_and_leave_no_data(tmp_path):
+    _bad_inputs_are_one_line_and_leave_no_data(tmp_path, [n for n in BAD if "checkpoint" not in n])
+
+
+@pytest.mark.slow        # the real runner's engine (and torch) loads in each; test_store.py checks them in-process
+def test_bad_checkpoints_are_one_line_and_leave_no_data(tmp_path):
+    _bad_inputs_are_one_line_and_leave_no_data(tmp_path, [n for n in BAD if "checkpoint" in n])
+
+
+# -- kill -9 and resume (fake runner) -------------------------------------------------
 
 def _kill_after_first_shard(p, d: Path, timeout=120):
     t0 = time.time()
@@ -133,11 +142,13 @@ def _kill_resume_compare(tmp_path, base, env_killed):
     return mk
 
 
+@pytest.mark.slow        # end to end: a run killed -9 in a subprocess, resumed, and rerun whole
 def test_kill9_then_resume_matches_uninterrupted_fake(tmp_path):
     base = ["+arm=refeed_on", "workload=tiny", "runner.batch_width=1", *FAKE]
     _kill_resume_compare(tmp_path, base, _env(FAKE_RUNNER_KILL_AT=2))
 
 
+@pytest.mark.slow        # three CLI runs end to end (tests/run/test_store.py checks the refusal in-process)
 def test_resume_refuses_changed_config_in_one_line(tmp_path):
     d = tmp_path / "r"
     rc, _, err = cli("+arm=refeed_on", "workload=tiny", "runner.batch_width=1", *FAKE, f"hydra.run.dir={d}",
@@ -161,6 +172,7 @@ def _check_sweep(sweep: Path, arms):
     return ms
 
 
+@pytest.mark.slow        # a joblib sweep end to end, two worker processes
 def test_joblib_two_arm_sweep_fake(tmp_path):
     sweep = tmp_path / "sweep"
     rc, out, err = cli("-m", "hydra/launcher=local_gpus", "+arm=baseline,refeed_on", "workload=tiny", *FAKE,
@@ -218,6 +230,7 @@ def test_real_joblib_two_arm_sweep(tmp_path, tiny_ckpt):
     _check_sweep(sweep, ["baseline", "refeed_on"])
 
 
+@pytest.mark.slow        # two CLI runs end to end (tests/config/test_lever_cli.py parses the env in-process)
 def test_arm_env_takes_the_levers_from_atlas_mtp_variables(tmp_path):
     """`+arm=env` runs what the engine would run under ATLAS_MTP_*: parsed and clamped as the reference engine."""
     env = {**_env(), "ATLAS_MTP_CATCHUP": "1", "ATLAS_MTP_REFEED_ACCEPTED": "1",

@@ -104,6 +104,7 @@ def _cli(*args):
                           text=True, cwd=ROOT, timeout=300)
 
 
+@pytest.mark.slow        # the CLI end to end; tests/runtime/test_layouts.py checks the refusal in-process
 def test_model_path_refuses_an_unsupported_checkpoint_in_one_line(tmp_path):
     from tests.helpers.mtp_reference import deepseek_checkpoint
     d = tmp_path / "dsv3"

@@ -143,47 +143,58 @@ def assert_hiddens_close(live: Trajectory, stored: Trajectory):
     torch.testing.assert_close(got[seen], want[seen], **HIDDEN_TOL)
 
 
+@pytest.fixture(scope="module")
+def lives(models, draft, docs):
+    """Each arm's live run, once for the module (both replay tests compare with it): its steps,
+    events and trace, the trajectory its own target computed, and the rows its fingerprints hashed."""
+    cache = {}
+
+    def live(name):
+        if name not in cache:
+            rec, rows = RecordingTarget(models[0]), HashedRows()
+            steps, ev, trace, wave = run(models, ARMS[name], docs, G, target=rec, draft=draft, hasher=rows)
+            cache[name] = dict(live=steps, live_ev=ev, live_trace=trace, own=harvest(rec, wave, G, EXTEND),
+                               live_rows=rows.rows if ev is not None else None)
+        return cache[name]
+    return live
+
+
 @pytest.mark.parametrize("name", sorted(ARMS))
-def test_replay_of_the_live_runs_own_target_is_bit_identical(models, draft, docs, name):
+def test_replay_of_the_live_runs_own_target_is_bit_identical(models, draft, docs, lives, name):
     """The state machine: fed the very hiddens and argmaxes its live run computed, replay
     gives the same steps and events, floats and fingerprints included, bit for bit."""
-    arm = ARMS[name]
-    rec = RecordingTarget(models[0])
-    live, live_ev, _, wave = run(models, arm, docs, G, target=rec, draft=draft)
-    traj = harvest(rec, wave, G, EXTEND)
+    arm, lv = ARMS[name], lives(name)
+    traj = lv["own"]
     rep, rep_ev, trace, _ = run(models, arm, docs, G, target=replay_target(traj), draft=draft)
     # bit for bit: the drafter is handed the very tensors live computed, and runs the same shapes on them
-    assert_steps_equal(live, rep, exact_floats=True)
-    if live_ev is not None:
-        pd.testing.assert_frame_equal(live_ev, rep_ev)
+    assert_steps_equal(lv["live"], rep, exact_floats=True)
+    if lv["live_ev"] is not None:
+        pd.testing.assert_frame_equal(lv["live_ev"], rep_ev)
     assert replay_gate(traj, trace.generated)["passed"]
 
 
-def replay_both_ways(models, draft, docs, stored, arm):
-    """`arm` live (recording its verify's hiddens) and replayed over `stored`, each keeping the rows
-    its fingerprints hashed."""
-    rec, live_rows, rep_rows = RecordingTarget(models[0]), HashedRows(), HashedRows()
-    live, live_ev, live_trace, wave = run(models, arm, docs, G, target=rec, draft=draft, hasher=live_rows)
-    rep, rep_ev, trace, _ = run(models, arm, docs, G, target=replay_target(stored), draft=draft, hasher=rep_rows)
-    return dict(live=live, live_ev=live_ev, live_trace=live_trace, rep=rep, rep_ev=rep_ev, trace=trace,
-                live_hiddens=harvest(rec, wave, G, EXTEND), live_rows=live_rows, rep_rows=rep_rows)
+def replayed(models, draft, docs, lives, name, stored):
+    """`name`'s live run and its replay over `stored`, keeping the rows the replay's fingerprints hashed."""
+    rows = HashedRows()
+    rep, rep_ev, trace, _ = run(models, ARMS[name], docs, G, target=replay_target(stored), draft=draft, hasher=rows)
+    return dict(lives(name), rep=rep, rep_ev=rep_ev, trace=trace, rep_rows=rows.rows if rep_ev is not None else None)
 
 
 @pytest.mark.parametrize("name", sorted(ARMS))
-def test_replay_of_the_stored_trajectory_equals_live(models, draft, docs, stored, name):
+def test_replay_of_the_stored_trajectory_equals_live(models, draft, docs, stored, lives, name):
     """Every arm over the one built trajectory: all integer columns (drafts, accept_len,
     positions, rows, gating, oracle hits, top-k ids, commits) and the events' bookkeeping equal
     live mode's exactly. The hiddens, the MTP drafter's probabilities and the fingerprinted BF16
     rows only to rounding (the module docstring says why): the stored hiddens come from one-token
     forwards, the live ones from the K+1-row verify."""
     arm = ARMS[name]
-    both = replay_both_ways(models, draft, docs, stored, arm)
+    both = replayed(models, draft, docs, lives, name, stored)
     live, rep, live_ev, rep_ev, trace = both["live"], both["rep"], both["live_ev"], both["rep_ev"], both["trace"]
     # the draft model reads tokens only: the same kernels on the same shapes in both modes, bit for bit
     assert_steps_equal(live, rep, exact_floats=arm.proposer == "draft_model")
-    assert_hiddens_close(both["live_hiddens"], stored)
+    assert_hiddens_close(both["own"], stored)
     if live_ev is not None:
-        assert_events_match(live_ev, rep_ev, both["live_rows"].rows, both["rep_rows"].rows)
+        assert_events_match(live_ev, rep_ev, both["live_rows"], both["rep_rows"])
         # the table's checks compare each run's own copies of one hidden: equal counts in both modes
         tl, tr = fingerprint_table(live_ev, arm.row_space), fingerprint_table(rep_ev, arm.row_space)
         assert [(r.matched, r.checked) for r in tl.rows] == [(r.matched, r.checked) for r in tr.rows]
@@ -198,18 +209,17 @@ def test_replay_of_the_stored_trajectory_equals_live(models, draft, docs, stored
     assert (c["rows_matched"], c["rows_differ"], c["trajectories_left"]) == (len(live), 0, 0)
 
 
-def test_the_comparison_passes_other_rounding_and_fails_a_lossy_change(models, draft, docs, stored):
+def test_the_comparison_passes_other_rounding_and_fails_a_lossy_change(models, draft, docs, stored, lives):
     """The test above has teeth and no more: stored hiddens nudged by ~8 fp32 ulps (another CPU's
     GEMM rounding, larger than the live-vs-stored gap here) replay to the same steps, and a hashed
     row one BF16 step off (a flipped fingerprint) passes; a dropped accepted token, a wrong draft,
     a lost step, a hashed row of another hidden, or a hidden off by more than rounding fail it."""
-    arm = ARMS["refeed_on"]
     nudged = dataclasses.replace(stored, hiddens=stored.hiddens * (1 + 2.0 ** -20))
-    both = replay_both_ways(models, draft, docs, nudged, arm)
+    both = replayed(models, draft, docs, lives, "refeed_on", nudged)
     live, rep, live_ev, rep_ev = both["live"], both["rep"], both["live_ev"], both["rep_ev"]
-    live_rows, rep_rows = both["live_rows"].rows, both["rep_rows"].rows
+    live_rows, rep_rows = both["live_rows"], both["rep_rows"]
     assert_steps_equal(live, rep, exact_floats=False)
-    assert_hiddens_close(both["live_hiddens"], nudged)
+    assert_hiddens_close(both["own"], nudged)
     assert_events_match(live_ev, rep_ev, live_rows, rep_rows)
     flipped = rep_rows.clone()
     flipped.view(torch.int16)[0, 0] += 1            # one BF16 step: what a rounding boundary does
@@ -223,7 +233,7 @@ def test_the_comparison_passes_other_rounding_and_fails_a_lossy_change(models, d
     with pytest.raises(AssertionError):             # a row of another hidden hashed
         assert_events_match(live_ev, rep_ev, live_rows, rep_rows.roll(1, dims=0))
     with pytest.raises(AssertionError):             # the stored hiddens off by 1e-3: more than rounding
-        assert_hiddens_close(both["live_hiddens"], dataclasses.replace(stored, hiddens=stored.hiddens + 1e-3))
+        assert_hiddens_close(both["own"], dataclasses.replace(stored, hiddens=stored.hiddens + 1e-3))
 
 
 def test_the_builder_is_the_gates_greedy_decode(models, docs, stored):
