@@ -19,6 +19,7 @@ from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, criteria, plots
 from atlas_ab.analysis.code_check import code_of
 from atlas_ab.analysis.load import Run
+from atlas_ab.analysis.markdown import table as _table
 from atlas_ab.analysis.metrics import arm_metrics, rates
 from atlas_ab.config.prereg import Prereg, lock_status, locked_texts
 from atlas_ab.telemetry.acceptance import THROUGHPUT
@@ -97,11 +98,6 @@ def _fmt(v, digits=4) -> str:
     if v is None or v != v:
         return "n/a"
     return f"{v:.{digits}f}"
-
-
-def _table(header, rows) -> list[str]:
-    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
 
 
 def workload_facts(group: ModelRuns) -> list[dict]:

@@ -10,17 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from atlas_ab import AtlasError
+from atlas_ab.analysis.markdown import table as _table
 from atlas_ab.analysis.stats import format_delta
 from atlas_ab.analysis.units import UnitRun, exact_difference, figure, metrics
 
 
 def _fmt(v, digits=4) -> str:
     return "n/a" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{digits}f}"
-
-
-def _table(header, rows) -> list[str]:
-    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
 
 
 @dataclass(frozen=True)

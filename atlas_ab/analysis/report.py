@@ -24,6 +24,7 @@ from atlas_ab.analysis.code_check import code_of
 from atlas_ab.analysis.comparison import Comparison, compare_runs, headline_metrics
 from atlas_ab.analysis.criteria import Judgement, Verdict
 from atlas_ab.analysis.load import Run
+from atlas_ab.analysis.markdown import table as _table
 from atlas_ab.analysis.metrics import TURN_CLASSES, Cells, arm_metrics
 from atlas_ab.analysis.stats import compare as compare_cells, format_delta
 from atlas_ab.config.prereg import Prereg, Registration, registrations
@@ -131,11 +132,6 @@ def _fmt(v, col: str) -> str:
     if col.startswith("n"):
         return f"{int(v):,}"
     return f"{v:.3f}" if col == "tokens_per_step" else f"{v:.4f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            + ["| " + " | ".join(r) + " |" for r in rows])
 
 
 def _headline(comps: list[Comparison], control_arm) -> list[str]:
