@@ -32,7 +32,7 @@ from atlas_ab.config.levers import compose_arm
 from atlas_ab.config.structured import ModelConfig, RunnerConfig, WorkloadConfig
 from atlas_ab.run.runner import Runner
 from atlas_ab.speculative.replay_check import compare_live, replay_gate
-from atlas_ab.speculative.targets import ReplayTarget
+from atlas_ab.speculative.targets import LiveTarget, ReplayTarget
 
 ARMS = ["catchup_on", "refeed_on", "drafter_prefill_on", "ring_prefill_on", "k3"]
 
@@ -56,7 +56,7 @@ def live_arm(arm, model, wl, rc):
     steps = []
     for i in range(len(r.waves)):
         docs = r.docs_of(i)
-        trace, dt = timed(r._wave, r.trunk, docs)
+        trace, dt = timed(r._wave, LiveTarget(r.trunk, r.graphs), docs)
         steps.append((trace.steps.table(), trace.generated))
         wave_s += dt
         gate, dt = timed(r._live_gate, docs, trace)
