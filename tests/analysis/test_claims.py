@@ -67,10 +67,14 @@ def test_findings_prose_numbers_are_checked_against_the_reports_workloads():
 def test_the_committed_findings_quote_their_reports_workloads():
     import json
 
+    from atlas_ab.analysis.claims import check_findings
+
+    checked = []
     for report in sorted((ROOT / "analysis" / "reports").glob("claims_*/report.json")):
         data = json.loads(report.read_text())
         if not all("workload" in g for g in data["models"].values()):
-            pytest.skip(f"{report} predates the workload facts (regenerate it with this code)")
-        from atlas_ab.analysis.claims import check_findings
-
-        assert check_findings((report.parent / "FINDINGS.md").read_text(), data) == []
+            continue          # a report made before the workload facts existed: nothing to check it against
+        assert check_findings((report.parent / "FINDINGS.md").read_text(), data) == [], report
+        checked.append(report)
+    if not checked:
+        pytest.skip("no committed claims report carries the workload facts")
