@@ -18,6 +18,8 @@ from atlas_ab.speculative.trajectory import EXTEND, sampled
 from tests.helpers.tiny import tiny_docs, tiny_draft, tiny_models
 from tests.speculative.test_loop import HostReads
 
+pytestmark = pytest.mark.float_sensitive
+
 G = 8
 
 

@@ -194,7 +194,7 @@ def test_uniforms_are_a_function_of_their_key():
     doc = torch.arange(64)
     a = uniforms.uniform(3, doc[:, None], 1, torch.arange(10)[None, :], 2, uniforms.ACCEPT)
     b = uniforms.uniform(3, doc[17], 1, torch.arange(10), 2, uniforms.ACCEPT)     # one row, another shape
-    assert torch.equal(a[17], b)
+    assert torch.equal(a[17], b)                   # integer hashing, then one exact scaling: any shape
     assert len(torch.unique(a)) == a.numel()
     others = [uniforms.uniform(4, doc[:, None], 1, torch.arange(10)[None, :], 2, uniforms.ACCEPT),
               uniforms.uniform(3, doc[:, None], 2, torch.arange(10)[None, :], 2, uniforms.ACCEPT),
