@@ -66,7 +66,8 @@ def cluster_sd(s: DocSums) -> float:
     return float(_crv1(means, n, np.ones((len(n), 1)), np.arange(len(n)), s.N)[0])
 
 
-def _align(a: DocSums, b: DocSums):
+def align(a: DocSums, b: DocSums):
+    """(the union of both arms' clusters, [(y, n) of each arm on it]): a missing cluster counts 0."""
     docs = np.union1d(a.doc_id, b.doc_id)
     out = []
     for s in (a, b):
@@ -84,7 +85,7 @@ def cluster_sd_difference(control: DocSums, treatment: DocSums) -> float:
     same document in both arms is one cluster, so the covariance that matched
     content induces between the arms is counted rather than assumed away.
     """
-    docs, ((ya, na), (yb, nb)) = _align(control, treatment)
+    docs, ((ya, na), (yb, nb)) = align(control, treatment)
     G = len(docs)
     n = np.concatenate([na, nb])
     y = np.concatenate([ya, yb])
@@ -129,7 +130,7 @@ def bootstrap_difference(control: DocSums, treatment: DocSums, B: int = 2000, se
                          level: float = 0.95) -> Bootstrap:
     """Percentile CI and sd of treatment - control, resampling documents jointly
     (one draw picks the same documents in both arms: content is matched)."""
-    docs, ((ya, na), (yb, nb)) = _align(control, treatment)
+    docs, ((ya, na), (yb, nb)) = align(control, treatment)
     W = _weights(len(docs), B, seed)
     with np.errstate(invalid="ignore", divide="ignore"):
         draws = (W @ yb) / (W @ nb) - (W @ ya) / (W @ na)

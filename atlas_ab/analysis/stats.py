@@ -209,14 +209,8 @@ def relative_sd_independent(a: float, sd_a: float, b: float, sd_b: float) -> flo
 def relative_cluster_sd(control: DocSums, treatment: DocSums) -> float:
     """Clustered sd of treatment / control - 1 of one metric (ratio_difference_sd over the
     clusters of either arm)."""
-    docs = np.union1d(control.doc_id, treatment.doc_id)
-    out = []
-    for s in (control, treatment):
-        idx = np.searchsorted(docs, s.doc_id)
-        y, n = np.zeros(len(docs)), np.zeros(len(docs))
-        y[idx], n[idx] = s.y, s.n
-        out += [y, n]
-    return ratio_difference_sd(*out, relative=True)
+    _, ((ya, na), (yb, nb)) = cluster.align(control, treatment)
+    return ratio_difference_sd(ya, na, yb, nb, relative=True)
 
 
 def estimate(s: DocSums, arm: str = "", B: int = 2000, seed: int = 0) -> Rate:
