@@ -7,8 +7,6 @@ dir; `pytest -m "not slow"` leaves them out.
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,27 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from atlas_ab.telemetry.schema import TIMING_COLUMNS
+from tests.helpers.cli import cli, env_with as _env
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ["runner.engine._target_=tests.helpers.fakerunner.FakeRunner", "runner.device=cpu"]
-
-
-def _env(**extra):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    env.pop("HYDRA_FULL_ERROR", None)
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
-def cli(*args, cwd=None, env=None, wait=True):
-    cmd = [sys.executable, "-m", "atlas_ab", *args]
-    p = subprocess.Popen(cmd, cwd=cwd or ROOT, env=env or _env(), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    if not wait:
-        return p
-    out, err = p.communicate(timeout=300)
-    return p.returncode, out, err
 
 
 def manifest(d: Path) -> dict:

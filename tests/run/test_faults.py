@@ -8,7 +8,6 @@ CAP_SYS_ADMIN; the tests skip without it).
 import ast
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,26 +17,14 @@ import pytest
 
 from atlas_ab.analysis import synth
 from tests.helpers import faults
+from tests.helpers.cli import cli as run_cli, env_with as _env
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = [c for c in faults.CASES.values() if c.argv is not None]
 
 
-def _env(**extra):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    env.pop("HYDRA_FULL_ERROR", None)
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
 def cli(*args, env=None, wait=True):
-    p = subprocess.Popen([sys.executable, "-m", "atlas_ab", *faults.FAKE, *args], cwd=ROOT, env=env or _env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if not wait:
-        return p
-    out, err = p.communicate(timeout=300)
-    return p.returncode, out, err
+    return run_cli(*faults.FAKE, *args, env=env, wait=wait)
 
 
 def manifest(d: Path) -> dict:
