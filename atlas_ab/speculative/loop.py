@@ -134,6 +134,8 @@ class Wave:
         # hidden k). OFF keeps the reference engine's behaviour: only a prefill that starts
         # at position 0 (the cold turn) prefills the drafter.
         if self.arm.drafter_prefill or t == 0:
+            if self.arm.catchup:   # the ring's rows below key start-1 first: the prefill's rows would pass over them
+                self._catchup(np.ones(B, dtype=bool), start, step=-1)
             self._drafter_context(start, count, hid)
 
         self.last_hidden = hid[ar, last].clone()
@@ -262,9 +264,10 @@ class Wave:
         arms with DRAFT_CONF off never make it (the loop's one read per step stands)."""
         return bool(gated.cpu().numpy()[active].all())
 
-    def _catchup(self, active, n) -> np.ndarray:
+    def _catchup(self, active, n, step=None) -> np.ndarray:
         """CATCHUP: feed the gap rows between the drafter's newest row and this
-        propose, from the ring (target hiddens), before proposing."""
+        propose, from the ring (target hiddens), before proposing; or, `step` -1, before
+        a turn's drafter prefill, whose first key is n-1."""
         seq, key = gap_keys(self.ring, self.arm.row_space, self.proposer.last_pair_key(),
                             self.proposer.drafter_rows(), n, active)
         fed = np.zeros(self.B, dtype=np.int64)
@@ -276,7 +279,8 @@ class Wave:
         w = self.proposer.catchup_drafter(feed)
         np.add.at(fed, w.seq, 1)
         if self.ev is not None and len(w):
-            self.ev.add("feed", doc_id=self.doc_ids[w.seq], turn=self.turn, step=self.step_no[w.seq],
+            self.ev.add("feed", doc_id=self.doc_ids[w.seq], turn=self.turn,
+                        step=self.step_no[w.seq] if step is None else np.full(len(w), step),
                         seq=w.seq, rows=w.hiddens, label=w.label, key=w.key, rope=w.rope, slot=w.slot)
         return fed
 
