@@ -143,6 +143,11 @@ class Wave:
         # hidden k). OFF keeps the reference engine's behaviour: only a prefill that starts
         # at position 0 (the cold turn) prefills the drafter.
         if self.arm.drafter_prefill or t == 0:
+            if self.arm.catchup:   # the ring's rows below key start-1 first: the prefill's rows would pass over them
+                plan, lengths = {}, {}
+                self._catchup(np.ones(B, dtype=bool), start, plan, lengths, step=-1)
+                if plan:
+                    self._feed_rows({k: self._t(v) for k, v in plan.items()}, lengths["catchup"])
             self._drafter_context(start, count, hid)
 
         self.last_hidden.copy_(hid[ar, last])     # in place: a captured step reads this buffer
@@ -255,14 +260,18 @@ class Wave:
         """Catch-up rows, then K drafts; returns the Proposal and DRAFT_CONF's gate [B] bool."""
         a = unpack_plan(x, layout)
         if "cu_tok" in a:
-            hid = self.ring.hiddens[torch.arange(self.B, device=x.device)[:, None],
-                                    a["cu_label"].remainder(self.ring.capacity)]     # [B, W, H]
-            self.proposer.write_rows(a["cu_tok"], hid, a["cu_rope"], a["cu_slot"], length["catchup"])
+            self._feed_rows(a, length["catchup"])
         draws = self.verifier.draws(self.target, self.turn, a["pos"][:, 0])
         prop = self.proposer.draft(a, a["last_tok"], self.last_hidden, self.K, self.arm.shadow_topk, draws, length)
         tau = self.arm.draft_conf
         gated = prop.chain_conf < tau if tau > 0 else torch.zeros(self.B, dtype=torch.bool, device=x.device)
         return prop, gated
+
+    def _feed_rows(self, a: dict, length: int) -> None:
+        """Device: the planned catch-up rows (`_catchup`: cu_* [B, W]), their hiddens read from the ring."""
+        hid = self.ring.hiddens[torch.arange(self.B, device=self.device)[:, None],
+                                a["cu_label"].remainder(self.ring.capacity)]          # [B, W, H]
+        self.proposer.write_rows(a["cu_tok"], hid, a["cu_rope"], a["cu_slot"], length)
 
     def _verify(self, x, layout, prop, gated, all_gated: bool, length):
         """Verify and accept, then the device half of the commit (the next propose's hidden, the
@@ -316,9 +325,10 @@ class Wave:
         arms with DRAFT_CONF off never make it (the loop's one read per step stands)."""
         return bool(gated.cpu().numpy()[active].all())
 
-    def _catchup(self, active, n, plan: dict, lengths: dict) -> np.ndarray:
+    def _catchup(self, active, n, plan: dict, lengths: dict, step=None) -> np.ndarray:
         """CATCHUP: plan the gap rows between the drafter's newest row and this propose, fed
-        from the ring (target hiddens) on the device before the drafts. Returns rows fed per sequence."""
+        from the ring (target hiddens) on the device before the drafts; or, `step` -1, before a
+        turn's drafter prefill, whose first key is n-1. Returns rows fed per sequence."""
         seq, key = gap_keys(self.ring, self.arm.row_space, self.proposer.last_pair_key(),
                             self.proposer.drafter_rows(), n, active)
         fed = np.zeros(self.B, dtype=np.int64)
@@ -333,7 +343,8 @@ class Wave:
         lengths["catchup"] = int(rows["slot"].max()) + 1
         np.add.at(fed, w.seq, 1)
         if self.ev is not None and len(w):       # the rows the device will read, as they are now
-            self.ev.add("feed", doc_id=self.doc_ids[w.seq], turn=self.turn, step=self.step_no[w.seq],
+            self.ev.add("feed", doc_id=self.doc_ids[w.seq], turn=self.turn,
+                        step=self.step_no[w.seq] if step is None else np.full(len(w), step),
                         seq=w.seq, rows=self.ring.read(w.seq, w.label), label=w.label, key=w.key, rope=w.rope,
                         slot=w.slot)
         return fed
