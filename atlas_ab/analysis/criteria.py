@@ -38,6 +38,7 @@ from atlas_ab.analysis.stats import (
     relative_cluster_sd,
     relative_sd_independent,
 )
+from atlas_ab.analysis.units import figure
 from atlas_ab.config.prereg import (
     ESTIMAND_WORDS,
     NATURAL_SD,
@@ -594,8 +595,39 @@ JUDGES = {"difference": judge_difference, "equivalence": judge_equivalence, "max
           "oracle": judge_oracle}
 
 
+def _refuse_without_steps(pr: Prereg, runs: list) -> None:
+    """One line for what a run without a step table (units.UnitRun) cannot be judged on: a
+    question other than a difference, a metric its grain does not make exact, a registered sd
+    it lacks, a turn class."""
+    if all(hasattr(r, "steps") for r in runs if r.arm in pr.arms):
+        return
+    if pr.kind != "difference":
+        raise AtlasError(f"{pr.path}: runs without a step table are judged on a difference only, not a {pr.kind}")
+    spec = pr.spec
+    pair = [_run(runs, spec.arms.control, "control", pr), _run(runs, spec.arms.treatment, "treatment", pr)]
+    figs = []
+    for r in pair:
+        f = figure(r, spec.primary_metric)
+        if f.status != "exact":
+            what = "is known only within bounds" if f.status == "bounds" else "is not available"
+            raise AtlasError(f"{r.path}: {f.metric} {what}: {f.reason}")
+        figs.append(f)
+    decides = spec.decides.value
+    if decides == "binomial" and any(f.iid_sd is None for f in figs):
+        raise AtlasError(f"{pr.path}: decides by the i.i.d. sd, which {spec.primary_metric} does not have at this "
+                         "grain (the histogram is missing)")
+    if decides in ("cluster", "bootstrap") and any(r.units.clusters is None for r in pair):
+        raise AtlasError(f"{pr.path}: decides by the {decides} sd; global counters have no requests or documents "
+                         "to cluster (binomial sd only)")
+    if spec.turns != Turns.all:
+        raise AtlasError(f"{pr.path}: judges {spec.turns.value} turns; runs without a step table are judged over "
+                         "all turns only")
+
+
 def judge(pr: Prereg, runs: list[Run], B: int = 2000, seed: int = 0) -> Judgement:
-    """The verdict of a pre-registration on the runs (each arm it names must be among them once)."""
+    """The verdict of a pre-registration on the runs (each arm it names must be among them once;
+    runs without a step table, units.UnitRun, are judged on what their grain makes exact)."""
+    _refuse_without_steps(pr, runs)
     return JUDGES[pr.kind](pr, runs, B, seed)
 
 

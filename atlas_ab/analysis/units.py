@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis.load import check_written, load_run, read_manifest
+from atlas_ab.analysis.load import ManifestFacts, Run, check_written, load_run, read_manifest
 from atlas_ab.analysis.metrics import (
     DAR,
     Units,
@@ -49,7 +49,7 @@ from atlas_ab.telemetry.schema import REQUIRED_COUNT
 
 
 @dataclass(frozen=True)
-class UnitRun:
+class UnitRun(ManifestFacts):
     """A run read as its per-unit table: an ingested counts table, or one reduced from steps."""
 
     path: Path
@@ -57,6 +57,7 @@ class UnitRun:
     manifest: dict | None
     telemetry: Telemetry | None
     units: Units
+    warnings: tuple[str, ...] = ()
 
     @property
     def K(self) -> int:
@@ -76,10 +77,6 @@ class UnitRun:
 
     def why_not(self, figure: str) -> str | None:
         return None if self.telemetry is None else self.telemetry.why_not(figure)
-
-    def hash(self, section: str) -> str | None:
-        """`workload.hash` / `model.hash`, for the same provenance check as step runs."""
-        return ((self.manifest or {}).get(section) or {}).get("hash")
 
     def cells(self) -> Units:
         """What stats.compare takes, as Run.cells() gives a step run's (metrics.doc_sums reads both)."""
@@ -121,12 +118,19 @@ def load_units(path, allow_incomplete: bool = False) -> UnitRun:
         unit = {"doc_id": "document", "request": "request"}.get(tel.clusters) if tel.clusters else None
         units = units_from_counts(df, arm, unit, tel.not_available, str(root))
     else:
-        run = load_run(root, allow_incomplete=allow_incomplete)
-        cmap, cunit = run.clusters
-        units = units_from_steps(run.steps, arm, run.K, cmap, cunit)
+        return from_run(load_run(root, allow_incomplete=allow_incomplete))
     if units.table.empty:
         raise AtlasError(f"{root}: no unit with a verify step")
     return UnitRun(root, arm, manifest, tel, units)
+
+
+def from_run(run: Run) -> UnitRun:
+    """A loaded step run at the per-unit grain (what a report of it beside an engine run reads)."""
+    cmap, cunit = run.clusters
+    units = units_from_steps(run.steps, run.arm, run.K, cmap, cunit)
+    if units.table.empty:
+        raise AtlasError(f"{run.path}: no unit with a verify step")
+    return UnitRun(run.path, run.arm, run.manifest, run.telemetry, units, run.warnings)
 
 
 # ---- one metric of one run -------------------------------------------------------------------
@@ -244,7 +248,8 @@ def figure(run: UnitRun, metric: str, pairing: str = "doc", B: int = 0, seed: in
 
 
 def metrics(K: int) -> list[str]:
-    return ([f"p{i}" for i in range(1, K + 1)] + [f"p{i}_cond" for i in range(2, K + 1)]
+    """Every metric of a run drafting up to K tokens, by its canonical name."""
+    return ([canonical(f"p{i}") for i in range(1, K + 1)] + [f"p{i}_cond" for i in range(2, K + 1)]
             + ["tokens_per_step", DAR])
 
 
@@ -267,6 +272,31 @@ def exact_difference(control: UnitRun, treatment: UnitRun, metric: str, B: int =
                or "global counters: no clusters")
         d = Difference(**{**d.__dict__, "cluster_sd": None, "bootstrap": None, "cluster_note": why})
     return d
+
+
+@dataclass(frozen=True)
+class UnitComparison:
+    """Two runs at their per-unit grain: treatment - control of every metric both grains make
+    exact (report.py renders it beside comparison.Comparison, the step runs' result)."""
+
+    control: str
+    treatment: str
+    headline: dict[str, Difference]
+    primary: Difference | None      # the report's deciding metric, else the first both grains make exact
+
+    def to_dict(self) -> dict:
+        return {"control": self.control, "treatment": self.treatment,
+                "metric": None if self.primary is None else self.primary.metric,
+                "headline": {m: d.to_dict() for m, d in self.headline.items()}}
+
+
+def compare_units(control: UnitRun, treatment: UnitRun, names: list[str], primary: str, B: int = 2000,
+                  seed: int = 0) -> UnitComparison:
+    """exact_difference of each metric in `names` that both runs' grains make exact."""
+    diffs = {m: exact_difference(control, treatment, m, B=B, seed=seed) for m in names
+             if figure(control, m).status == figure(treatment, m).status == "exact"}
+    return UnitComparison(control.arm, treatment.arm, diffs,
+                          diffs.get(canonical(primary)) or next(iter(diffs.values()), None))
 
 
 # ---- two runs paired request by request -------------------------------------------------------

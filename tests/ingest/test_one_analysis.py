@@ -34,7 +34,7 @@ def test_ingest_imports_no_analysis():
     # and the analysis reads runs, engine runs included, without the ingest (only the CLI verb
     # `ingest` calls into it)
     code = ("import sys\n"
-            "import atlas_ab.analysis.units, atlas_ab.analysis.grain_report, atlas_ab.analysis.export\n"
+            "import atlas_ab.analysis.units, atlas_ab.analysis.export\n"
             "import atlas_ab.analysis.report, atlas_ab.analysis.criteria\n"
             "print(','.join(sorted(m for m in sys.modules if m.startswith('atlas_ab.ingest'))))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

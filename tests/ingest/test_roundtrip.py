@@ -115,7 +115,7 @@ def test_histogram_with_varying_k_gives_what_is_exact(tmp_path, capsys):
     # the report says what it can no longer compute
     assert main(["report", str(h), "--out", str(tmp_path / "rep"), "--bootstrap", "0"]) == 0
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "bounds" in md and "not available: needs the joint count" in md
+    assert "bounds" in md and "not available from this grain: needs the joint count" in md
     code = main(["compare", str(h), str(h)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err[-1].startswith(ERR) and "grain 'requests' has no step table" in err[-1]
