@@ -40,7 +40,7 @@ def add_two_runs(p: argparse.ArgumentParser, metric: str, metrics_help: str) -> 
 
 
 def add_boot_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap", type=int, default=2000, metavar="B", help="document bootstrap draws")
+    p.add_argument("--bootstrap", type=int, default=2000, metavar="N_BOOT", help="document bootstrap draws")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
 
 

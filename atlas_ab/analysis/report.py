@@ -110,7 +110,7 @@ def preregs_to_judge(runs: list[Run], given: str | Path | None = None) -> list[R
     return registrations({r.arm: r.manifest for r in runs}, given)
 
 
-def judge_registered(runs: list[Run], todo: list[Registration], B: int, seed: int, allow_ungated: bool,
+def judge_registered(runs: list[Run], todo: list[Registration], n_boot: int, seed: int, allow_ungated: bool,
                      evaluate_edited: bool = False, evaluate_unlocked: bool = False) -> list[Judged]:
     """Each registration's judgement: a verdict where it is locked (or the user asked), none otherwise."""
     out = []
@@ -128,7 +128,7 @@ def judge_registered(runs: list[Run], todo: list[Registration], B: int, seed: in
             out.append(Judged(pr, "unlocked", Judgement(criteria.unlocked(reg)), lk, reg.why))
         else:
             origin = {"locked": "locked", "changed": "edited", "unlocked": "evaluated unlocked"}[reg.status]
-            out.append(Judged(pr, origin, criteria.judge(pr, runs, B=B, seed=seed), lk, reg.why))
+            out.append(Judged(pr, origin, criteria.judge(pr, runs, n_boot=n_boot, seed=seed), lk, reg.why))
     return out
 
 
@@ -164,11 +164,11 @@ def _uncertainty(comps: list[Comparison | UnitComparison]) -> list[str]:
             b = d.bootstrap
             none = f"not computed ({d.cluster_note})" if d.cluster_note else "n/a"
             rows.append([f"{d.treatment.arm} - {d.control.arm}", m, f"{d.delta:+.4f}",
-                         f"{d.sd:.4f} ({d.sd_kind}) {format_delta(d.delta, d.z)}" if math.isfinite(d.sd) else "n/a",
-                         f"{d.cluster_sd:.4f} {format_delta(d.delta, d.z_by('cluster'))}"
-                         if d.cluster_sd is not None else none,
+                         f"{d.se:.4f} ({d.se_kind}) {format_delta(d.delta, d.z)}" if math.isfinite(d.se) else "n/a",
+                         f"{d.cluster_se:.4f} {format_delta(d.delta, d.z_by('cluster'))}"
+                         if d.cluster_se is not None else none,
                          f"{d.deff:.2f}" if d.deff is not None and math.isfinite(d.deff) else "n/a",
-                         f"[{b.ci_low:+.4f}, {b.ci_high:+.4f}] sd {b.sd:.4f}" if b else none])
+                         f"[{b.ci_low:+.4f}, {b.ci_high:+.4f}] sd {b.se:.4f}" if b else none])
     return _table(["comparison", "metric", "delta", "i.i.d. sd", "cluster sd", "design effect",
                    "bootstrap 95% CI (clusters)"], rows)
 
@@ -206,12 +206,12 @@ def _class_deltas(control: Cells, others: list[Cells]) -> tuple[list[str], list[
             if a.table.empty or b.table.empty:
                 continue
             for m in headline_metrics(a, b):
-                d = compare_cells(a, b, m, B=0)
+                d = compare_cells(a, b, m, n_boot=0)
                 if not (d.control.n and d.treatment.n):
                     continue
                 rows.append([f"{t.arm} - {control.arm}", tc, m, f"{d.control.value:.4f}",
                              f"{d.treatment.value:.4f}", str(d),
-                             format_delta(d.delta, d.z_by("cluster")) if d.cluster_sd is not None else "n/a"])
+                             format_delta(d.delta, d.z_by("cluster")) if d.cluster_se is not None else "n/a"])
                 data.append({"treatment": t.arm, "turn_class": tc, **d.to_dict()})
     return _table(["comparison", "turns", "metric", "control", "treatment", "delta (binomial/delta sd)",
                    "delta (cluster sd)"], rows), data
@@ -245,8 +245,8 @@ def _difference_items(judged: list[Judged], comps: list[Comparison | UnitCompari
     if items:
         return items
     return [plots.DifferenceItem(label=f"{d.treatment.arm} - {d.control.arm}\n{d.metric}", delta=d.delta,
-                                 sd=d.cluster_sd if d.cluster_sd is not None else d.sd if math.isfinite(d.sd) else None,
-                                 sd_kind="cluster" if d.cluster_sd is not None else d.sd_kind)
+                                 se=d.cluster_se if d.cluster_se is not None else d.se if math.isfinite(d.se) else None,
+                                 se_kind="cluster" if d.cluster_se is not None else d.se_kind)
             for d in (c.primary for c in comps) if d is not None]
 
 
@@ -259,7 +259,7 @@ def _verdict_lines(j: Judged) -> list[str]:
     if v.status in ("PREREG CHANGED", "UNLOCKED"):
         return lines
     lines.append(f"- observed: {v.measured()}")
-    if v.sd is not None and v.power_at_min_effect is not None:
+    if v.se is not None and v.power_at_min_effect is not None:
         lines.append(f"- power to detect the minimum effect ({pr.spec.min_effect:g}) at {pr.spec.threshold_sd:g} sd "
                      f"given that sd: {v.power_at_min_effect:.2f}")
     if j.judgement.sensitivity is not None:
@@ -274,7 +274,7 @@ def _verdict_lines(j: Judged) -> list[str]:
     return lines
 
 
-def build_report(runs: list[Run | UnitRun], out: Path, prereg: str | Path | None = None, B: int = 2000,
+def build_report(runs: list[Run | UnitRun], out: Path, prereg: str | Path | None = None, n_boot: int = 2000,
                  seed: int = 0, mismatches: tuple[str, ...] = (), evaluate_edited: bool = False,
                  allow_ungated: bool = False, evaluate_unlocked: bool = False) -> Report:
     """The report of `runs`; `prereg` is a file to judge instead of the locked ones. Beside a run
@@ -288,7 +288,7 @@ def build_report(runs: list[Run | UnitRun], out: Path, prereg: str | Path | None
     if any(isinstance(r, UnitRun) for r in runs):
         runs = [r if isinstance(r, UnitRun) else from_run(r) for r in runs]
     steps = not isinstance(runs[0], UnitRun)
-    judged = judge_registered(runs, preregs_to_judge(runs, prereg), B, seed, allow_ungated, evaluate_edited,
+    judged = judge_registered(runs, preregs_to_judge(runs, prereg), n_boot, seed, allow_ungated, evaluate_edited,
                               evaluate_unlocked)
     # the control: the first judged pre-registration's, else the first run
     first = judged[0].prereg if judged else None
@@ -298,13 +298,13 @@ def build_report(runs: list[Run | UnitRun], out: Path, prereg: str | Path | None
         ("p2_uncond" if min(r.K for r in runs) >= 2 else "p1")
     ordered = [control] + others
     if steps:
-        comps = [compare_runs(control, t, metric, B=B, seed=seed, mismatches=mismatches) for t in others]
+        comps = [compare_runs(control, t, metric, n_boot=n_boot, seed=seed, mismatches=mismatches) for t in others]
         probes = [paired.oracle_probe(r) for r in runs
                   if "oracle_hit2" in r.steps.columns and r.steps["oracle_hit2"].notna().any()]
     else:   # what each grain makes exact, bounds or why not, of every metric any run drafted
         names = metrics(max(max(r.K for r in ordered), 1))
         unit_figures = {r.arm: {m: figure(r, m) for m in names} for r in ordered}
-        comps = [compare_units(control, t, names, metric, B=B, seed=seed) for t in others]
+        comps = [compare_units(control, t, names, metric, n_boot=n_boot, seed=seed) for t in others]
         probes = []
 
     out.mkdir(parents=True, exist_ok=True)
@@ -437,7 +437,7 @@ def _unit_figures(figures: dict[str, dict]) -> list[str]:
     for arm, fs in figures.items():
         for f in fs.values():
             if f.status == "exact":
-                rows.append([arm, f.metric, _fmt4(f.value), f"{f.n:,}", _fmt4(f.iid_sd), _fmt4(f.cluster_sd),
+                rows.append([arm, f.metric, _fmt4(f.value), f"{f.n:,}", _fmt4(f.iid_se), _fmt4(f.cluster_se),
                              "exact"])
             elif f.status == "bounds":
                 rows.append([arm, f.metric, f"[{_fmt4(f.low)}, {_fmt4(f.high)}]", "", "", "", "bounds: " + f.reason])

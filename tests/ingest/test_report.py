@@ -35,8 +35,8 @@ def test_counters_verdict_binomial_only(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("WARNING: UNLOCKED") and "\nMET" in out
     v = json.loads((tmp_path / "r" / "report.json").read_text())["verdicts"][0]
-    sd = math.hypot(math.sqrt(0.5 * 0.5 / 2000), math.sqrt(0.575 * 0.425 / 2000))
-    assert v["delta"] == 0.575 - 0.5 and abs(v["sd"] - sd) < 1e-12
+    se = math.hypot(math.sqrt(0.5 * 0.5 / 2000), math.sqrt(0.575 * 0.425 / 2000))
+    assert v["delta"] == 0.575 - 0.5 and abs(v["sd"] - se) < 1e-12
     one_error(capsys, ["report", on, off, "--prereg", prereg(tmp_path, decides="cluster"), "--out", tmp_path / "r2",
                        "--evaluate-unlocked"],
               ["decides by the cluster sd", "global counters have no requests or documents"])
@@ -75,7 +75,7 @@ def test_one_build_report_for_every_grain(tmp_path):
     (tmp_path / "on.prom").write_text(vllm_prom(2000, 4000, 2700, [1550, 1150]))
     runs = [load_units(ingest("prometheus", [tmp_path / f"{a}.prom"], tmp_path / arm).out)
             for a, arm in (("on", "trt"), ("off", "ctl"))]
-    rep = build_report(runs, tmp_path / "r", prereg=prereg(tmp_path), B=0, evaluate_unlocked=True)
+    rep = build_report(runs, tmp_path / "r", prereg=prereg(tmp_path), n_boot=0, evaluate_unlocked=True)
     assert rep.verdict.status == "MET" and rep.judged[0].origin == "evaluated unlocked"
     arms = rep.data["arms"]
     assert (arms["ctl"]["figures"]["p1"]["value"], arms["trt"]["figures"]["p2_uncond"]["value"]) == (0.75, 0.575)
@@ -89,5 +89,5 @@ def test_one_build_report_for_every_grain(tmp_path):
     assert sorted(p.name for p in rep.path.parent.glob("*.png")) == ["difference.png"]
     # beside a run without a step table, a step run is read at the per-unit grain too
     step = load_run(write_run(tmp_path / "s", simulate_steps(400, n_docs=4, turns=2, seed=0), "steps_arm"))
-    rep = build_report([step, runs[0]], tmp_path / "r2", B=0)
+    rep = build_report([step, runs[0]], tmp_path / "r2", n_boot=0)
     assert rep.data["runs"][0]["units"] == 8 and rep.data["runs"][0]["grain"] == "steps"

@@ -22,7 +22,7 @@ def run(args) -> int:
     # a run without a step table is read at its per-unit grain, and so is every run beside it
     per_unit = any(units.needs_units(p, args.allow_incomplete) for p in paths)
     runs, mismatches = cli.load_runs(paths, args, optional=("oracle_hit2", "position"), per_unit=per_unit)
-    rep = build_report(runs, out, prereg=prereg, B=args.bootstrap, seed=args.seed, mismatches=tuple(mismatches),
+    rep = build_report(runs, out, prereg=prereg, n_boot=args.bootstrap, seed=args.seed, mismatches=tuple(mismatches),
                        evaluate_edited=args.evaluate_edited, allow_ungated=args.allow_ungated,
                        evaluate_unlocked=args.evaluate_unlocked)
     if args.json:
