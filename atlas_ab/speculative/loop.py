@@ -106,6 +106,7 @@ class Wave:
         # FINGERPRINTS at static shapes: the step hashes its event rows itself, in its graph
         self.fp_in_step = self.ev is not None and self.steps.graphs
         self._feed_plan = None
+        self._pending = None       # the last step's telemetry rows, written while the device runs the next
         self.turn = 0
         self.verifier = verifier(plan, self.target, self._t(self.doc_ids), self.K)
         self.step_no = np.zeros(B, dtype=np.int64)
@@ -119,6 +120,7 @@ class Wave:
             self._prefill_turn(t)
             while (self.gen < self.G).any():
                 self._step(self.gen < self.G)
+            self._flush()
             for b in range(self.B):
                 n = self.n_tok[b]
                 self.trace.generated[b].append(self.history[b, n - self.G:n].tolist())
@@ -234,12 +236,24 @@ class Wave:
             all_gated = False
             out = self.steps(("step",) + key, functools.partial(self._device_step, layout=layout), [x], lengths,
                              self.full, state)
+        self._flush()                               # the previous step's rows, while the device runs this one
         packed, read_layout, vh = out
         h = unpack_read(packed.cpu().numpy(), read_layout)   # the step's one device->host read
         if self.fp_in_step:
             self._pre_events(active, n, h.fp)
         self._commit(h, vh, n, active)
-        self._record(h, np.nonzero(active)[0], n, h.committed, rows_at_propose, fed, all_gated)
+        act = np.nonzero(active)[0]
+        timing = self.timer.stop("serial" if all_gated else "verify")
+        self._pending = (h, act, n, rows_at_propose, fed, timing, self.step_no[act].copy(), self.turn)
+        self.step_no[act] += 1
+        self.trace.n_tokens += int(h.committed.sum())
+        if self.on_step is not None:
+            self.on_step(int(h.committed.sum()), np.where(h.gated[act], 0, K), h.acc[act])
+
+    def _flush(self) -> None:
+        if self._pending is not None:
+            self._record(*self._pending)
+            self._pending = None
 
     def _commit(self, h: StepRead, vh: torch.Tensor, n: np.ndarray, active: np.ndarray) -> None:
         """The host half of the commit: accepted drafts + the target's token after them, cut at the
@@ -316,9 +330,10 @@ class Wave:
                                         accept_prob=v.accept_prob, alpha1=v.alpha1, pit=v.pit, fp=fp)
         return packed, read_layout, v.vh
 
-    def _record(self, h: StepRead, act, n, c, rows_at_propose, fed, serial: bool) -> None:
-        """The step's telemetry rows (active sequences) and the running counts."""
-        step_ms, warmup_ms = self.timer.stop("serial" if serial else "verify")
+    def _record(self, h: StepRead, act, n, rows_at_propose, fed, timing, step_no, turn) -> None:
+        """A step's telemetry rows (active sequences)."""
+        step_ms, warmup_ms = timing
+        c = h.committed
         k = np.where(h.gated[act], 0, self.K)
         extra = {}
         if h.oracle is not None:
@@ -329,15 +344,11 @@ class Wave:
             extra.update(accept_prob=h.accept_prob[act], alpha1=h.alpha1[act], pit=h.pit[act])
             self.trace.pit.append(h.pit[act][np.arange(self.K + 1)[None, :] < c[act][:, None]])
         self.trace.steps.add(
-            doc_id=self.doc_ids[act], turn=np.full(len(act), self.turn), step=self.step_no[act], k=k,
+            doc_id=self.doc_ids[act], turn=np.full(len(act), turn), step=step_no, k=k,
             accept_len=h.acc[act], arm=[self.arm.name], seq=act, position=n[act], drafts=h.drafts[act],
             target=h.target[act], conf=h.conf[act], gated=h.gated[act], n_committed=c[act],
             step_ms=np.full(len(act), step_ms), warmup_ms=np.full(len(act), warmup_ms),
             drafter_rows=rows_at_propose[act], fed_rows=fed[act], **extra)
-        self.step_no[act] += 1
-        self.trace.n_tokens += int(c.sum())
-        if self.on_step is not None:
-            self.on_step(int(c.sum()), k, h.acc[act])
 
     # ------------------------------------------------------------- levers
     def _all_gated(self, gated: torch.Tensor, active: np.ndarray) -> bool:
