@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from atlas_ab.proposers.base import DraftChain, Proposal, RowFeed, RowsWritten, drawn, head_outputs
+from atlas_ab.proposers.base import DraftChain, Proposal, RowFeed, RowsWritten, drawn, head_outputs, plan_and_draft
 from atlas_ab.runtime.batch import ragged_window
 from atlas_ab.runtime.graphs import bucket
 
@@ -90,15 +90,7 @@ class DraftModelProposer:
                 conf, draft, ids, p, *z = self._head(h, topk, sampled)
         return chain.proposal()
 
-    @torch.no_grad()
-    def propose(self, history, last_tokens, target_hidden, positions, num_drafts, active, topk=0, draws=None):
-        """plan_propose then draft, for callers outside the loop."""
-        plan, lengths = self.plan_propose(history, positions, num_drafts, active)
-        dev = last_tokens.device
-        prop = self.draft({k: torch.as_tensor(v, device=dev) for k, v in plan.items()}, last_tokens,
-                          target_hidden, num_drafts, topk, draws, lengths)
-        prop.row0_slot = self.row0_slot
-        return prop
+    propose = plan_and_draft
 
     def after_verify(self, num_accepted: np.ndarray, active: np.ndarray) -> None:
         # Processed positions n .. n+K-1 stay valid up to the last accepted one.

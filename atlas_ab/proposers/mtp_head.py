@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from atlas_ab.proposers.base import DraftChain, Proposal, RowFeed, RowsWritten, drawn, head_outputs
+from atlas_ab.proposers.base import DraftChain, Proposal, RowFeed, RowsWritten, drawn, head_outputs, plan_and_draft
 from atlas_ab.proposers.layout import pad_layout
 from atlas_ab.proposers.rowspace import rope_of, rows_to_trim
 from atlas_ab.runtime.graphs import bucket
@@ -172,15 +172,7 @@ class MTPProposer:
             tok, hid = draft, out   # the recycled hidden: the drafter's own feeds draft i+2
         return chain.proposal()
 
-    @torch.no_grad()
-    def propose(self, history, last_tokens, target_hidden, positions, num_drafts, active, topk=0, draws=None):
-        """plan_propose then draft, for callers outside the loop."""
-        plan, lengths = self.plan_propose(history, positions, num_drafts, active)
-        dev = target_hidden.device
-        prop = self.draft({k: torch.as_tensor(v, device=dev) for k, v in plan.items()}, last_tokens,
-                          target_hidden, num_drafts, topk, draws, lengths)
-        prop.row0_slot = self.row0_slot
-        return prop
+    propose = plan_and_draft
 
     def plan_oracle(self, positions, active) -> tuple[dict, dict]:
         """Host: ORACLE_P2's row (draft 2's own slot) and its RoPE position, [B] int64 each."""
