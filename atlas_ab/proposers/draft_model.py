@@ -27,14 +27,15 @@ class DraftModelProposer:
 
     def alloc(self, budgets: np.ndarray) -> None:
         caps = np.asarray(budgets, dtype=np.int64) + _SLACK
-        self.kv = self.model.new_kv(caps.tolist())
+        if getattr(self, "kv", None) is None or self.kv.capacities != caps.tolist():
+            self.kv = self.model.new_kv(caps.tolist())   # else the last wave's: a step graph reads it by address
         B = len(caps)
         self.seen = np.zeros(B, dtype=np.int64)       # positions the draft LM has processed
         self.base = np.zeros(B, dtype=np.int64)       # propose position of the last propose
         self.last_drafted = np.zeros(B, dtype=np.int64)
 
     def free(self) -> None:
-        self.kv = None
+        """Kept: the next wave of the same shape reuses the KV pool (and the step graphs that read it)."""
 
     def _head(self, h, topk, logits: bool = False):
         z = self.model.logits(h[:, None])[:, 0]

@@ -48,7 +48,8 @@ class MTPProposer:
     # -- state -------------------------------------------------------------
     def alloc(self, budgets: np.ndarray) -> None:
         caps = np.asarray(budgets, dtype=np.int64) + _SLACK
-        self.kv = self.mtp.new_kv(caps.tolist())
+        if getattr(self, "kv", None) is None or self.kv.capacities != caps.tolist():
+            self.kv = self.mtp.new_kv(caps.tolist())     # else the last wave's: a step graph reads it by address
         B = len(caps)
         self.rows = np.zeros(B, dtype=np.int64)
         self.row_key = np.full((B, int(caps.max())), -1, dtype=np.int64)
@@ -57,7 +58,7 @@ class MTPProposer:
         self.row0_slot = np.full(B, -1, dtype=np.int64)
 
     def free(self) -> None:
-        self.kv = None
+        """Kept: the next wave of the same shape reuses the KV pool (and the step graphs that read it)."""
 
     def drafter_rows(self) -> np.ndarray:
         return self.rows.copy()

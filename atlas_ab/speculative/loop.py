@@ -40,7 +40,6 @@ import torch
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.base import RowFeed
 from atlas_ab.proposers.ring import Ring, gap_keys
-from atlas_ab.runtime.graphs import Steps
 from atlas_ab.speculative.host_io import StepRead, pack_plan, pack_read, unpack_plan, unpack_read
 from atlas_ab.speculative.sampling import SamplingPlan
 from atlas_ab.speculative.timing import StepTimer
@@ -78,7 +77,9 @@ class Wave:
     sampled run verifies (None: greedy verification)."""
 
     def __init__(self, target, proposer, arm: ArmConfig, docs: list[Document], gen_tokens: int,
-                 fingerprint_rows=None, on_step=None, plan: SamplingPlan | None = None):
+                 fingerprint_rows=None, on_step=None, plan: SamplingPlan | None = None, capacity: int | None = None):
+        """capacity: every sequence's token budget (at least its own), for a run whose waves share
+        one static shape, so its step graphs serve every wave; None: each sequence's own."""
         self.target = target
         self.proposer, self.arm = proposer, arm
         self.docs, self.G = docs, gen_tokens
@@ -89,6 +90,8 @@ class Wave:
         self.doc_ids = np.array([d.doc_id for d in docs], dtype=np.int64)
         budgets = np.array([sum(len(c) for c in d.chunks) + self.turns * gen_tokens + self.K + 2
                             for d in docs], dtype=np.int64)
+        if capacity is not None:
+            budgets = np.full(B, max(int(capacity), int(budgets.max())), dtype=np.int64)
         self.device, self.dtype = self.target.device, self.target.dtype
         self.target.alloc(budgets)
         proposer.alloc(budgets)
@@ -96,19 +99,24 @@ class Wave:
         self.n_tok = np.zeros(B, dtype=np.int64)     # tokens in history (last one not yet processed)
         self.kv_len = np.zeros(B, dtype=np.int64)    # positions the target has processed
         H = self.target.hidden_size
-        self.last_hidden = torch.zeros(B, H, device=self.device, dtype=self.dtype)  # hidden of kv_len-1
-        self.ring = Ring(B, arm.ring_size, H, self.device, self.dtype) if arm.has_ring else None
+        bufs = self.target.buffers        # the state a step graph reads, kept for the next wave
+        self.last_hidden = bufs.get("last_hidden", (B, H), self.dtype, self.device).zero_()  # hidden of kv_len-1
+        R = arm.ring_size
+        self.ring = Ring(B, R, H, self.device, self.dtype, bufs.get("ring", (B, R + 1, H), self.dtype, self.device)
+                         .zero_()) if arm.has_ring else None
         self.ev = EventLog(fingerprint_rows) if arm.fingerprints_on else None
         self.trace = WaveTrace(StepBlocks(self.K, arm.shadow_topk), self.ev, [[] for _ in range(B)])
         self.timer = StepTimer(self.target.live)   # step_ms, with each kind's warm-up kept apart
-        self.steps = Steps(self.target.graphs, self.target.capture)   # the device step, one graph per shape
+        self.steps = self.target.steps    # the device step, one graph per shape
         self.full = {"verify": self.target.full_length(), **proposer.full_lengths()}
         # FINGERPRINTS at static shapes: the step hashes its event rows itself, in its graph
         self.fp_in_step = self.ev is not None and self.steps.graphs
         self._feed_plan = None
         self._pending = None       # the last step's telemetry rows, written while the device runs the next
         self.turn = 0
-        self.verifier = verifier(plan, self.target, self._t(self.doc_ids), self.K)
+        doc = bufs.get("doc", (B,), torch.long, self.device).copy_(self._t(self.doc_ids))
+        self.verifier = verifier(plan, self.target, doc, self.K)
+        self.steps.bind(self._graph_state(doc))
         self.step_no = np.zeros(B, dtype=np.int64)
         self.gen = np.zeros(B, dtype=np.int64)
 
@@ -130,6 +138,13 @@ class Wave:
 
     def _t(self, x) -> torch.Tensor:
         return torch.as_tensor(x, device=self.device)
+
+    def _graph_state(self, doc: torch.Tensor) -> list[torch.Tensor]:
+        """Every tensor a step graph reads or writes by address besides its input: the KV pools and
+        this wave's state (the graphs of an earlier wave serve this one while these are the same)."""
+        pools = [p for p in (getattr(self.target, "kv", None), getattr(self.proposer, "kv", None)) if p is not None]
+        return ([t for p in pools for t in (p.k, p.v, p.base, p.capacity)] + [self.last_hidden, doc]
+                + ([self.ring.hiddens] if self.ring is not None else []))
 
     # -------------------------------------------------------- turn prefill
     def _prefill_turn(self, t: int) -> None:
