@@ -218,52 +218,60 @@ class Wave:
 
     # ----------------------------------------------------------------- step
     def _step(self, active: np.ndarray) -> None:
+        """Plan on the host, run on the device (one graph), commit after one read."""
         self.timer.start()
-        B, K, arm = self.B, self.K, self.arm
         n = self.kv_len.copy()                      # position of the last committed token
-        pos = n[:, None] + np.arange(K + 1)[None, :]
-        # plan: the verify of [t_n, d1..dK] at positions n..n+K, and what the turn still needs
-        plan = {"last_tok": self.history[np.arange(B), n], "pos": pos, "vslot": np.where(active[:, None], pos, -1),
-                "left": np.where(active, self.G - self.gen, 0)}
-        lengths = {"verify": int(n[active].max()) + K + 1}
-        self._feed_plan = None
-        fed = self._catchup(active, n, plan, lengths) if arm.catchup else np.zeros(B, dtype=np.int64)
-        rows_at_propose = self.proposer.drafter_rows()
-        if self.ev is not None and not self.fp_in_step:
-            self._pre_events(active, n)
-        for part in (self.proposer.plan_propose(self.history, n, K, active, static=self.steps.graphs),
-                     self.proposer.plan_oracle(n, active) if arm.oracle_p2 else ({}, {})):
-            plan.update(part[0])
-            lengths.update(part[1])
-        x, layout = pack_plan(**plan)
-        x = self._t(x)                              # the step's one host->device copy
-        key = (layout, self.turn if self.verifier.sampled else None)   # sampled: the uniforms' keys hold the turn
-        state = [self.last_hidden] + ([self.ring.hiddens] if self.ring is not None else [])
-        if arm.draft_conf > 0:
-            # DRAFT_CONF: a chain below tau is dropped; when all are, the step decodes serially,
-            # which is the host's decision: propose and verify are two graphs with a read between.
-            prop, gated, fp = self.steps(("propose",) + key, functools.partial(self._propose, layout=layout), [x],
-                                     lengths, self.full, state)
-            all_gated = self._all_gated(gated, active)
-            verify = functools.partial(self._verify, layout=layout, prop=prop, gated=gated, all_gated=all_gated, fp=fp)
-            out = self.steps(("verify", all_gated) + key, verify, [x], lengths, self.full, state)
-        else:
-            all_gated = False
-            out = self.steps(("step",) + key, functools.partial(self._device_step, layout=layout), [x], lengths,
-                             self.full, state)
+        plan, lengths, fed, rows_at_propose = self._plan(active, n)
+        packed, read_layout, vh, serial = self._run(plan, lengths, active)
         self._flush()                               # the previous step's rows, while the device runs this one
-        packed, read_layout, vh = out
         h = unpack_read(packed.cpu().numpy(), read_layout)   # the step's one device->host read
         if self.fp_in_step:
             self._pre_events(active, n, h.fp)
         self._commit(h, vh, n, active)
         act = np.nonzero(active)[0]
-        timing = self.timer.stop("serial" if all_gated else "verify")
+        timing = self.timer.stop("serial" if serial else "verify")
         self._pending = (h, act, n, rows_at_propose, fed, timing, self.step_no[act].copy(), self.turn)
         self.step_no[act] += 1
         self.trace.n_tokens += int(h.committed.sum())
         if self.on_step is not None:
-            self.on_step(int(h.committed.sum()), np.where(h.gated[act], 0, K), h.acc[act])
+            self.on_step(int(h.committed.sum()), np.where(h.gated[act], 0, self.K), h.acc[act])
+
+    def _plan(self, active: np.ndarray, n: np.ndarray):
+        """Host: the step's int64 arrays (the verify of [t_n, d1..dK] at positions n..n+K, what the
+        turn still needs, the catch-up rows, the drafts' slots) and KV read lengths."""
+        B, K = self.B, self.K
+        pos = n[:, None] + np.arange(K + 1)[None, :]
+        plan = {"last_tok": self.history[np.arange(B), n], "pos": pos, "vslot": np.where(active[:, None], pos, -1),
+                "left": np.where(active, self.G - self.gen, 0)}
+        lengths = {"verify": int(n[active].max()) + K + 1}
+        self._feed_plan = None
+        fed = self._catchup(active, n, plan, lengths) if self.arm.catchup else np.zeros(B, dtype=np.int64)
+        rows_at_propose = self.proposer.drafter_rows()
+        if self.ev is not None and not self.fp_in_step:
+            self._pre_events(active, n)
+        for part in (self.proposer.plan_propose(self.history, n, K, active, static=self.steps.graphs),
+                     self.proposer.plan_oracle(n, active) if self.arm.oracle_p2 else ({}, {})):
+            plan.update(part[0])
+            lengths.update(part[1])
+        return plan, lengths, fed, rows_at_propose
+
+    def _run(self, plan: dict, lengths: dict, active: np.ndarray):
+        """Device: the planned step, one graph per shape (two for DRAFT_CONF). Returns the packed
+        read, its layout, the verify's hiddens and whether the step decoded serially."""
+        x, layout = pack_plan(**plan)
+        x = self._t(x)                              # the step's one host->device copy
+        key = (layout, self.turn if self.verifier.sampled else None)   # sampled: the uniforms' keys hold the turn
+        state = [self.last_hidden] + ([self.ring.hiddens] if self.ring is not None else [])
+        if self.arm.draft_conf <= 0:
+            step = functools.partial(self._device_step, layout=layout)
+            return (*self.steps(("step",) + key, step, [x], lengths, self.full, state), False)
+        # DRAFT_CONF: a chain below tau is dropped; when all are, the step decodes serially,
+        # which is the host's decision: propose and verify are two graphs with a read between.
+        propose = functools.partial(self._propose, layout=layout)
+        prop, gated, fp = self.steps(("propose",) + key, propose, [x], lengths, self.full, state)
+        serial = self._all_gated(gated, active)
+        verify = functools.partial(self._verify, layout=layout, prop=prop, gated=gated, all_gated=serial, fp=fp)
+        return (*self.steps(("verify", serial) + key, verify, [x], lengths, self.full, state), serial)
 
     def _flush(self) -> None:
         if self._pending is not None:
