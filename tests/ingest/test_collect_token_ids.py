@@ -95,7 +95,8 @@ def test_the_manifest_rebuilds_its_workload(server, tmp_path):
     w = json.loads((out / "manifest.json").read_text())["workload"]
     cfg = {**w["config"], "sampling": SamplingConfig(**w["config"]["sampling"])}
     assert w["config"]["sampling"] == {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": 0}
-    assert build_workload(WorkloadConfig(**cfg), PACKAGE_DIR / "models" / "default" / "tokenizer.json").hash == w["hash"]
+    tok = PACKAGE_DIR / "models" / "default" / "tokenizer.json"
+    assert build_workload(WorkloadConfig(**cfg), tok).hash == w["hash"]
 
 
 def test_token_ids_refused_where_they_cannot_hold(server, tmp_path, capsys):
