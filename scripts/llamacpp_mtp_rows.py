@@ -12,15 +12,18 @@ that moves to the next document carries the previous one's hidden of its last pr
 Served one document after the other, document d's row 0 holds zeros for d = 0, else document
 d-1's target hidden at its last position but one.
 
-Our arm `prefill_refeed` (DRAFTER_PREFILL, CATCHUP, REFEED) writes the rest of that policy but
-for one more gap: at a turn boundary the drafter prefill starts after the rows the ring still
-holds for the previous turn's last accepted drafts, and the catch-up feed starts after the
-prefill's newest row, so those rows are never written (loop.py `_drafter_context`,
-ring.py `gap_keys`). This script runs the arm over the same documents as is, with the row at
-position 0 (zeros; as llama.cpp's served order leaves it), with the boundary rows fed from the
-ring before each turn's prefill, and with both. Each is counted as the server counts
-(scripts/llamacpp_compare.py, "budgeted") and compared with the engine request by request, over
-the requests whose prompt and tokens agree.
+llama-server reuses a cached prompt through a context checkpoint where the model has
+sliding-window layers (the trunk as MiMo-V2 declares them all; tools/server/server-context.cpp,
+"restored context checkpoint"): every warm turn re-processes from position c = `timings.cache_n`,
+here 5 tokens before the end of the previous turn's prompt, and that batch's first row pairs token c with
+`pending_h`, the hidden the slot processed last (the previous request's last position but one),
+not with hidden c-1. The collector's greedy probe makes document 0's turn 0 one such request too.
+
+Our arm `prefill_refeed` (DRAFTER_PREFILL, CATCHUP, REFEED) writes the rest of that policy. This
+script runs the arm over the same documents as is, with the row at position 0 (zeros; as
+llama.cpp's served order leaves it), with the restore row (key c-1 rewritten with that hidden),
+and with both. Each is counted as the server counts (scripts/llamacpp_compare.py, "budgeted")
+and compared with the engine request by request, over the requests whose prompt and tokens agree.
 """
 from __future__ import annotations
 
@@ -83,17 +86,38 @@ def main(argv: list[str] | None = None) -> int:
     arm = ArmConfig(name="prefill_refeed", num_drafts=K, drafter_prefill=True, catchup=True, refeed=True,
                     fingerprints=False)
 
-    def run(row0, boundary):
+    raw = [json.loads(x) for x in (a.engine / "raw" / "responses.jsonl").read_text().splitlines()]
+    restart = {(r["doc_id"], r["turn"]): int(r["response"]["timings"].get("cache_n", 0)) for r in raw}
+    ends = traj.turn_end
+
+    def run(row0, restore):
         class Row0Wave(Wave):
             def _prefill_turn(self, t):
-                if t > 0 and boundary:   # the previous turn's last accepted drafts, from the ring
-                    self._catchup(np.ones(self.B, dtype=bool), self.kv_len.copy())
                 if t == 0 and row0 is not None:    # pair key -1: token 0 at RoPE 0 (compact space)
                     B = self.B
                     self.proposer.prefill_drafter(RowFeed(
                         seq=np.arange(B), key=np.full(B, -1), token=np.array([d.chunks[0][0] for d in self.docs]),
                         label=np.full(B, -1), hiddens=row0.to(self.dtype)))
                 super()._prefill_turn(t)
+                if restore:
+                    self._restore_rows(t)
+
+            def _restore_rows(self, t):
+                """Key c-1 (token c at RoPE c) rewritten in place with the slot's last hidden."""
+                p, B = self.proposer, self.B
+                tok, rope, slot = (np.full((B, 1), v, dtype=np.int64) for v in (0, 0, -1))
+                hid = torch.zeros(B, 1, H, dtype=self.dtype)
+                for b, d in enumerate(self.docs):
+                    c = restart[(int(d.doc_id), t)]
+                    if c <= 0:
+                        continue
+                    (s,) = np.nonzero(p.row_key[b, :p.rows[b]] == c - 1)[0]
+                    tok[b, 0], rope[b, 0], slot[b, 0] = self.history[b, c], c, s
+                    # the previous request's: turn t-1, or at turn 0 the probe (this same request)
+                    hid[b, 0] = traj.hiddens[b, ends[b, max(t - 1, 0)] - 1]
+                if (slot >= 0).any():
+                    p.write_rows(torch.as_tensor(tok), hid, torch.as_tensor(rope),
+                                 torch.as_tensor(slot), int(p.rows.max()))
         proposer = MTPProposer(trunk, ck.mtp, "compact", refeed=True, handoff_norm="pre", recycle_norm="pre")
         with torch.no_grad():
             return budgeted(Row0Wave(LiveTarget(trunk), proposer, arm, wl.docs, G).run().steps.table(), K, G)
@@ -103,10 +127,10 @@ def main(argv: list[str] | None = None) -> int:
                    if toks == traj.generated()[int(np.nonzero(traj.doc_ids == k[0])[0][0])][k[1]]}
     result = {}
     variants = (("as is", None, False), ("row 0 zero", torch.zeros(len(wl.docs), H), False),
-                ("row 0 as served", served, False), ("boundary rows", None, True),
-                ("boundary + row 0", served, True))
-    for name, row0, boundary in variants:
-        ours = run(row0, boundary)
+                ("row 0 as served", served, False), ("restore row", None, True),
+                ("restore row + row 0", served, True))
+    for name, row0, restore in variants:
+        ours = run(row0, restore)
         keys = sorted(k for k in same_tokens if all((k[0], t) in same_tokens for t in range(k[1] + 1)))
         result[name] = {"requests": len(keys), "same_counts": sum(ours[k] == eng[k] for k in keys),
                         "ours": [int(sum(ours[k][i] for k in keys)) for i in (0, 1)],
@@ -116,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=1))
     else:
         for name, r in result.items():
-            print(f"{name:16s} same counts {r['same_counts']} / {r['requests']}; drafted, accepted: ours {r['ours']}, "
+            print(f"{name:20s} same counts {r['same_counts']} / {r['requests']}; drafted, accepted: ours {r['ours']}, "
                   f"llama.cpp {r['engine']}")
     return 0
 

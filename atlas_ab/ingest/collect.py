@@ -115,7 +115,9 @@ def workload_plan(name: str, overrides: list[str]) -> Plan:
     tok = Tokenizer.from_file(str(tok_path))
     convs = [Conversation(d.doc_id, [tok.decode(c, skip_special_tokens=False) for c in d.chunks],
                           [wl.gen_tokens] * len(d.chunks), [list(c) for c in d.chunks]) for d in wl.docs]
-    return Plan(convs, {"workload": name, "config": cfg, "hash": wl.hash, "tokenizer": str(tok_path)}, wl.hash)
+    # the sampling block as data, not its repr: the manifest's config rebuilds the workload
+    record = {**cfg, "sampling": dataclasses.asdict(cfg["sampling"])}
+    return Plan(convs, {"workload": name, "config": record, "hash": wl.hash, "tokenizer": str(tok_path)}, wl.hash)
 
 
 def prompts_plan(path: Path, max_tokens: int) -> Plan:

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from atlas_ab.config.paths import PACKAGE_DIR
-from atlas_ab.config.structured import WorkloadConfig
+from atlas_ab.config.structured import SamplingConfig, WorkloadConfig
 from atlas_ab.ingest.collect import main as collect
 from atlas_ab.workload.documents import build_workload
 
@@ -86,6 +86,17 @@ def test_prompts_are_our_token_ids_continued_with_the_replies_ids(server, tmp_pa
     m = json.loads((out / "manifest.json").read_text())
     assert m["status"] == "complete" and m["collect"]["params"]["token_ids"] is True
     assert m["telemetry"]["source"] == "llamacpp"
+
+
+def test_the_manifest_rebuilds_its_workload(server, tmp_path):
+    # scripts/llamacpp_mtp_rows.py rebuilds the engine run's documents from its manifest alone
+    out = tmp_path / "run"
+    assert collect(["--url", server.url, "--arm", "a", "--out", str(out), "--token-ids", "--no-progress", *SET]) == 0
+    w = json.loads((out / "manifest.json").read_text())["workload"]
+    cfg = {**w["config"], "sampling": SamplingConfig(**w["config"]["sampling"])}
+    assert w["config"]["sampling"] == {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": 0}
+    tok = PACKAGE_DIR / "models" / "default" / "tokenizer.json"
+    assert build_workload(WorkloadConfig(**cfg), tok).hash == w["hash"]
 
 
 def test_token_ids_refused_where_they_cannot_hold(server, tmp_path, capsys):
