@@ -12,28 +12,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import synth
 from atlas_ab.analysis.__main__ import main as analysis_main
 from atlas_ab.analysis.load import load_run
 from atlas_ab.analysis.report import build_report
-from atlas_ab.config.paths import CONF_DIR, PACKAGE_ROOT
+from atlas_ab.config.paths import PACKAGE_ROOT
 from atlas_ab.config.store import check_keys
 from atlas_ab.errors import one_line
 from atlas_ab.run.session import run
 from atlas_ab.run.store import RunStore
 from atlas_ab.telemetry.schema import TIMING_COLUMNS
+from tests.helpers.compose import cfg_of
 
 FAKE = "runner.engine._target_=tests.helpers.fakerunner.FakeRunner"
 BASE = [FAKE, "workload=tiny", "runner.device=cpu", "runner.batch_width=2", "runner.progress=false"]
 PREREG = PACKAGE_ROOT / "analysis/prereg/refeed_p2_uncond.yaml"
-
-
-def cfg_of(*overrides):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 def manifest(d: Path) -> dict:

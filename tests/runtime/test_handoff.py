@@ -91,14 +91,11 @@ def mimo_dir(tmp_path_factory):
 @pytest.mark.parametrize("arm,in_effect", [(None, ("pre", "post")), ("handoff_post", ("post", "post")),
                                            ("recycle_pre", ("pre", "pre"))])
 def test_the_manifest_records_the_declared_and_the_run_handoff(tmp_path, mimo_dir, arm, in_effect):
-    from hydra import compose, initialize_config_dir
-
-    from atlas_ab.config.paths import CONF_DIR
     from atlas_ab.run.session import run
+    from tests.helpers.compose import cfg_of
     over = ["model=path", f"model.path={mimo_dir}", "workload=tiny", "workload.n_docs=2", "runner.device=cpu",
             "runner.progress=false", "runner.threads=1"] + ([f"+arm={arm}"] if arm else [])   # conftest's one thread
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=over)
+    cfg = cfg_of(*over)
     m = run(cfg, tmp_path / "run", out=open("/dev/null", "w"))
     assert m["status"] == "complete" and m["gate"]["passed"]
     assert m["model"]["mtp_layout"] == "mimo"

@@ -10,22 +10,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from atlas_ab import AtlasError
-from atlas_ab.config.paths import CONF_DIR
 from atlas_ab.run.session import run
 from atlas_ab.speculative.trajectory import Trajectory
 from atlas_ab.speculative.trajectory_store import TrajectoryStore, wave_file
 from atlas_ab.telemetry.schema import TIMING_COLUMNS
+from tests.helpers.compose import cfg_of
 
 # one torch thread, as tests/conftest.py sets for every test: the default (every core) spins on a shared machine
 BASE = ["workload=tiny", "runner.device=cpu", "runner.batch_width=2", "runner.progress=false", "runner.threads=1"]
-
-
-def cfg_of(*overrides):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 def steps_of(d: Path) -> pa.Table:
