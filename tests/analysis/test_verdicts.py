@@ -393,6 +393,7 @@ def test_thread_count_does_not_change_the_numbers():
 # -- the newcomer's path -----------------------------------------------------------------
 
 def test_a_refused_rerun_leaves_nothing_in_the_run_it_refused(tmp_path):
+    # the fast tier's real `python -m atlas_ab` processes (tests/run/test_cli.py's are all slow)
     env = {**__import__("os").environ, "PYTHONPATH": str(PACKAGE_ROOT)}
     d = tmp_path / "r"
     cmd = [sys.executable, "-m", "atlas_ab", *BASE, "+arm=baseline", f"hydra.run.dir={d}"]
