@@ -90,6 +90,25 @@ def run_wave(trunk, proposer, arm, docs, gen):
                 mean_position=float(steps.position.mean())), trace
 
 
+def profile_wave(trunk, mtp, arm, docs, gen, top=12):
+    """Where a step's time goes, from a torch.profiler trace of one wave (after a warm-up one):
+    the device's kernel time per step, and the host's biggest ops (the rest is Python)."""
+    from torch.profiler import ProfilerActivity, profile
+    run_wave(trunk, MTPProposer(trunk, mtp, arm.row_space, arm.refeed), arm, docs, gen)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=acts) as prof:
+        r, _ = run_wave(trunk, MTPProposer(trunk, mtp, arm.row_space, arm.refeed), arm, docs, gen)
+    ev = prof.key_averages()
+    steps = r["batched_steps"]
+    device_us = sum(e.self_device_time_total for e in ev if e.device_type == torch.autograd.DeviceType.CUDA) \
+        if hasattr(ev[0], "self_device_time_total") else sum(e.self_cuda_time_total for e in ev)
+    host = sorted(ev, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    return dict(step_ms_median=r["step_ms_median"], wall_ms_per_step=r["wall_s"] * 1e3 / steps,
+                device_ms_per_step=device_us / 1e3 / steps, batched_steps=steps,
+                host_top=[dict(op=e.key, calls_per_step=e.count / steps,
+                               self_cpu_ms_per_step=e.self_cpu_time_total / 1e3 / steps) for e in host])
+
+
 def bare_forward_ms(trunk, B, K, kv_len, dev, reps):
     """The target's plain forward over B x (K+1) new tokens at KV length kv_len,
     replayed from a CUDA graph on the GPU (eager on CPU)."""
@@ -174,6 +193,8 @@ def main(argv=None):
     ap.add_argument("--models", default="default,gpu")
     ap.add_argument("--widths", default=None, help="batch widths (default 1,16,64,256)")
     ap.add_argument("--only-grid", action="store_true", help="the steps/s grid only (no lever ratios, peer, 10k)")
+    ap.add_argument("--profile", default=None, metavar="B,K",
+                    help="also profile one wave per model at this batch width and K (where a step's time goes)")
     a = ap.parse_args(argv)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
@@ -190,24 +211,35 @@ def main(argv=None):
         ck = load_models(name, dev, dtype)
         trunk, mtp = ck.trunk.eval(), ck.mtp.eval()
         # warm-up (kernels, allocator, cuBLAS handles) outside the numbers
-        run_wave(trunk, MTPProposer(trunk, mtp, "compact", False, GRAPHS), ArmConfig(num_drafts=2), docs_all[:4], 4)
+        run_wave(trunk, MTPProposer(trunk, mtp, "compact", False), ArmConfig(num_drafts=2), docs_all[:4], 4)
         for B in widths:
             for K in ks:
                 arm = ArmConfig(name=f"k{K}", num_drafts=K)
-                r, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", False, GRAPHS), arm, docs_all[:B], gen)
+                r, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", False), arm, docs_all[:B], gen)
                 kv_len = int(r["mean_position"])
                 reps = 5 if smoke else 50
                 bare = bare_forward_ms(trunk, B, K, kv_len, dev, reps)
                 draft = bare_draft_ms(trunk, mtp, B, kv_len, dev, reps)
                 # where the step's time goes: the verify, K draft steps, and the rest
                 # (eager glue between graphs: index copies, acceptance, the host read)
+                # floor: the step can be no faster than its verify and its K drafts
                 r.update(model=name, B=B, K=K, bare_forward_ms=bare, draft_step_ms=draft,
                          glue_ms=r["step_ms_median"] - bare - K * draft,
-                         step_over_bare=r["step_ms_median"] / bare)
+                         step_over_bare=r["step_ms_median"] / bare, floor_over_bare=(bare + K * draft) / bare)
                 out["grid"].append(r)
                 print(f"{name:8s} B={B:4d} K={K} rows/s={r['rows_per_s']:10.0f} step={r['step_ms_median']:7.2f}ms "
-                      f"bare={bare:6.3f}ms x{r['step_over_bare']:5.1f} draft={draft:6.3f}ms glue={r['glue_ms']:6.3f}ms "
+                      f"bare={bare:6.3f}ms x{r['step_over_bare']:5.2f} (floor x{r['floor_over_bare']:4.2f}) "
+                      f"draft={draft:6.3f}ms glue={r['glue_ms']:6.3f}ms "
                       f"p1={r['p1']:.3f}", file=sys.stderr)
+        if a.profile:
+            Bp, Kp = (int(v) for v in a.profile.split(","))
+            prof = profile_wave(trunk, mtp, ArmConfig(name=f"k{Kp}", num_drafts=Kp), docs_all[:Bp], gen)
+            out.setdefault("profile", {})[name] = dict(B=Bp, K=Kp, **prof)
+            print(f"{name} profile B={Bp} K={Kp}: step {prof['step_ms_median']:.3f} ms, device "
+                  f"{prof['device_ms_per_step']:.3f} ms/step; host top ops:", file=sys.stderr)
+            for h in prof["host_top"]:
+                print(f"   {h['self_cpu_ms_per_step']:7.3f} ms/step {h['calls_per_step']:6.1f} calls  {h['op']}",
+                      file=sys.stderr)
         if name != "default" or a.only_grid:
             continue
         Bl = widths[-1] if smoke else 64
@@ -218,7 +250,7 @@ def main(argv=None):
             each (Triton's JIT, graph captures), alternating so drift hits both alike;
             medians of `reps` runs (one run is ~0.3 s on the GPU: noisy alone)."""
             def prop(arm):
-                return MTPProposer(trunk, mtp, arm.row_space, arm.refeed, GRAPHS)
+                return MTPProposer(trunk, mtp, arm.row_space, arm.refeed)
             wide = docs_all[:widths[-1]]
             for arm in (on_arm, off_arm):
                 run_wave(trunk, prop(arm), arm, docs[:8], 4)
@@ -250,7 +282,7 @@ def main(argv=None):
         Bb = len(big) if smoke else 256
         rows = wall = 0
         for i in range(0, len(big), Bb):
-            r, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", True, GRAPHS),
+            r, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", True),
                             ArmConfig(name="refeed_on", catchup=True, refeed=True), big[i:i + Bb], gen)
             rows += r["rows"]
             wall += r["wall_s"]
@@ -261,7 +293,7 @@ def main(argv=None):
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
             base = torch.cuda.memory_allocated(dev)
-            r, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", False, GRAPHS), ArmConfig(), docs, gen)
+            r, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", False), ArmConfig(), docs, gen)
             peak = torch.cuda.max_memory_allocated(dev) - base
             out["memory"] = dict(batch_width=Bl, peak_bytes=peak, bytes_per_slot=peak / Bl,
                                  tokens_per_slot=turns * (chunk + gen) + 4)
@@ -273,8 +305,8 @@ def main(argv=None):
             # ours at our widest batch (assisted generation is limited to batch 1)
             Bp = widths[-1]
             dm = ArmConfig(proposer="draft_model", num_drafts=K)
-            run_wave(trunk, DraftModelProposer(dck.trunk.eval(), GRAPHS), dm, docs_all[:8], 4)     # warm-up
-            ours, trace = run_wave(trunk, DraftModelProposer(dck.trunk.eval(), GRAPHS), dm, docs_all[:Bp], gen)
+            run_wave(trunk, DraftModelProposer(dck.trunk.eval()), dm, docs_all[:8], 4)     # warm-up
+            ours, trace = run_wave(trunk, DraftModelProposer(dck.trunk.eval()), dm, docs_all[:Bp], gen)
             hf, hf_out = hf_assisted(dev, dtype, [d.chunks[0] for d in docs_all[:n_prompts]], gen, K)
             same = sum(int(trace.generated[i][0] == hf_out[i]) for i in range(n_prompts))
             out["peer"] = dict(ours_tokens_per_s=ours["tokens_per_s"], ours_batch_width=Bp,

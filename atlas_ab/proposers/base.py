@@ -8,7 +8,10 @@ budget (the reference engine's `alloc_state_for`), never from a global maximum.
 Host/device split: token ids, drafts and hiddens stay on the device; the row
 bookkeeping (row counts, pair keys, which rows carry a target hidden) is host
 numpy, because the host learns the accepted counts once per step anyway and
-the bookkeeping is what tests and fingerprints inspect.
+the bookkeeping is what tests and fingerprints inspect. So a propose is two calls:
+`plan_propose` (host: books the rows, returns their slots and RoPE positions as int64
+arrays) and `draft` (device, static shapes: the loop captures it with the verify in one
+graph); a catch-up feed likewise is `plan_rows` then `write_rows`.
 """
 from __future__ import annotations
 
@@ -25,8 +28,8 @@ class Proposal:
     conf: torch.Tensor                   # [B, K] float32: top-1 softmax prob per depth
     topk_ids: Optional[torch.Tensor]     # [B, K, k] (SHADOW_TOPK) or None
     topk_probs: Optional[torch.Tensor]
-    row0_slot: np.ndarray                # [B] slot of the propose's first row (-1 if inactive)
     q: Optional[torch.Tensor] = None     # [B, K, V] float32: the draft distributions (drawn drafts only)
+    row0_slot: Optional[np.ndarray] = None  # [B] host: slot of the propose's first row (-1 inactive), from `propose`
 
     @property
     def chain_conf(self) -> torch.Tensor:
@@ -53,11 +56,11 @@ class DraftChain:
         if q is not None:
             self.qs.append(q)
 
-    def proposal(self, row0_slot: np.ndarray) -> Proposal:
+    def proposal(self) -> Proposal:
         k = self.topk
         return Proposal(drafts=torch.stack(self.drafts, 1), conf=torch.stack(self.confs, 1),
                         topk_ids=torch.stack(self.ids, 1) if k else None,
-                        topk_probs=torch.stack(self.probs, 1) if k else None, row0_slot=row0_slot,
+                        topk_probs=torch.stack(self.probs, 1) if k else None,
                         q=torch.stack(self.qs, 1) if self.qs else None)
 
 
@@ -136,11 +139,24 @@ class DraftProposer(Protocol):
     def catchup_drafter(self, rows: "RowFeed") -> RowsWritten:
         """Append gap rows from (token, ring hidden) pairs (the catch-up feed)."""
 
+    def plan_rows(self, feed: "RowFeed", width: Optional[int] = None) -> tuple[RowsWritten, Optional[dict]]:
+        """Host: book catch-up rows (hiddens to come from the ring) and lay them out as [B, T]
+        int64 arrays tok, slot, rope, label for `write_rows` (None: nothing to write)."""
+
+    def plan_propose(self, history: np.ndarray, positions: np.ndarray, num_drafts: int,
+                     active: np.ndarray) -> tuple[dict, dict]:
+        """Host: book a propose at `positions`; returns its int64 arrays [B, ...] for `draft` and
+        its KV read lengths (`full_lengths()` under static shapes)."""
+
+    def draft(self, plan: dict, last_tokens: torch.Tensor, target_hidden: torch.Tensor, num_drafts: int,
+              topk: int = 0, draws: Optional[Draws] = None, lengths: Optional[dict] = None) -> Proposal:
+        """Device: K drafts per active sequence, autoregressively: each its head's argmax, or
+        drawn by `draws` (then the Proposal carries q)."""
+
     def propose(self, history: np.ndarray, last_tokens: torch.Tensor, target_hidden: torch.Tensor,
                 positions: np.ndarray, num_drafts: int, active: np.ndarray, topk: int = 0,
                 draws: Optional[Draws] = None) -> Proposal:
-        """K drafts per active sequence, autoregressively: each its head's argmax, or drawn by
-        `draws` (then the Proposal carries q)."""
+        """plan_propose then draft, in one call (for callers outside the loop)."""
 
     def after_verify(self, num_accepted: np.ndarray, active: np.ndarray) -> None:
         """Trim state after verification."""

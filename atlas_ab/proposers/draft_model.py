@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from atlas_ab.proposers.base import DraftChain, RowFeed, RowsWritten, drawn, head_outputs
+from atlas_ab.proposers.base import DraftChain, Proposal, RowFeed, RowsWritten, drawn, head_outputs
 from atlas_ab.runtime.batch import ragged_window
-from atlas_ab.runtime.graphs import Steps
+from atlas_ab.runtime.graphs import bucket
 
 _SLACK = 10
 
@@ -22,9 +22,8 @@ class DraftModelProposer:
     kind = "draft_model"
     slot_is_key = False       # it has no pair-keyed rows: its KV is the committed tokens'
 
-    def __init__(self, draft_trunk, graphs: bool = False):
+    def __init__(self, draft_trunk):
         self.model = draft_trunk
-        self.steps = Steps(graphs)    # static-shape single draft steps (CUDA graphs on the GPU)
 
     def alloc(self, budgets: np.ndarray) -> None:
         caps = np.asarray(budgets, dtype=np.int64) + _SLACK
@@ -33,23 +32,13 @@ class DraftModelProposer:
         self.seen = np.zeros(B, dtype=np.int64)       # positions the draft LM has processed
         self.base = np.zeros(B, dtype=np.int64)       # propose position of the last propose
         self.last_drafted = np.zeros(B, dtype=np.int64)
-        self.steps.clear()
 
     def free(self) -> None:
         self.kv = None
-        self.steps.clear()
 
     def _head(self, h, topk, logits: bool = False):
         z = self.model.logits(h[:, None])[:, 0]
         return head_outputs(z, topk) + ((z,) if logits else ())
-
-    def _next_fn(self, topk, logits: bool = False):
-        """One draft token in, its hidden and the head's outputs (the next draft) out; with
-        `logits` (a sampled draft) the head's logits too."""
-        def fn(draft, pos, slots, length):
-            h = self.model.forward(draft[:, None], pos[:, None], slots[:, None], self.kv, length=length)[:, 0]
-            return (h, *self._head(h, topk, logits))
-        return fn
 
     def drafter_rows(self) -> np.ndarray:
         return self.seen.copy()
@@ -62,35 +51,54 @@ class DraftModelProposer:
 
     catchup_drafter = prefill_drafter
 
-    @torch.no_grad()
-    def propose(self, history, last_tokens, target_hidden, positions, num_drafts, active, topk=0, draws=None):
-        B = len(self.seen)
-        dev = last_tokens.device
-        act = np.nonzero(active)[0]
-        # Catch up on committed tokens [seen, n] (n = the last committed token).
+    def plan_rows(self, feed: RowFeed, static: bool = False):
+        return RowsWritten.empty(), None   # no pair-keyed rows to feed
+
+    def plan_propose(self, history, positions, num_drafts, active, static: bool = False) -> tuple[dict, dict]:
+        """Host: the committed tokens [seen, n] it has not processed (a padded [B, T] window;
+        `static`: T a power of two) and the later drafts' positions and slots; books the propose."""
         count = np.where(active, positions + 1 - self.seen, 0)
-        tok, pos, slots, length = ragged_window(history, self.seen, count)
-        out = self.model.forward(torch.as_tensor(tok, device=dev), torch.as_tensor(pos, device=dev),
-                                 torch.as_tensor(slots, device=dev), self.kv, length=length)
-        last = torch.as_tensor(np.maximum(count - 1, 0), device=dev)
-        h = out[torch.arange(B, device=dev), last]
+        tok, pos, slots, length = ragged_window(history, self.seen, count, bucket(count.max()) if static else None)
+        p_all = positions[:, None] + 1 + np.arange(max(num_drafts - 1, 1))[None, :]
+        plan = {"w_tok": tok, "w_pos": pos, "w_slot": slots, "w_last": np.maximum(count - 1, 0),
+                "n_pos": p_all, "n_slot": np.where(active[:, None], p_all, -1)}
+        act = np.nonzero(active)[0]
+        self.seen[act] = positions[act] + num_drafts       # t_n, d1 .. d_{K-1} processed
+        self.base[act] = positions[act]
+        self.last_drafted[act] = num_drafts
+        self.row0_slot = np.where(active, self.base, -1)
+        return plan, {"window": length, "next": int(p_all.max()) + 1}
+
+    def full_lengths(self) -> dict:
+        return {"window": self.kv.max_capacity, "next": self.kv.max_capacity}
+
+    def draft(self, plan: dict, last_tokens, target_hidden, num_drafts: int, topk: int = 0, draws=None,
+              lengths: dict | None = None) -> Proposal:
+        """Device: process the window, then draft K tokens autoregressively."""
+        B = last_tokens.shape[0]
+        out = self.model.forward(plan["w_tok"], plan["w_pos"], plan["w_slot"], self.kv, length=lengths["window"])
+        h = out[torch.arange(B, device=out.device), plan["w_last"]]
         chain = DraftChain(topk)
         sampled = draws is not None
         conf, draft, ids, p, *z = self._head(h, topk, sampled)
-        # later drafts' positions and slots, in one host->device copy
-        p_all = positions[:, None] + 1 + np.arange(max(num_drafts - 1, 1))[None, :]
-        idx = torch.as_tensor(np.stack([p_all, np.where(active[:, None], p_all, -1)]), device=dev)
         for i in range(num_drafts):
             draft, q = drawn(draws, i, z[0] if z else None, draft)
             chain.add(draft, conf, ids, p, q)
             if i + 1 < num_drafts:
-                _, conf, draft, ids, p, *z = self.steps(("next", topk, sampled), self._next_fn(topk, sampled),
-                                                        [draft, idx[0, :, i], idx[1, :, i]], int(p_all.max()) + 1,
-                                                        self.kv.max_capacity)
-        self.seen[act] = positions[act] + num_drafts       # t_n, d1 .. d_{K-1} processed
-        self.base[act] = positions[act]
-        self.last_drafted[act] = num_drafts
-        return chain.proposal(np.where(active, self.base, -1))
+                h = self.model.forward(draft[:, None], plan["n_pos"][:, i, None], plan["n_slot"][:, i, None], self.kv,
+                                       length=lengths["next"])[:, 0]
+                conf, draft, ids, p, *z = self._head(h, topk, sampled)
+        return chain.proposal()
+
+    @torch.no_grad()
+    def propose(self, history, last_tokens, target_hidden, positions, num_drafts, active, topk=0, draws=None):
+        """plan_propose then draft, for callers outside the loop."""
+        plan, lengths = self.plan_propose(history, positions, num_drafts, active)
+        dev = last_tokens.device
+        prop = self.draft({k: torch.as_tensor(v, device=dev) for k, v in plan.items()}, last_tokens,
+                          target_hidden, num_drafts, topk, draws, lengths)
+        prop.row0_slot = self.row0_slot
+        return prop
 
     def after_verify(self, num_accepted: np.ndarray, active: np.ndarray) -> None:
         # Processed positions n .. n+K-1 stay valid up to the last accepted one.

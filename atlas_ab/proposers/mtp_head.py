@@ -18,10 +18,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from atlas_ab.proposers.base import DraftChain, RowFeed, RowsWritten, drawn, head_outputs
+from atlas_ab.proposers.base import DraftChain, Proposal, RowFeed, RowsWritten, drawn, head_outputs
 from atlas_ab.proposers.layout import pad_layout
 from atlas_ab.proposers.rowspace import rope_of, rows_to_trim
-from atlas_ab.runtime.graphs import Steps
+from atlas_ab.runtime.graphs import bucket
 
 # A propose can write up to K rows past the sequence's own positions.
 _SLACK = 10
@@ -44,7 +44,6 @@ class MTPProposer:
         self.zero_at = int(rope_of(row_space, 0, 0))   # RoPE position of pair key 0 (zero_first_embed layouts)
         self.embed = trunk.embed_tokens
         self.lm_head = trunk.lm_head
-        self.steps = Steps(graphs)    # static-shape draft steps (CUDA graphs on the GPU)
 
     # -- state -------------------------------------------------------------
     def alloc(self, budgets: np.ndarray) -> None:
@@ -55,11 +54,10 @@ class MTPProposer:
         self.row_key = np.full((B, int(caps.max())), -1, dtype=np.int64)
         self.row_target = np.zeros((B, int(caps.max())), dtype=bool)  # row carries a target hidden
         self.last_drafted = np.zeros(B, dtype=np.int64)
-        self.steps.clear()
+        self.row0_slot = np.full(B, -1, dtype=np.int64)
 
     def free(self) -> None:
         self.kv = None
-        self.steps.clear()
 
     def drafter_rows(self) -> np.ndarray:
         return self.rows.copy()
@@ -80,93 +78,125 @@ class MTPProposer:
         """The MTP layer's output (pre its final norm) as the next draft is handed it."""
         return self.mtp.shared_head.norm(out) if self.recycle_norm == "post" else out
 
-    def _forward(self, tok, hid, slots: np.ndarray, ropes: np.ndarray):
-        """Target-hidden rows (context, catch-up, ORACLE_P2): `hid` is the trunk's pre-norm hidden."""
-        dev = hid.device
-        return self.mtp.forward(tok, self._handoff(hid), torch.as_tensor(ropes, device=dev),
-                                torch.as_tensor(slots, device=dev), self.kv, self.embed,
-                                length=int(slots.max()) + 1, zero_at=self.zero_at)
+    def write_rows(self, tok, hid, rope, slot, length: int) -> None:
+        """Device: drafter KV rows for target-hidden inputs (context, catch-up): tok, rope, slot
+        [B, T] (padding at slot -1), hid [B, T, H] the trunk's pre-norm hiddens. The output is
+        unused: the KV rows are the point."""
+        self.mtp.forward(tok, self._handoff(hid), rope, slot, self.kv, self.embed, length=length,
+                         zero_at=self.zero_at)
 
-    # -- context rows: prompt prefill and catch-up feed share one path -----
-    def _write_rows(self, feed: RowFeed) -> RowsWritten:
-        if len(feed) == 0:
-            return RowsWritten.empty()
+    # -- context rows: prompt prefill and catch-up feed share one plan -----
+    def plan_rows(self, feed: RowFeed, static: bool = False) -> tuple[RowsWritten, dict]:
+        """Host: lay `feed`'s rows out as a padded [B, T] batch (T: the widest sequence's count;
+        `static`: that rounded up to a power of two, a graph's shape) and book them. Returns what
+        will be written (hiddens None) and the batch as int64 arrays tok, slot, rope, label, each
+        [B, T] (padding: slot -1, label 0)."""
         B = len(self.rows)
         order, s, j, T = pad_layout(feed.seq, B)
+        T = bucket(T) if static else T
         slots = self.rows[s] + j
         keys = feed.key[order]
         ropes = rope_of(self.row_space, keys, slots)
-        dev = feed.hiddens.device
-        tok = torch.zeros(B, T, dtype=torch.long, device=dev)
-        hid = torch.zeros(B, T, feed.hiddens.shape[-1], dtype=feed.hiddens.dtype, device=dev)
-        slot_bt = np.full((B, T), -1, dtype=np.int64)
-        rope_bt = np.zeros((B, T), dtype=np.int64)
-        s_t, j_t = torch.as_tensor(s, device=dev), torch.as_tensor(j, device=dev)
-        tok[s_t, j_t] = torch.as_tensor(feed.token[order], device=dev)
-        hidden_rows = feed.hiddens[torch.as_tensor(order, device=dev)]
-        hid[s_t, j_t] = hidden_rows
-        slot_bt[s, j], rope_bt[s, j] = slots, ropes
-        self._forward(tok, hid, slot_bt, rope_bt)   # KV rows are the point; the output is unused
+        batch = {"tok": np.zeros((B, T), np.int64), "slot": np.full((B, T), -1, np.int64),
+                 "rope": np.zeros((B, T), np.int64), "label": np.zeros((B, T), np.int64)}
+        batch["tok"][s, j], batch["slot"][s, j], batch["rope"][s, j] = feed.token[order], slots, ropes
+        batch["label"][s, j] = np.maximum(feed.label[order], 0)
         np.add.at(self.rows, s, 1)
         self.row_key[s, slots] = keys
         self.row_target[s, slots] = True
-        return RowsWritten(s, keys, slots, ropes, feed.label[order], hidden_rows)
+        return RowsWritten(s, keys, slots, ropes, feed.label[order], None), {"order": order, "s": s, "j": j, **batch}
+
+    def _write_rows(self, feed: RowFeed) -> RowsWritten:
+        """Plan and write rows whose hiddens are on hand (the turn prefill's context rows)."""
+        if len(feed) == 0:
+            return RowsWritten.empty()
+        w, b = self.plan_rows(feed)
+        dev = feed.hiddens.device
+        s_t, j_t = torch.as_tensor(b["s"], device=dev), torch.as_tensor(b["j"], device=dev)
+        hidden_rows = feed.hiddens[torch.as_tensor(b["order"], device=dev)]
+        hid = torch.zeros(*b["tok"].shape, feed.hiddens.shape[-1], dtype=feed.hiddens.dtype, device=dev)
+        hid[s_t, j_t] = hidden_rows
+        idx = torch.as_tensor(np.stack([b["tok"], b["rope"], b["slot"]]), device=dev)
+        self.write_rows(idx[0], hid, idx[1], idx[2], int(b["slot"].max()) + 1)
+        w.hiddens = hidden_rows
+        return w
 
     prefill_drafter = _write_rows
     catchup_drafter = _write_rows
 
-    # -- propose -----------------------------------------------------------
-    def _draft_fn(self, topk: int, first: bool, logits: bool = False):
-        """One draft step; `first`: its hidden is the target's (handed through `_handoff`), else
-        the previous step's recycled output. Returns the hidden for the next draft, the head's
-        outputs and (`logits`: a sampled draft) the head's logits."""
-        def step(tok, hid, pos, slots, length):
-            if first:
-                hid = self._handoff(hid)
-            out = self.mtp.forward(tok[:, None], hid[:, None], pos[:, None], slots[:, None], self.kv,
-                                   self.embed, length=length, zero_at=self.zero_at)
-            z = self.mtp.logits(out, self.lm_head)[:, 0]
-            return (self._recycle(out[:, 0]), *head_outputs(z, topk)) + ((z,) if logits else ())
-        return step
+    # -- propose: planned on the host, drafted on the device ---------------
+    def _draft_step(self, tok, hid, rope, slot, length, topk: int, first: bool, logits: bool):
+        """One draft; `first`: its hidden is the target's (handed through `_handoff`), else the
+        previous draft's recycled output. Returns the hidden for the next draft, the head's outputs
+        and (`logits`: a sampled draft) the head's logits."""
+        if first:
+            hid = self._handoff(hid)
+        out = self.mtp.forward(tok[:, None], hid[:, None], rope[:, None], slot[:, None], self.kv,
+                               self.embed, length=length, zero_at=self.zero_at)
+        z = self.mtp.logits(out, self.lm_head)[:, 0]
+        return (self._recycle(out[:, 0]), *head_outputs(z, topk)) + ((z,) if logits else ())
 
-    @torch.no_grad()
-    def propose(self, history, last_tokens, target_hidden, positions, num_drafts, active, topk=0, draws=None):
+    def plan_propose(self, history, positions, num_drafts, active, static: bool = False) -> tuple[dict, dict]:
+        """Host: book the propose's K rows per active sequence (pair keys n-1 .. n+K-2) and return
+        their RoPE positions and KV slots ([B, K] int64: d_rope, d_slot; slot -1 inactive) and
+        the drafter's KV read length."""
         base = self.rows.copy()
         act = np.nonzero(active)[0]
-        tok, hid = last_tokens, target_hidden
-        chain = DraftChain(topk)
-        # every draft's RoPE positions and KV slots, in one host->device copy
         i = np.arange(num_drafts)[None, :]
         keys = positions[:, None] - 1 + i
         slots = np.where(active[:, None], base[:, None] + i, -1)
-        idx = torch.as_tensor(np.stack([rope_of(self.row_space, keys, base[:, None] + i), slots]), device=hid.device)
-        length = int(slots.max()) + 1
+        self.row_key[act[:, None], base[act][:, None] + i] = keys[act]
+        self.row_target[act[:, None], base[act][:, None] + i] = i == 0
+        self.rows[act] += num_drafts
+        self.last_drafted[act] = num_drafts
+        self.row0_slot = np.where(active, base, -1)
+        plan = {"d_rope": rope_of(self.row_space, keys, base[:, None] + i), "d_slot": slots}
+        return plan, {"draft": int(slots.max()) + 1}
+
+    def full_lengths(self) -> dict:
+        """The drafter KV read lengths at static shapes: its pool's full capacity."""
+        return dict.fromkeys(("catchup", "draft", "oracle"), self.kv.max_capacity)
+
+    def draft(self, plan: dict, last_tokens, target_hidden, num_drafts: int, topk: int = 0, draws=None,
+              lengths: dict | None = None) -> Proposal:
+        """Device: K drafts per sequence, autoregressively (plan: `plan_propose`'s arrays as tensors)."""
+        tok, hid = last_tokens, target_hidden
+        chain = DraftChain(topk)
+        sampled = draws is not None
         for i in range(num_drafts):
             first = i == 0 and self.handoff_norm == "post"    # (pre: the same step as later drafts)
-            sampled = draws is not None
-            out, conf, draft, ids, p, *z = self.steps(("draft", topk, first, sampled),
-                                                      self._draft_fn(topk, first, sampled),
-                                                      [tok, hid, idx[0, :, i], idx[1, :, i]], length,
-                                                      self.kv.max_capacity)
+            out, conf, draft, ids, p, *z = self._draft_step(tok, hid, plan["d_rope"][:, i], plan["d_slot"][:, i],
+                                                            lengths["draft"], topk, first, sampled)
             draft, q = drawn(draws, i, z[0] if z else None, draft)
             chain.add(draft, conf, ids, p, q)
             tok, hid = draft, out   # the recycled hidden: the drafter's own feeds draft i+2
-            self.row_key[act, base[act] + i] = keys[act, i]
-            self.row_target[act, base[act] + i] = i == 0
-        self.rows[act] += num_drafts
-        self.last_drafted[act] = num_drafts
-        return chain.proposal(np.where(active, base, -1))
+        return chain.proposal()
 
     @torch.no_grad()
-    def oracle_draft2(self, draft1, true_hidden, positions, row0_slot, active) -> torch.Tensor:
-        """ORACLE_P2: draft 2 as it would be from the target's true hidden of
-        position n (teacher-forced), written over draft 2's own row and put back,
-        so the drafter's state is untouched (observational only)."""
-        slots = np.where(active, row0_slot + 1, -1)
-        slot_t = torch.as_tensor(slots, device=true_hidden.device)
-        snap = self.kv.snapshot(slot_t)
-        out = self._forward(draft1[:, None], true_hidden[:, None], slots[:, None],
-                            rope_of(self.row_space, positions, row0_slot + 1)[:, None])
+    def propose(self, history, last_tokens, target_hidden, positions, num_drafts, active, topk=0, draws=None):
+        """plan_propose then draft, for callers outside the loop."""
+        plan, lengths = self.plan_propose(history, positions, num_drafts, active)
+        dev = target_hidden.device
+        prop = self.draft({k: torch.as_tensor(v, device=dev) for k, v in plan.items()}, last_tokens,
+                          target_hidden, num_drafts, topk, draws, lengths)
+        prop.row0_slot = self.row0_slot
+        return prop
+
+    def plan_oracle(self, positions, active) -> tuple[dict, dict]:
+        """Host: ORACLE_P2's row (draft 2's own slot) and its RoPE position, [B] int64 each."""
+        slots = np.where(active, self.row0_slot + 1, -1)
+        return ({"o_slot": slots, "o_rope": rope_of(self.row_space, positions, self.row0_slot + 1)},
+                {"oracle": int(slots.max()) + 1})
+
+    @torch.no_grad()
+    def oracle_draft2(self, draft1, true_hidden, plan: dict, lengths: dict) -> torch.Tensor:
+        """Device: ORACLE_P2, draft 2 as it would be from the target's true hidden of position n
+        (teacher-forced), written over draft 2's own row and put back, so the drafter's state is
+        untouched (observational only)."""
+        slot = plan["o_slot"]
+        snap = self.kv.snapshot(slot)
+        out = self.mtp.forward(draft1[:, None], self._handoff(true_hidden)[:, None], plan["o_rope"][:, None],
+                               slot[:, None], self.kv, self.embed, length=lengths["oracle"], zero_at=self.zero_at)
         self.kv.restore(snap)
         return self.mtp.logits(out, self.lm_head)[:, 0].argmax(dim=-1)
 

@@ -7,9 +7,10 @@ accepted position after a verify, and with RING_PREFILL the turn prefill's last
 hidden (label P for the turn's first generated position P). Rings are per sequence (the
 reference engine's ring is single-sequence, forced off when more than one sequence verifies).
 
-Hiddens live on the device ([B, R, H]); labels live on the host, because the
-host already knows which labels a step writes once it has read the accepted
-counts, and the catch-up plan is host bookkeeping.
+Hiddens live on the device ([B, R+1, H]: R slots and one dump slot that masked writes
+go to, so a step's writes need no host decision); labels live on the host, because the
+host already knows which labels a step wrote once it has read the step, and the
+catch-up plan is host bookkeeping.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import torch
 class Ring:
     def __init__(self, batch: int, capacity: int, hidden: int, device, dtype):
         self.capacity = capacity
-        self.hiddens = torch.zeros(batch, capacity, hidden, device=device, dtype=dtype)
+        self.hiddens = torch.zeros(batch, capacity + 1, hidden, device=device, dtype=dtype)   # + the dump slot
         self.labels = np.full((batch, capacity), -1, dtype=np.int64)
 
     def live(self, seq, label):
@@ -38,6 +39,19 @@ class Ring:
         idx = self.index(seqs, labels)
         self.hiddens[idx[0], idx[1]] = rows.to(self.hiddens.dtype)
         return idx
+
+    def write_masked(self, labels: torch.Tensor, take: torch.Tensor, rows: torch.Tensor) -> None:
+        """Device: write rows[b, j] under labels[b, j] where take[b, j] (labels, take [B, A];
+        rows [B, A, H]); the rest go to the dump slot. The host books the labels after its read
+        (`book`)."""
+        B = rows.shape[0]
+        slot = torch.where(take, labels.remainder(self.capacity), torch.full_like(labels, self.capacity))
+        self.hiddens[torch.arange(B, device=rows.device)[:, None], slot] = rows.to(self.hiddens.dtype)
+
+    def book(self, seqs: np.ndarray, labels: np.ndarray) -> torch.Tensor:
+        """Host: record labels written on the device; returns their device index."""
+        self.labels[seqs, labels % self.capacity] = labels
+        return self.index(seqs, labels)
 
     def read(self, seqs: np.ndarray, labels: np.ndarray) -> torch.Tensor:
         idx = self.index(seqs, labels)

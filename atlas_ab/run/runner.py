@@ -169,7 +169,7 @@ class Runner:
             self.handoff = handoff_in_effect(ck.layout, self.arm.handoff_norm, self.arm.recycle_norm)
             log.info("MTP layout %s: declared handoff_norm=%s recycle_norm=%s (%s); running %s", ck.layout.name,
                      ck.layout.handoff_norm, ck.layout.recycle_norm, ck.layout.source, self.handoff["in_effect"])
-            return MTPProposer(self.trunk, ck.mtp.eval(), self.arm.row_space, self.arm.refeed, self.graphs,
+            return MTPProposer(self.trunk, ck.mtp.eval(), self.arm.row_space, self.arm.refeed,
                                **self.handoff["in_effect"])
         from atlas_ab.proposers.draft_model import DraftModelProposer
         from atlas_ab.runtime import checkpoint
@@ -179,7 +179,7 @@ class Runner:
         dck = checkpoint.load(draft, self.device, self.dtype)
         self._draft_info = {"path": draft, "hash": dck.hash, "architecture": dck.args.as_dict(),
                             "params": n_params(dck.trunk)}
-        return DraftModelProposer(dck.trunk.eval(), self.graphs)
+        return DraftModelProposer(dck.trunk.eval())
 
     def docs_of(self, wave: int):
         return [self._docs[i] for i in self.waves[wave]]

@@ -9,13 +9,14 @@ from __future__ import annotations
 import numpy as np
 
 
-def ragged_window(history: np.ndarray, start: np.ndarray, count: np.ndarray):
+def ragged_window(history: np.ndarray, start: np.ndarray, count: np.ndarray, width: int | None = None):
     """Each sequence's tokens history[b, start[b] : start[b] + count[b]] as a padded
-    [B, T] batch at positions start.. (its own KV slots), padding rows at slot -1.
+    [B, T] batch at positions start.. (its own KV slots), padding rows at slot -1; T is the
+    widest count, or `width` (a static shape) if given.
 
     Returns (tokens, positions, slots, length): length = max slot + 1, for the
     runtime's KV read (the caller knows it, so the forward needs no host sync)."""
-    T = int(count.max())
+    T = int(count.max()) if width is None else width
     cols = np.arange(T)[None, :]
     pos = start[:, None] + cols
     valid = cols < count[:, None]

@@ -1,10 +1,12 @@
 """Static-shape steps, replayed from a CUDA graph on the GPU.
 
 Eager PyTorch on a GPU is launch-bound for models this small (bench/RESULTS.md,
-"Launch-bound"), so the verify forward and each drafter step are captured once per
-wave and replayed.
-Shapes must be static: the batch is the wave's, and the KV read length is the
-pool's full capacity, not the step's. The torch path reads (and masks) all of it;
+"Launch-bound"), so the loop's whole step (catch-up rows, the K drafts, the verify, the
+acceptance and the device half of the commit) is captured once per wave and shape, and
+replayed.
+Shapes must be static: the batch is the wave's, the KV read length is the
+pool's full capacity, not the step's, and variable widths (catch-up rows, the draft
+model's window) are padded to a power of two (`bucket`). The torch path reads (and masks) all of it;
 the Triton path (kernels/, the default on CUDA) reads each row's live slots,
 found on the device, so the graph costs the live length, not the capacity.
 On the CPU the same code runs eagerly, so the static-length path is tested
@@ -35,28 +37,36 @@ def first_calls() -> int:
     return FIRST_CALLS[0]
 
 
+def bucket(n: int) -> int:
+    """The static width that holds n rows: the next power of two (0 stays 0)."""
+    return 0 if n <= 0 else 1 << (int(n) - 1).bit_length()
+
+
 class StaticStep:
-    def __init__(self, fn, example: list[torch.Tensor], capture: bool):
-        self.fn = fn
+    """fn captured as one CUDA graph over static copies of its inputs; its outputs are static
+    buffers that every replay overwrites."""
+
+    def __init__(self, fn, example: list[torch.Tensor], state=()):
+        """state: tensors fn reads and writes in place; the warm-up runs before the capture would
+        move them on, so they are put back before the first replay."""
+        t0 = time.perf_counter()
         self.inputs = [x.clone() for x in example]
-        self.graph = None
-        if capture:
-            t0 = time.perf_counter()
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):          # warm-up off the capture stream
-                for _ in range(2):
-                    fn(*self.inputs)
-            torch.cuda.current_stream().wait_stream(s)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                self.outputs = fn(*self.inputs)
-            torch.cuda.synchronize()
-            CAPTURE_SECONDS[0] += time.perf_counter() - t0
+        saved = [t.clone() for t in state]
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):          # warm-up off the capture stream
+            for _ in range(2):
+                fn(*self.inputs)
+        torch.cuda.current_stream().wait_stream(s)
+        for t, v in zip(state, saved):
+            t.copy_(v)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.outputs = fn(*self.inputs)
+        torch.cuda.synchronize()
+        CAPTURE_SECONDS[0] += time.perf_counter() - t0
 
     def __call__(self, *xs):
-        if self.graph is None:
-            return self.fn(*xs)
         for dst, src in zip(self.inputs, xs):
             dst.copy_(src, non_blocking=True)
         self.graph.replay()
@@ -65,25 +75,29 @@ class StaticStep:
 
 class Steps:
     """The step functions of one wave: each run eagerly at the step's own KV length, or (graphs)
-    captured once per key at the pool's full length and replayed. On the CPU `graphs=True` runs
-    the same static-length path eagerly, so tests pin it to the dynamic one."""
+    at static shapes (the pool's full length), captured once per key and replayed. On the CPU
+    `graphs=True` runs the same static path eagerly, so tests pin it to the dynamic one;
+    `capture=False` does that on the GPU too (to check the capture against it)."""
 
-    def __init__(self, graphs: bool):
+    def __init__(self, graphs: bool, capture: bool | None = None):
         self.graphs = graphs
+        self.capture = capture
         self._steps: dict = {}
         self._seen: set = set()
 
-    def __call__(self, key, fn, inputs: list[torch.Tensor], length: int, full_length: int):
-        """fn(*inputs, length=L) -> outputs."""
+    def __call__(self, key, fn, inputs: list[torch.Tensor], length, full_length, state=()):
+        """fn(*inputs, length=L) -> outputs (L: `length`, or `full_length` at static shapes; any
+        object fn understands, e.g. a dict of lengths). state: see StaticStep."""
         if key not in self._seen:
             self._seen.add(key)
             FIRST_CALLS[0] += 1
         if not self.graphs:
             return fn(*inputs, length=length)
+        if not (inputs[0].is_cuda if self.capture is None else self.capture):
+            return fn(*inputs, length=full_length)
         step = self._steps.get(key)
         if step is None:
-            step = self._steps[key] = StaticStep(functools.partial(fn, length=full_length), inputs,
-                                                 capture=inputs[0].is_cuda)
+            step = self._steps[key] = StaticStep(functools.partial(fn, length=full_length), inputs, state)
         return step(*inputs)
 
     def clear(self) -> None:

@@ -10,10 +10,15 @@ so arms stay comparable position by position.
 
 A step reads like gpt-fast's `speculative_decode`: the drafter proposes K drafts,
 the verifier (verify.py: greedy, speculative sampling, or its coupled replay)
-runs the target and accepts a prefix, and the host, after ONE read of the device
-(host_read.py: accepted counts, drafts, the target's tokens, confidences, and
-under sampling the exact acceptance probabilities and PITs), commits the
-accepted drafts and the token after them. Each lever is one short, named branch:
+runs the target and accepts a prefix, and the accepted drafts and the token after
+them are committed. It runs in three parts: the host plans it (positions, KV slots,
+the catch-up rows: one host->device copy), the device runs it as one static-shape
+function (`_device_step`: catch-up rows, drafts, verify, acceptance, and the device half
+of the commit: the next propose's hidden and the ring writes), captured as ONE CUDA graph
+per shape on the GPU (runtime/graphs.py), and the host commits it after ONE read
+(host_io.py: accepted and committed counts, drafts, the target's tokens, confidences,
+the ring labels written, and under sampling the exact acceptance probabilities and PITs).
+Each lever is one short, named branch:
 CATCHUP (`_catchup`), REFEED and SHIFT (`_ring_after_verify`), RING_PREFILL
 (`_ring_prefill`), DRAFT_CONF (`gated`), SHADOW_TOPK (`topk`), ORACLE_P2
 (`_oracle`), DRAFTER_PREFILL (`_prefill_turn`), FINGERPRINTS (`self.ev`).
@@ -26,6 +31,7 @@ timed apart in `warmup_ms`: timing.py).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,7 +40,8 @@ import torch
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.base import RowFeed
 from atlas_ab.proposers.ring import Ring, gap_keys
-from atlas_ab.speculative.host_read import StepRead, read_step
+from atlas_ab.runtime.graphs import Steps
+from atlas_ab.speculative.host_io import StepRead, pack_plan, pack_read, unpack_plan, unpack_read
 from atlas_ab.speculative.sampling import SamplingPlan
 from atlas_ab.speculative.timing import StepTimer
 from atlas_ab.speculative.verify import CoupledVerify, GreedyVerify, SampledVerify
@@ -43,10 +50,10 @@ from atlas_ab.telemetry.records import StepBlocks
 from atlas_ab.workload.documents import Document
 
 
-def commit_counts(accepted: np.ndarray, active: np.ndarray, left: np.ndarray) -> np.ndarray:
+def commit_counts(accepted: torch.Tensor, left: torch.Tensor) -> torch.Tensor:
     """[B] tokens each sequence commits: its accepted drafts and the token after them (the target's,
-    recovered or bonus), cut at what its turn still needs (`left`); 0 for inactive sequences."""
-    return np.where(active, np.minimum(accepted + 1, left), 0)
+    recovered or bonus), cut at what its turn still needs (`left`: 0 for an inactive sequence)."""
+    return torch.minimum(accepted + 1, left)
 
 
 def verifier(plan: SamplingPlan | None, target, doc: torch.Tensor, K: int):
@@ -94,6 +101,8 @@ class Wave:
         self.ev = EventLog(fingerprint_rows) if arm.fingerprints_on else None
         self.trace = WaveTrace(StepBlocks(self.K, arm.shadow_topk), self.ev, [[] for _ in range(B)])
         self.timer = StepTimer(self.target.live)   # step_ms, with each kind's warm-up kept apart
+        self.steps = Steps(self.target.graphs, self.target.capture)   # the device step, one graph per shape
+        self.full = {"verify": self.target.full_length(), **proposer.full_lengths()}
         self.turn = 0
         self.verifier = verifier(plan, self.target, self._t(self.doc_ids), self.K)
         self.step_no = np.zeros(B, dtype=np.int64)
@@ -134,9 +143,14 @@ class Wave:
         # hidden k). OFF keeps the reference engine's behaviour: only a prefill that starts
         # at position 0 (the cold turn) prefills the drafter.
         if self.arm.drafter_prefill or t == 0:
+            if self.arm.catchup:   # the ring's rows below key start-1 first: the prefill's rows would pass over them
+                plan, lengths = {}, {}
+                self._catchup(np.ones(B, dtype=bool), start, plan, lengths, step=-1)
+                if plan:
+                    self._feed_rows({k: self._t(v) for k, v in plan.items()}, lengths["catchup"])
             self._drafter_context(start, count, hid)
 
-        self.last_hidden = hid[ar, last].clone()
+        self.last_hidden.copy_(hid[ar, last])     # in place: a captured step reads this buffer
         self.kv_len = self.n_tok.copy()
         if self.arm.ring_prefill:
             self._ring_prefill()
@@ -188,48 +202,97 @@ class Wave:
         B, K, arm = self.B, self.K, self.arm
         n = self.kv_len.copy()                      # position of the last committed token
         pos = n[:, None] + np.arange(K + 1)[None, :]
-        # the step's inputs in one host->device copy: last token, verify positions and slots
-        inputs = self._t(np.concatenate([self.history[np.arange(B), n][:, None], pos,
-                                         np.where(active[:, None], pos, -1)], axis=1))
-        last_tok, pos_t, slots_t = inputs[:, 0], inputs[:, 1:K + 2], inputs[:, K + 2:]
-        fed = self._catchup(active, n) if arm.catchup else np.zeros(B, dtype=np.int64)
+        # plan: the verify of [t_n, d1..dK] at positions n..n+K, and what the turn still needs
+        plan = {"last_tok": self.history[np.arange(B), n], "pos": pos, "vslot": np.where(active[:, None], pos, -1),
+                "left": np.where(active, self.G - self.gen, 0)}
+        lengths = {"verify": int(n[active].max()) + K + 1}
+        fed = self._catchup(active, n, plan, lengths) if arm.catchup else np.zeros(B, dtype=np.int64)
         rows_at_propose = self.proposer.drafter_rows()
         if self.ev is not None:
             self._propose_events(active, n)
+        for part in (self.proposer.plan_propose(self.history, n, K, active, static=self.steps.graphs),
+                     self.proposer.plan_oracle(n, active) if arm.oracle_p2 else ({}, {})):
+            plan.update(part[0])
+            lengths.update(part[1])
+        x, layout = pack_plan(**plan)
+        x = self._t(x)                              # the step's one host->device copy
+        key = (layout, self.turn if self.verifier.sampled else None)   # sampled: the uniforms' keys hold the turn
+        state = [self.last_hidden] + ([self.ring.hiddens] if self.ring is not None else [])
+        if arm.draft_conf > 0:
+            # DRAFT_CONF: a chain below tau is dropped; when all are, the step decodes serially,
+            # which is the host's decision: propose and verify are two graphs with a read between.
+            prop, gated = self.steps(("propose",) + key, functools.partial(self._propose, layout=layout), [x],
+                                     lengths, self.full, state)
+            all_gated = self._all_gated(gated, active)
+            verify = functools.partial(self._verify, layout=layout, prop=prop, gated=gated, all_gated=all_gated)
+            out = self.steps(("verify", all_gated) + key, verify, [x], lengths, self.full, state)
+        else:
+            all_gated = False
+            out = self.steps(("step",) + key, functools.partial(self._device_step, layout=layout), [x], lengths,
+                             self.full, state)
+        packed, read_layout, vh = out
+        h = unpack_read(packed.cpu().numpy(), read_layout)   # the step's one device->host read
+        self._commit(h, vh, n, active)
+        self._record(h, np.nonzero(active)[0], n, h.committed, rows_at_propose, fed, all_gated)
 
-        # propose
-        draws = self.verifier.draws(self.target, self.turn, pos_t[:, 0])
-        prop = self.proposer.propose(self.history, last_tok, self.last_hidden, n, K, active, arm.shadow_topk,
-                                     **({"draws": draws} if draws is not None else {}))
-        # DRAFT_CONF: a chain below tau is dropped and the step decodes serially.
-        gated = (prop.chain_conf < arm.draft_conf) if arm.draft_conf > 0 else torch.zeros(
-            B, dtype=torch.bool, device=self.device)
-        all_gated = arm.draft_conf > 0 and self._all_gated(gated, active)
-        # verify [t_n, d1..dK] at positions n..n+K, and accept
-        vtok = torch.cat([last_tok[:, None], prop.drafts], dim=1)
-        v = self.verifier.verify(self.target, prop, vtok, pos_t, slots_t, int(n[active].max()) + K + 1, gated,
-                                 all_gated, self.turn)
-        oracle = self._oracle(prop, v.vh, v.tokens, v.accepted, n, active) if arm.oracle_p2 else None
-        h = read_step(acc=v.accepted, gated=gated, drafts=prop.drafts, target=v.tokens, conf=prop.conf,
-                      oracle=oracle, topk_ids=prop.topk_ids, topk_probs=prop.topk_probs,
-                      accept_prob=v.accept_prob, alpha1=v.alpha1, pit=v.pit)
-
-        # commit: accepted drafts + the target's token after them, cut at the turn's G tokens
-        c = commit_counts(h.acc, active, self.G - self.gen)
-        rows, cols = np.nonzero(np.arange(K + 1)[None, :] < c[:, None])
+    def _commit(self, h: StepRead, vh: torch.Tensor, n: np.ndarray, active: np.ndarray) -> None:
+        """The host half of the commit: accepted drafts + the target's token after them, cut at the
+        turn's G tokens, into the history; the ring's and the drafter's bookkeeping."""
+        c = h.committed
+        rows, cols = np.nonzero(np.arange(self.K + 1)[None, :] < c[:, None])
         self.history[rows, n[rows] + 1 + cols] = h.target[rows, cols]
         a_eff = np.maximum(c - 1, 0)           # accepted drafts the trajectory kept
-        act = np.nonzero(active)[0]
-        idx = self._t(np.stack([act, a_eff[act]]))
-        self.last_hidden[idx[0]] = v.vh[idx[0], idx[1]]
         self.kv_len = np.where(active, n + c, self.kv_len)
         self.n_tok = np.where(active, self.n_tok + c, self.n_tok)
         self.gen += c
         if self.ring is not None:
-            self._ring_after_verify(active, n, a_eff, h.gated, v.vh)
+            self._book_ring(h.ring_label, vh)
         # dropped (gated) drafts were never verified: their rows go as rejected ones do
         self.proposer.after_verify(np.where(h.gated, 0, a_eff), active)
-        self._record(h, act, n, c, rows_at_propose, fed, all_gated)
+
+    # ------------------------------------------------- the device step
+    def _device_step(self, x, layout, length):
+        """The whole step on the device, static shapes: x [B, X] the packed plan."""
+        prop, gated = self._propose(x, layout, length)
+        return self._verify(x, layout, prop, gated, False, length)
+
+    def _propose(self, x, layout, length):
+        """Catch-up rows, then K drafts; returns the Proposal and DRAFT_CONF's gate [B] bool."""
+        a = unpack_plan(x, layout)
+        if "cu_tok" in a:
+            self._feed_rows(a, length["catchup"])
+        draws = self.verifier.draws(self.target, self.turn, a["pos"][:, 0])
+        prop = self.proposer.draft(a, a["last_tok"], self.last_hidden, self.K, self.arm.shadow_topk, draws, length)
+        tau = self.arm.draft_conf
+        gated = prop.chain_conf < tau if tau > 0 else torch.zeros(self.B, dtype=torch.bool, device=x.device)
+        return prop, gated
+
+    def _feed_rows(self, a: dict, length: int) -> None:
+        """Device: the planned catch-up rows (`_catchup`: cu_* [B, W]), their hiddens read from the ring."""
+        hid = self.ring.hiddens[torch.arange(self.B, device=self.device)[:, None],
+                                a["cu_label"].remainder(self.ring.capacity)]          # [B, W, H]
+        self.proposer.write_rows(a["cu_tok"], hid, a["cu_rope"], a["cu_slot"], length)
+
+    def _verify(self, x, layout, prop, gated, all_gated: bool, length):
+        """Verify and accept, then the device half of the commit (the next propose's hidden, the
+        ring writes); returns the packed read, its layout and the verify's hiddens [B, K+1, H]."""
+        a = unpack_plan(x, layout)
+        vtok = torch.cat([a["last_tok"][:, None], prop.drafts], dim=1)               # [B, K+1]
+        v = self.verifier.verify(self.target, prop, vtok, a["pos"], a["vslot"], length["verify"], gated,
+                                 all_gated, self.turn)
+        active = a["left"] > 0
+        c = commit_counts(v.accepted, a["left"])                                       # [B]
+        a_eff = (c - 1).clamp(min=0)                                                   # [B] drafts kept
+        ar = torch.arange(self.B, device=x.device)
+        self.last_hidden.copy_(torch.where(active[:, None], v.vh[ar, a_eff], self.last_hidden))
+        ring = self.ring is not None
+        ring_label = self._ring_after_verify(active, a["pos"][:, 0], a_eff, gated, v.vh) if ring else None
+        oracle = self._oracle(prop, v, a, length) if self.arm.oracle_p2 else None
+        packed, read_layout = pack_read(acc=v.accepted, gated=gated, drafts=prop.drafts, target=v.tokens,
+                                        conf=prop.conf, committed=c, ring_label=ring_label, oracle=oracle,
+                                        topk_ids=prop.topk_ids, topk_probs=prop.topk_probs,
+                                        accept_prob=v.accept_prob, alpha1=v.alpha1, pit=v.pit)
+        return packed, read_layout, v.vh
 
     def _record(self, h: StepRead, act, n, c, rows_at_propose, fed, serial: bool) -> None:
         """The step's telemetry rows (active sequences) and the running counts."""
@@ -262,46 +325,56 @@ class Wave:
         arms with DRAFT_CONF off never make it (the loop's one read per step stands)."""
         return bool(gated.cpu().numpy()[active].all())
 
-    def _catchup(self, active, n) -> np.ndarray:
-        """CATCHUP: feed the gap rows between the drafter's newest row and this
-        propose, from the ring (target hiddens), before proposing."""
+    def _catchup(self, active, n, plan: dict, lengths: dict, step=None) -> np.ndarray:
+        """CATCHUP: plan the gap rows between the drafter's newest row and this propose, fed
+        from the ring (target hiddens) on the device before the drafts; or, `step` -1, before a
+        turn's drafter prefill, whose first key is n-1. Returns rows fed per sequence."""
         seq, key = gap_keys(self.ring, self.arm.row_space, self.proposer.last_pair_key(),
                             self.proposer.drafter_rows(), n, active)
         fed = np.zeros(self.B, dtype=np.int64)
         if len(key) == 0:
             return fed
         labels = key + 1                          # pair key k reads ring label k+1
-        feed = RowFeed(seq=seq, key=key, token=self.history[seq, key + 1], label=labels,
-                       hiddens=self.ring.read(seq, labels))
-        w = self.proposer.catchup_drafter(feed)
+        feed = RowFeed(seq=seq, key=key, token=self.history[seq, key + 1], label=labels, hiddens=None)
+        w, rows = self.proposer.plan_rows(feed, static=self.steps.graphs)
+        if rows is None:
+            return fed
+        plan.update(cu_tok=rows["tok"], cu_slot=rows["slot"], cu_rope=rows["rope"], cu_label=rows["label"])
+        lengths["catchup"] = int(rows["slot"].max()) + 1
         np.add.at(fed, w.seq, 1)
-        if self.ev is not None and len(w):
-            self.ev.add("feed", doc_id=self.doc_ids[w.seq], turn=self.turn, step=self.step_no[w.seq],
-                        seq=w.seq, rows=w.hiddens, label=w.label, key=w.key, rope=w.rope, slot=w.slot)
+        if self.ev is not None and len(w):       # the rows the device will read, as they are now
+            self.ev.add("feed", doc_id=self.doc_ids[w.seq], turn=self.turn,
+                        step=self.step_no[w.seq] if step is None else np.full(len(w), step),
+                        seq=w.seq, rows=self.ring.read(w.seq, w.label), label=w.label, key=w.key, rope=w.rope,
+                        slot=w.slot)
         return fed
 
-    def _ring_after_verify(self, active, n, a_eff, gated, vh) -> None:
-        """Ring writes after a verify. Serial (gated) steps ring their one hidden
+    def _ring_after_verify(self, active, n, a_eff, gated, vh) -> torch.Tensor:
+        """Device: ring writes after a verify. Serial (gated) steps ring their one hidden
         (CATCHUP); with REFEED every accepted position's true hidden is ringed,
         0..=accepted, the last being the next propose's own target hidden.
-        SHIFT moves every re-fed label by s (mapping validation)."""
-        A = self.K + 1
-        j = np.arange(A)[None, :]
+        SHIFT moves every re-fed label by s (mapping validation). All tensors [B] but vh
+        [B, K+1, H]; returns the label written from each depth [B, K+1] (-1: none)."""
+        j = torch.arange(self.K + 1, device=vh.device)[None, :]
         serial = active & gated                                  # a serial step: ring its hidden (CATCHUP)
         refed = active & ~gated & self.arm.refeed                # REFEED: every accepted position, 0..=accepted
         take = (serial[:, None] & (j == 0)) | (refed[:, None] & (j <= a_eff[:, None]))
-        seq, j = np.nonzero(take)
+        label = n[:, None] + 1 + j + refed[:, None].long() * self.arm.refeed_shift
+        take = take & (label >= 0)
+        self.ring.write_masked(label, take, vh)
+        return torch.where(take, label, torch.full_like(label, -1))
+
+    def _book_ring(self, ring_label: np.ndarray, vh: torch.Tensor) -> None:
+        """Host: book the labels the step wrote (and their fingerprint events)."""
+        seq, j = np.nonzero(ring_label >= 0)
         if len(seq) == 0:
             return
-        label = n[seq] + 1 + j + np.where(refed[seq], self.arm.refeed_shift, 0)
-        ok = label >= 0
-        seq, label, j = seq[ok], label[ok], j[ok]
-        src = self._t(np.stack([seq, j]))
-        rows = vh[src[0], src[1]]
-        dst = self.ring.write(seq, label, rows)
+        dst = self.ring.book(seq, ring_label[seq, j])
         if self.ev is not None:
+            src = self._t(np.stack([seq, j]))
             self.ev.add("ring_write", doc_id=self.doc_ids[seq], turn=self.turn, step=self.step_no[seq],
-                        seq=seq, rows=rows, rows2=self.ring.hiddens[dst[0], dst[1]], label=label)
+                        seq=seq, rows=vh[src[0], src[1]], rows2=self.ring.hiddens[dst[0], dst[1]],
+                        label=ring_label[seq, j])
 
     def _ring_prefill(self) -> None:
         """RING_PREFILL: ring the prefill's last hidden (position P-1, P = the turn's first
@@ -316,11 +389,11 @@ class Wave:
             self.ev.add("ring_write", doc_id=self.doc_ids, turn=self.turn, step=-1, seq=seq, rows=rows,
                         rows2=self.ring.hiddens[dst[0], dst[1]], label=label)
 
-    def _oracle(self, prop, vh, target, acc, n, active):
+    def _oracle(self, prop, v, plan, length):
         """ORACLE_P2: when draft 1 is accepted, would draft 2 from the target's
-        true hidden of position n have hit? Null (masked) otherwise."""
-        o2 = self.proposer.oracle_draft2(prop.drafts[:, 0], vh[:, 0], n, prop.row0_slot, active)
-        return torch.where(acc >= 1, (o2 == target[:, 1]).long(), torch.full_like(acc, -1))
+        true hidden of position n have hit? Null (-1) otherwise."""
+        o2 = self.proposer.oracle_draft2(prop.drafts[:, 0], v.vh[:, 0], plan, length)
+        return torch.where(v.accepted >= 1, (o2 == v.tokens[:, 1]).long(), torch.full_like(v.accepted, -1))
 
     def _propose_events(self, active, n) -> None:
         act = np.nonzero(active)[0]

@@ -139,7 +139,9 @@ class StepUniforms:
         """doc [B], n [B] (the step's position) long tensors on the run's device; the three streams
         in one hash call (a GPU step is launch-bound)."""
         depth = torch.arange(1, K + 2, device=doc.device)[None, None, :]         # [1, 1, K+1]
-        stream = torch.tensor([uniforms.ACCEPT, uniforms.TOKEN, uniforms.PIT], device=doc.device)[None, :, None]
+        # fills, not a host->device copy: this runs inside the step's CUDA graph
+        stream = torch.stack([torch.full((), s, dtype=torch.long, device=doc.device)
+                              for s in (uniforms.ACCEPT, uniforms.TOKEN, uniforms.PIT)])[None, :, None]
         u = uniforms.uniform(seed, doc[:, None, None], turn, n[:, None, None], depth, stream)  # [B, 3, K+1]
         return StepUniforms(accept=u[:, 0, :K], token=u[:, 1], pit=u[:, 2])
 

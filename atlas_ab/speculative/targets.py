@@ -32,7 +32,6 @@ import torch
 
 from atlas_ab import AtlasError
 from atlas_ab.runtime.batch import ragged_window
-from atlas_ab.runtime.graphs import Steps
 
 #: The argmax replay writes where the live verify's was conditioned on a rejected draft.
 UNKNOWN = -1
@@ -43,21 +42,25 @@ class LiveTarget:
 
     live = True
 
-    def __init__(self, trunk, graphs: bool = False):
+    def __init__(self, trunk, graphs: bool = False, capture: bool | None = None):
+        """graphs: the wave runs its steps at static shapes, captured as CUDA graphs on the GPU
+        (`capture`: False keeps the static shapes but runs them eagerly, to check the capture)."""
         self.trunk = trunk
         p = next(trunk.parameters())
         self.device, self.dtype = p.device, p.dtype
         self.hidden_size = trunk.args.hidden_size
-        self.steps = Steps(graphs)    # the verify, captured once per wave on the GPU
+        self.graphs = graphs
+        self.capture = graphs and self.device.type == "cuda" if capture is None else capture
         self.kv = None
 
     def alloc(self, budgets: np.ndarray) -> None:
         self.kv = self.trunk.new_kv(np.asarray(budgets).tolist())
-        self.steps.clear()
 
     def free(self) -> None:
         self.kv = None
-        self.steps.clear()
+
+    def full_length(self) -> int:
+        return self.kv.max_capacity
 
     def _t(self, x) -> torch.Tensor:
         return torch.as_tensor(x, device=self.device)
@@ -68,24 +71,16 @@ class LiveTarget:
         last = hid[torch.arange(len(start), device=self.device), self._t(count - 1)]
         return hid, self.trunk.logits(last[:, None])[:, 0].argmax(-1)
 
-    def _verify_fn(self, vtok, pos, slots, length):
-        """Target forward over [t_n, d1..dK]: hiddens and argmaxes per depth."""
+    def verify(self, vtok, pos, slots, length: int):
+        """Target forward over [t_n, d1..dK] (or [t_n] for a DRAFT_CONF serial step): hiddens and
+        argmaxes per depth. Device only: the loop captures it inside its step."""
         vh = self.trunk.forward(vtok, pos, slots, self.kv, length=length)
         return vh, self.trunk.logits(vh).argmax(-1)
 
-    def verify(self, vtok, pos, slots, length: int):
-        """One graph per width: K+1 query rows, or 1 for a DRAFT_CONF serial step."""
-        return self.steps(("verify", vtok.shape[1]), self._verify_fn, [vtok, pos, slots], length,
-                          self.kv.max_capacity)
-
-    def _verify_logits_fn(self, vtok, pos, slots, length):
-        vh = self.trunk.forward(vtok, pos, slots, self.kv, length=length)
-        return vh, self.trunk.logits(vh)
-
     def verify_logits(self, vtok, pos, slots, length: int):
         """The verify of a sampled run: hiddens [B, K+1, H] and logits [B, K+1, V] (float32)."""
-        return self.steps(("verify_logits", vtok.shape[1]), self._verify_logits_fn, [vtok, pos, slots], length,
-                          self.kv.max_capacity)
+        vh = self.trunk.forward(vtok, pos, slots, self.kv, length=length)
+        return vh, self.trunk.logits(vh)
 
     def prefill_logits(self, turn: int, history: np.ndarray, start: np.ndarray, count: np.ndarray):
         """The prefill of a sampled run: hiddens [B, T, H] and the logits [B, V] after the context."""
@@ -105,6 +100,7 @@ class ReplayTarget:
     positions up to the turn's last token, zero past the first mismatch."""
 
     live = False
+    graphs = capture = False     # its verify is a gather keyed by the turn: eager
 
     def __init__(self, traj, device, logits=None):
         """logits: the trunk's head (hidden [..., H] -> logits [..., V]), for a sampled trajectory."""
@@ -128,6 +124,9 @@ class ReplayTarget:
 
     def free(self) -> None:
         pass
+
+    def full_length(self) -> int:
+        return self.hiddens.shape[1]
 
     def prefill(self, turn: int, history: np.ndarray, start: np.ndarray, count: np.ndarray):
         self.turn = turn

@@ -47,7 +47,9 @@ def mix32(x: torch.Tensor) -> torch.Tensor:
 
 def _fold(v, device) -> torch.Tensor:
     """A key field (int or int tensor, >= 0) as 32 bits: its low word xor its high word."""
-    v = torch.as_tensor(v, dtype=torch.int64, device=device)
+    if not isinstance(v, torch.Tensor):          # a fill, not a host->device copy: safe inside a CUDA graph
+        return torch.full((), (int(v) & _M) ^ ((int(v) >> 32) & _M), dtype=torch.int64, device=device)
+    v = v.to(dtype=torch.int64, device=device)
     return (v & _M) ^ ((v >> 32) & _M)
 
 

@@ -169,17 +169,17 @@ def test_fingerprint_table_reads_100_percent_and_shows_a_corrupt_ring_row(models
     table = fingerprint_table(ev, "compact")
     assert all(r.ok and r.checked > 0 for r in table.rows[:3]) and table.rows[4].ok
 
-    orig = Ring.write
+    orig = Ring.book                         # a step's ring writes land on the device, then are booked
     state = {"n": 0}
 
-    def corrupt_once(self, seqs, labels, rows):
-        idx = orig(self, seqs, labels, rows)
+    def corrupt_once(self, seqs, labels):
+        idx = orig(self, seqs, labels)
         state["n"] += 1
         if state["n"] == 5:                  # one ring row lands wrong
             self.hiddens[int(idx[0, 0]), int(idx[1, 0])] += 1.0
         return idx
 
-    monkeypatch.setattr(Ring, "write", corrupt_once)
+    monkeypatch.setattr(Ring, "book", corrupt_once)
     _, bad = run(models, ARMS["refeed_on"], docs)
     t = fingerprint_table(bad, "compact")
     assert t.rows[0].checked - t.rows[0].matched == 1, "exactly the corrupted copy fails"

@@ -66,3 +66,12 @@ def test_ring_prefill_holes_smoke(tmp_path):
     assert set(res) == {"catchup_on", "ring_prefill_on"}
     assert res["catchup_on"]["hole_turns"] == res["catchup_on"]["rejected_first_steps"] > 0
     assert res["ring_prefill_on"]["hole_turns"] == 0
+
+
+@needs_default
+def test_prefill_boundary_rows_smoke(tmp_path):
+    res = smoke("prefill_boundary_rows.py", tmp_path)
+    assert set(res) == {"prefill_catchup", "prefill_refeed"}
+    assert res["prefill_catchup"]["rows_fed"] == 0             # without REFEED the ring holds none of them
+    r = res["prefill_refeed"]
+    assert r["rows_fed"] >= r["boundaries_fed"] == r["warm_boundaries"] > 0

@@ -123,8 +123,7 @@ def test_mtp_head_as_mimo2_same_tokens(tmp_path):
     """Our trunk + MTP layer written as MiMo-V2 (`--spec-type draft-mtp`) against our MTP arm whose rows
     are closest to llama.cpp's (every committed position's row, with the target's hidden: drafter_prefill,
     catchup, refeed). The trunk computes the same tokens; the counts are not held equal: llama.cpp's
-    row at position 0, a gap of ours at turn boundaries and 8 of 121 requests unexplained make them
-    differ (docs/ingest.md, "MTP")."""
+    row at position 0 and 8 of 121 requests unexplained make them differ (docs/ingest.md, "MTP")."""
     spec = ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(K), "--spec-draft-n-min", "0",
             "--spec-draft-p-min", "0"]
     with llama_server(tmp_path / "server.log", "-m", BUILT["target_mtp"], *spec) as url:

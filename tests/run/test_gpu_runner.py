@@ -27,7 +27,7 @@ def models():
 def test_gpu_wave_is_lossless_up_to_near_ties(models, arm, graphs):
     trunk, mtp = models
     docs = tiny_docs(n=8, turns=2, chunk=12)
-    prop = MTPProposer(trunk, mtp, arm.row_space, arm.refeed, graphs=graphs)
+    prop = MTPProposer(trunk, mtp, arm.row_space, arm.refeed)
     fp = fingerprint_rows if arm.fingerprints_on else None
     trace = Wave(LiveTarget(trunk, graphs), prop, arm, docs, G, fingerprint_rows=fp).run()
     gate = check(trunk, docs, trace.generated, G, list(range(8)))
@@ -52,7 +52,7 @@ def test_gpu_draft_model_is_lossless_up_to_near_ties(models, graphs):
     draft = tiny_draft(trunk).cuda().to(torch.bfloat16)   # built on the CPU from the GPU weights
     docs = tiny_docs(n=8, turns=2, chunk=12)
     arm = ArmConfig(proposer="draft_model", num_drafts=3)
-    trace = Wave(LiveTarget(trunk, graphs), DraftModelProposer(draft, graphs=graphs), arm, docs, G).run()
+    trace = Wave(LiveTarget(trunk, graphs), DraftModelProposer(draft), arm, docs, G).run()
     gate = check(trunk, docs, trace.generated, G, list(range(8)))
     assert gate.passed, gate.first_divergence
     assert trace.steps.table().to_pandas().accept_len.max() >= 1
@@ -68,13 +68,13 @@ def test_gpu_replay_commits_the_stored_text_and_is_measured_against_live(models,
     from atlas_ab.speculative.trajectory import EXTEND, greedy
     trunk, mtp = models
     docs = tiny_docs(n=8, turns=2, chunk=12)
-    traj = greedy(trunk, docs, G, extend=EXTEND, keep_hiddens=True, graphs=True)
+    traj = greedy(trunk, docs, G, extend=EXTEND, keep_hiddens=True)
     assert traj.hiddens.dtype == torch.bfloat16 and traj.hiddens.is_cuda
     fp = fingerprint_rows if arm.fingerprints_on else None
     waves = {}
     for mode in ("live", "replay"):
         target = LiveTarget(trunk, True) if mode == "live" else ReplayTarget(traj, "cuda")
-        prop = MTPProposer(trunk, mtp, arm.row_space, arm.refeed, graphs=True)
+        prop = MTPProposer(trunk, mtp, arm.row_space, arm.refeed)
         waves[mode] = Wave(target, prop, arm, docs, G, fingerprint_rows=fp).run()
     rep = waves["replay"]
     assert replay_gate(traj, rep.generated)["passed"]

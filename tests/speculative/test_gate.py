@@ -90,19 +90,18 @@ def test_a_divergence_is_arbitrated_in_fp32(models, scale, passes):
 
 def inject_lossy_commit(monkeypatch, at_step: int, seq: int = 1) -> None:
     """The bug: at one verify step of the loop, sequence `seq` commits the target's least likely
-    token instead of its argmax (an off-by-one in the commit does the same kind of damage)."""
-    from atlas_ab.speculative.targets import LiveTarget
+    token instead of its argmax (an off-by-one in the commit does the same kind of damage). It is
+    injected into the host's commit, which runs every step also when the step is a CUDA graph."""
+    from atlas_ab.speculative.loop import Wave
 
-    orig, calls = LiveTarget.verify, []
+    orig, calls = Wave._commit, []
 
-    def lossy_verify(self, vtok, pos, slots, length):
-        vh, target = orig(self, vtok, pos, slots, length)
+    def lossy_commit(self, h, vh, n, active):
         calls.append(1)
         if len(calls) == at_step:
-            target = target.clone()
-            target[seq, 0] = self.trunk.logits(vh[seq:seq + 1, :1])[0, 0].argmin()
-        return vh, target
-    monkeypatch.setattr(LiveTarget, "verify", lossy_verify)
+            h.target[seq, 0] = int(self.target.trunk.logits(vh[seq:seq + 1, :1])[0, 0].argmin())
+        return orig(self, h, vh, n, active)
+    monkeypatch.setattr(Wave, "_commit", lossy_commit)
 
 
 def _wave(models, dtype, docs, monkeypatch=None, inject_at=None):

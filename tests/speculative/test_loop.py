@@ -139,8 +139,8 @@ def test_static_shape_steps_match_dynamic_ones(models, arm):
     docs = tiny_docs(n=3, turns=2, chunk=10)
     out = []
     for graphs in (False, True):
-        prop = (DraftModelProposer(tiny_draft(trunk), graphs=graphs) if arm.proposer == "draft_model"
-                else MTPProposer(trunk, mtp, arm.row_space, arm.refeed, graphs=graphs))
+        prop = (DraftModelProposer(tiny_draft(trunk)) if arm.proposer == "draft_model"
+                else MTPProposer(trunk, mtp, arm.row_space, arm.refeed))
         t = Wave(LiveTarget(trunk, graphs), prop, arm, docs, G).run().steps.table().to_pandas()
         out.append(t.drop(columns=list(TIMING_COLUMNS)))
     pd.testing.assert_frame_equal(out[0], out[1], check_exact=False, atol=1e-5)

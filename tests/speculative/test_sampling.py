@@ -71,9 +71,10 @@ def test_rejection_sampler_on_a_deterministic_target_is_greedy(drafts, target, e
     ([2, 2], [1, 3], [1, 3]),
 ])
 def test_exactly_G_cut(accepted, left, expected):
-    c = commit_counts(np.array(accepted), np.ones(len(accepted), bool), np.array(left))
+    c = commit_counts(torch.tensor(accepted), torch.tensor(left))
     assert c.tolist() == expected
-    assert commit_counts(np.array(accepted), np.zeros(len(accepted), bool), np.array(left)).tolist() == \
+    # an inactive sequence's plan says the turn needs nothing more: it commits nothing
+    assert commit_counts(torch.tensor(accepted), torch.zeros(len(accepted), dtype=torch.long)).tolist() == \
         [0] * len(accepted)
 
 

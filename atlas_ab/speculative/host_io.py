@@ -1,0 +1,97 @@
+"""The step's two host<->device copies, each one int64 tensor with a named layout.
+
+A step is planned on the host (positions, KV slots, RoPE positions, the catch-up rows: named
+int64 arrays [B, ...]), run on the device as one static-shape function (one CUDA graph on the
+GPU), and committed on the host. `pack_plan` lays the plan's arrays side by side in one [B, X]
+array, copied once; the device function takes views of it by name (`unpack_plan`). The device
+function ends with `pack_read`: every number the host needs from the step in one int64 tensor
+(float32 values ride along as their bit patterns), copied once and unpacked into a `StepRead`
+(`unpack_read`). A layout is a tuple of (name, shape) pairs; it is part of a graph's key.
+
+Shapes: B sequences, K drafts, k SHADOW_TOPK candidates.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Optional
+
+import numpy as np
+import torch
+
+Layout = tuple   # ((name, shape per sequence), ...)
+
+
+@dataclass
+class StepRead:
+    acc: np.ndarray                           # [B] int64: accepted drafts
+    gated: np.ndarray                         # [B] bool: DRAFT_CONF dropped the drafts
+    drafts: np.ndarray                        # [B, K] int64
+    target: np.ndarray                        # [B, K+1] int64: the target's token per depth
+    conf: np.ndarray                          # [B, K] float32: the drafter's top-1 prob per depth
+    committed: np.ndarray                     # [B] int64: tokens committed (0: inactive)
+    ring_label: Optional[np.ndarray] = None   # [B, K+1] int64: ring label written from depth j (-1: none)
+    oracle: Optional[np.ndarray] = None       # [B] int64: ORACLE_P2 hit 1 / miss 0 / not probed -1
+    topk_ids: Optional[np.ndarray] = None     # [B, K, k] int64 (SHADOW_TOPK)
+    topk_probs: Optional[np.ndarray] = None   # [B, K, k] float32
+    accept_prob: Optional[np.ndarray] = None  # [B, K] float32 (sampled runs)
+    alpha1: Optional[np.ndarray] = None       # [B] float32 (sampled runs)
+    pit: Optional[np.ndarray] = None          # [B, K+1] float32 (sampled runs)
+
+
+_FLOAT = {"conf", "topk_probs", "accept_prob", "alpha1", "pit"}
+_BOOL = {"gated"}
+
+
+def _width(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def pack_plan(**arrays: np.ndarray) -> tuple[np.ndarray, Layout]:
+    """Host: named int arrays [B, ...] -> one int64 array [B, X] and its layout."""
+    B = len(next(iter(arrays.values())))
+    layout = tuple((name, tuple(np.shape(a)[1:])) for name, a in arrays.items())
+    cols = [np.asarray(a, dtype=np.int64).reshape(B, -1) for a in arrays.values()]
+    return np.concatenate(cols, axis=1), layout
+
+
+def unpack_plan(x: torch.Tensor, layout: Layout) -> dict[str, torch.Tensor]:
+    """Device: views of the plan tensor [B, X] by name, each [B, ...] as packed."""
+    out, at = {}, 0
+    for name, shape in layout:
+        w = _width(shape)
+        out[name] = x[:, at:at + w].reshape((x.shape[0],) + shape)
+        at += w
+    return out
+
+
+def pack_read(**values: Optional[torch.Tensor]) -> tuple[torch.Tensor, Layout]:
+    """Device: the named tensors (each [B, ...]; see StepRead) -> one int64 tensor [B, X]."""
+    names = [f.name for f in fields(StepRead) if values.get(f.name) is not None]
+    cols, layout = [], []
+    for name in names:
+        x = values[name]
+        layout.append((name, tuple(x.shape[1:])))
+        x = x.reshape(x.shape[0], -1)
+        cols.append(x.float().view(torch.int32).long() if name in _FLOAT else x.long())
+    return torch.cat(cols, dim=1), tuple(layout)
+
+
+def unpack_read(host: np.ndarray, layout: Layout) -> StepRead:
+    """Host: the read step tensor [B, X] -> a StepRead."""
+    out, at = {}, 0
+    for name, shape in layout:
+        w = _width(shape)
+        col = host[:, at:at + w]
+        at += w
+        if name in _FLOAT:
+            col = col.astype(np.int32).view(np.float32)
+        elif name in _BOOL:
+            col = col.astype(bool)
+        out[name] = col.reshape((len(host),) + shape)
+    return StepRead(**out)
+
+
+def read_step(**values: Optional[torch.Tensor]) -> StepRead:
+    """One host read of the named device tensors (each [B, ...]; see StepRead)."""
+    packed, layout = pack_read(**values)
+    return unpack_read(packed.cpu().numpy(), layout)

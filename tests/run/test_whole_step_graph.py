@@ -1,0 +1,64 @@
+"""The whole step captured as one CUDA graph gives the same step rows as the same static-shape
+step run eagerly, for every arm of the claims studies (GPU only; bf16)."""
+import pandas as pd
+import pyarrow as pa
+import pytest
+import torch
+import yaml
+from omegaconf import OmegaConf
+
+from atlas_ab.config.paths import CONF_DIR
+from atlas_ab.config.structured import ArmConfig, SamplingConfig
+from atlas_ab.proposers.mtp_head import MTPProposer
+from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.sampling import plan_of
+from atlas_ab.speculative.targets import LiveTarget
+from atlas_ab.telemetry.fingerprint import fingerprint_rows
+from atlas_ab.telemetry.schema import TIMING_COLUMNS
+from tests.helpers.tiny import tiny_docs, tiny_models
+
+pytestmark = pytest.mark.gpu
+G = 12
+
+
+def study_arms(study: str) -> list[str]:
+    return yaml.safe_load((CONF_DIR / "study" / f"{study}.yaml").read_text())["study"]["arms"]
+
+
+def arm_config(name: str) -> ArmConfig:
+    raw = yaml.safe_load((CONF_DIR / "arm" / f"{name}.yaml").read_text())
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ArmConfig), raw))
+
+
+CASES = ([(a, None) for a in study_arms("claims") + study_arms("claims_conf")]
+         + [(a, 1.0) for a in study_arms("claims_sampled")])
+
+
+@pytest.fixture(scope="module")
+def models():
+    trunk, mtp = tiny_models()
+    return trunk.cuda().to(torch.bfloat16), mtp.cuda().to(torch.bfloat16).attach(trunk)
+
+
+def wave(models, arm, temperature, capture):
+    trunk, mtp = models
+    plan = plan_of(arm, SamplingConfig(temperature=temperature, seed=5)) if temperature else None
+    fp = fingerprint_rows if arm.fingerprints_on else None
+    w = Wave(LiveTarget(trunk, graphs=True, capture=capture), MTPProposer(trunk, mtp, arm.row_space, arm.refeed),
+             arm, tiny_docs(n=8, turns=3, chunk=12), G, fingerprint_rows=fp, plan=plan)
+    return w.run()
+
+
+@pytest.mark.parametrize("name,temperature", CASES, ids=[f"{a}{'_t1' if t else ''}" for a, t in CASES])
+def test_captured_step_equals_the_eager_static_step(models, name, temperature):
+    arm = arm_config(name)
+    if "draft_conf" in name:                   # make DRAFT_CONF gate some steps on random weights
+        arm.draft_conf = min(arm.draft_conf, 0.2)
+    eager, captured = (wave(models, arm, temperature, c) for c in (False, True))
+    a, b = (t.steps.table().to_pandas().drop(columns=list(TIMING_COLUMNS)) for t in (eager, captured))
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert eager.generated == captured.generated
+    if eager.events is not None:
+        ints = {pa.int64(): pd.Int64Dtype()}.get
+        pd.testing.assert_frame_equal(eager.events.table().to_pandas(types_mapper=ints),
+                                      captured.events.table().to_pandas(types_mapper=ints), check_exact=True)
