@@ -67,6 +67,7 @@ def test_every_arm_of_a_study_carries_the_hash_locked_before_its_first_job(tmp_p
     assert (sweep / "prereg" / prereg.name).read_bytes() != prereg.read_bytes()
 
 
+@pytest.mark.slow        # a study end to end: both arms run, four reports (the lock itself: the tests around)
 def test_report_judges_the_locked_text_and_an_edited_file_is_prereg_changed(tmp_path, prereg, capsys):
     sweep = _study(tmp_path, prereg)
     runs = [load_run(d) for d in sorted(sweep.glob("*_*"))]
@@ -127,6 +128,7 @@ def test_arms_of_two_sweeps_whose_locked_texts_differ_are_refused(tmp_path, prer
     assert "MET" not in out and not (tmp_path / "rep").exists()
 
 
+@pytest.mark.slow        # a study end to end: both arms run, four reports through the CLI
 def test_an_edited_copy_under_a_new_name_is_unlocked_not_met(tmp_path, prereg, capsys):
     sweep = _study(tmp_path, prereg)
     arms = [str(sweep / "0_catchup_on"), str(sweep / "1_refeed_on")]

@@ -38,6 +38,7 @@ def replay(arm, cache, d, *extra):
     return run(cfg_of(*BASE, f"+arm={arm}", "runner.mode=replay", f"runner.trajectories={cache}", *extra), d)
 
 
+@pytest.mark.slow        # three runs of the real runner end to end (replay, live, a second arm's replay)
 def test_replay_runs_record_their_trajectory_and_equal_live(tmp_path, cache):
     m = replay("refeed_on", cache, tmp_path / "a")
     assert m["status"] == "complete" and m["mode"] == "replay"
@@ -64,6 +65,7 @@ def test_replay_runs_record_their_trajectory_and_equal_live(tmp_path, cache):
     assert m2["gate"]["by"] == "replay" and m2.get("replay_check") is None
 
 
+@pytest.mark.slow        # three runs of the real runner end to end (whole, crashed, resumed)
 def test_replay_resumes_by_wave(tmp_path, cache, monkeypatch):
     from atlas_ab.run.runner import Runner
     full = tmp_path / "full"
