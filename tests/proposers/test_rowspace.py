@@ -11,7 +11,8 @@ from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.proposers.rowspace import rows_to_trim
 from tests.helpers.tiny import tiny_models
 
-pytestmark = pytest.mark.float_sensitive
+# Not float_sensitive: rows and keys are host bookkeeping of the accept pattern; no test here reads
+# a drafted value, so scripts/test.sh's two-thread rerun has nothing to check in this file.
 
 
 def test_seed_examples_of_the_compact_trim():
