@@ -48,7 +48,7 @@ def main() -> None:
             arm_metrics(c)
         timings["per-arm metrics"] = time.perf_counter() - t
         t = time.perf_counter()
-        comp = compare_runs(runs[0], runs[1], "p2_uncond", B=args.bootstrap, seed=0)
+        comp = compare_runs(runs[0], runs[1], "p2_uncond", n_boot=args.bootstrap, seed=0)
         timings["compare (4 metrics: binomial/delta, cluster se, bootstrap)"] = time.perf_counter() - t
 
     total = sum(timings.values())

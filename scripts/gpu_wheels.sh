@@ -16,5 +16,7 @@ python3 -m pip wheel -q --no-deps -w .whl "antlr4-python3-runtime==4.9.3"
 # compiled: for CPython 3.12 on x86-64
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   "${PLAT[@]}" -d .whl "statsmodels==0.14.4"
-ls -1 .whl
-du -sh .whl
+# the slim set most calls need (no statsmodels), for when the tree nears the device's 64 MiB
+rm -rf .whl_gpu && mkdir -p .whl_gpu && cp .whl/antlr4_* .whl/hydra_core-* .whl/omegaconf-* .whl_gpu/
+ls -1 .whl .whl_gpu
+du -sh .whl .whl_gpu

@@ -9,7 +9,7 @@ Modules (each result a frozen dataclass with summary()/to_dict()):
   metrics.cell_counts / arm_metrics / doc_sums        counts per (doc, turn, k, accept_len) and every figure
   stats.compare(cells_a, cells_b, metric) -> Difference   binomial/delta, cluster, bootstrap sds
   paired.mcnemar / oracle_probe / between_runs / paired_difference
-  sizing.solve(p, delta, sd=|alpha=, ...) -> PowerResult
+  sizing.solve(p, delta, threshold_sd=|alpha=, ...) -> PowerResult
   criteria.judge(prereg, runs) -> Judgement           every verdict kind (config/prereg.py parses them)
   report.build_report(runs, out, prereg) -> Report
 """

@@ -149,7 +149,7 @@ def check_findings(text: str, data: dict) -> list[str]:
     return bad
 
 
-def _judge_all(group: ModelRuns, B: int, seed: int) -> list[tuple[Prereg, criteria.Judgement | None, str]]:
+def _judge_all(group: ModelRuns, n_boot: int, seed: int) -> list[tuple[Prereg, criteria.Judgement | None, str]]:
     """Every text the group's runs locked, judged where every arm it names locked it."""
     out = []
     manifests = {r.arm: r.manifest for r in group.runs}
@@ -163,30 +163,30 @@ def _judge_all(group: ModelRuns, B: int, seed: int) -> list[tuple[Prereg, criter
             out.append((pr, None, f"not judged: UNLOCKED: {reg.why}"))
             continue
         try:
-            out.append((pr, criteria.judge(pr, list(group.runs), B=B, seed=seed), ""))
+            out.append((pr, criteria.judge(pr, list(group.runs), n_boot=n_boot, seed=seed), ""))
         except AtlasError as e:      # a question these runs cannot answer: say why, judge the rest
             out.append((pr, None, f"not judged: {e}"))
     return out
 
 
-def _variance_saving(pr: Prereg, group: ModelRuns, sd, B: int, seed: int) -> dict | None:
+def _variance_saving(pr: Prereg, group: ModelRuns, se, n_boot: int, seed: int) -> dict | None:
     """An exact-probability metric's deciding sd against the realized metric's, the same estimand and
     sd kind on the same runs: how many steps the exact probabilities saved."""
     from atlas_ab.analysis.metrics import parse_metric, realized
 
     spec = pr.spec
-    if pr.kind != "difference" or sd is None or spec.primary_metric == THROUGHPUT \
+    if pr.kind != "difference" or se is None or spec.primary_metric == THROUGHPUT \
             or parse_metric(spec.primary_metric)[0] not in ("expected", "alpha"):
         return None
     other = realized(spec.primary_metric)
     twin = replace(pr, spec=replace(spec, primary_metric=other))
-    m = criteria.measure(twin, group.arm(spec.arms.control), group.arm(spec.arms.treatment), B, seed)
+    m = criteria.measure(twin, group.arm(spec.arms.control), group.arm(spec.arms.treatment), n_boot, seed)
     alt = criteria._effect(spec, m, spec.estimand, spec.decides)[1]
     if not alt:
         return None
-    ratio = (sd / alt) ** 2
-    return {"realized": other, "sd": sd, "realized_sd": alt, "variance_ratio": ratio,
-            "line": f"- exact acceptance probabilities: {spec.decides.value} sd {_fmt(sd)} against {_fmt(alt)} for "
+    ratio = (se / alt) ** 2
+    return {"realized": other, "sd": se, "realized_sd": alt, "variance_ratio": ratio,
+            "line": f"- exact acceptance probabilities: {spec.decides.value} sd {_fmt(se)} against {_fmt(alt)} for "
                     f"the realized {other} on the same runs: variance x{ratio:.3f}, so {other} would need "
                     f"{1 / ratio:.2f}x the steps for the same sd"}
 
@@ -251,7 +251,8 @@ def _descriptives(group: ModelRuns, out: Path, tag: str) -> tuple[list[str], dic
     return md, data
 
 
-def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0, mismatches: tuple[str, ...] = ()) -> dict:
+def build_claims(runs: list[Run], out: Path, n_boot: int = 2000, seed: int = 0,
+                 mismatches: tuple[str, ...] = ()) -> dict:
     if not runs:
         raise AtlasError("claims needs the runs of the claims sweeps")
     out.mkdir(parents=True, exist_ok=True)
@@ -264,7 +265,7 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0, misma
           "have shown is not evidence). Regenerate with `python -m atlas_ab.analysis claims RUN... --out DIR`.",
           ""]
     data: dict = {"models": {}, **({"mismatches": list(mismatches)} if mismatches else {})}
-    judged = {g.label: _judge_all(g, B, seed) for g in groups}
+    judged = {g.label: _judge_all(g, n_boot, seed) for g in groups}
     names = sorted({pr.name for js in judged.values() for pr, _, _ in js})
     md += ["## Verdicts at each model size", ""]
     header = ["question"] + [g.label for g in groups] + ["the reference engine"]
@@ -277,7 +278,7 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0, misma
                 row.append(j[2] if j else "not run")
                 continue
             v = j[1].verdict
-            z = "" if v.sd is None or v.z != v.z else f", {v.z:+.1f} sd"
+            z = "" if v.se is None or v.z != v.z else f", {v.z:+.1f} sd"
             row.append(f"**{v.status}** ({v.delta:+.4f}{z})")
         row.append(REFERENCE.get(n, ""))
         rows.append(row)
@@ -310,8 +311,8 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0, misma
             v = j.verdict
             over = f" over {v.clusters}" if v.clusters else ""
             md += [f"- **{v.status}**: {v.reason}",
-                   f"- estimate: {v.delta:+.4f}" + ("" if v.sd is None else
-                                                    f", {v.sd_kind} sd {v.sd:.4f}{over} ({v.z:+.1f} sd in the "
+                   f"- estimate: {v.delta:+.4f}" + ("" if v.se is None else
+                                                    f", {v.se_kind} sd {v.se:.4f}{over} ({v.z:+.1f} sd in the "
                                                     "registered sense)")]
             if j.sensitivity is not None:
                 md.append(f"- {j.sensitivity.line(v)}")
@@ -320,7 +321,7 @@ def build_claims(runs: list[Run], out: Path, B: int = 2000, seed: int = 0, misma
                 md.append(f"- paired on {p['n_pairs']:,} matched steps ({p['matched_share']:.0%} of the smaller "
                           f"arm's); unpaired i.i.d. sd {_fmt(p['unpaired_iid_sd'])}, unpaired cluster sd "
                           f"{_fmt(p['unpaired_cluster_sd'])}, paired sd {_fmt(p['sd'])}")
-            saving = _variance_saving(pr, g, v.sd, B, seed)
+            saving = _variance_saving(pr, g, v.se, n_boot, seed)
             if saving:
                 md.append(saving["line"])
                 j.details["variance_saving"] = {k: x for k, x in saving.items() if k != "line"}

@@ -40,7 +40,7 @@ def add_two_runs(p: argparse.ArgumentParser, metric: str, metrics_help: str) -> 
 
 
 def add_boot_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap", type=int, default=2000, metavar="B", help="document bootstrap draws")
+    p.add_argument("--bootstrap", type=int, default=2000, metavar="N_BOOT", help="document bootstrap draws")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
 
 
@@ -69,14 +69,20 @@ def expand(paths) -> list[Path]:
     return out
 
 
-def load_runs(paths, args, columns=(), optional=()) -> tuple[list[Run], list[str]]:
-    """Load runs, print their warnings, and check they measured the same thing."""
+def load_runs(paths, args, columns=(), optional=(), per_unit: bool = False) -> tuple[list[Run], list[str]]:
+    """Load runs, print their warnings, and check they measured the same thing. `per_unit`: each
+    as its per-unit table (units.load_units), as runs without a step table are read."""
     # here, not at the top: verbs that load no run (power) need no pandas or pyarrow
     from atlas_ab.analysis.code_check import check_code
     from atlas_ab.analysis.load import check_provenance, load_run, unchecked_provenance
 
-    runs = [load_run(p, columns=columns, optional=optional, allow_incomplete=args.allow_incomplete)
-            for p in expand(paths)]
+    if per_unit:
+        from atlas_ab.analysis.units import load_units
+
+        runs = [load_units(p, allow_incomplete=args.allow_incomplete) for p in expand(paths)]
+    else:
+        runs = [load_run(p, columns=columns, optional=optional, allow_incomplete=args.allow_incomplete)
+                for p in expand(paths)]
     for r in runs:
         for w in r.warnings:
             warn(w)

@@ -27,23 +27,24 @@ class Bootstrap:
     """Cluster (document) bootstrap of a rate or of a difference of rates."""
 
     estimate: float
-    sd: float
+    se: float
     ci_low: float
     ci_high: float
     level: float
-    B: int
+    n_boot: int
     seed: int
     n_clusters: int
 
     def summary(self) -> str:
-        return (f"bootstrap over {self.n_clusters} documents (B={self.B}, seed={self.seed}): "
-                f"sd {self.sd:.4f}, {self.level:.0%} CI [{self.ci_low:.4f}, {self.ci_high:.4f}]")
+        return (f"bootstrap over {self.n_clusters} documents (B={self.n_boot}, seed={self.seed}): "
+                f"sd {self.se:.4f}, {self.level:.0%} CI [{self.ci_low:.4f}, {self.ci_high:.4f}]")
 
     __str__ = summary
 
     def to_dict(self) -> dict:
-        return {"sd": self.sd, "ci": [self.ci_low, self.ci_high], "level": self.level,
-                "B": self.B, "seed": self.seed, "n_clusters": self.n_clusters}
+        # report.json keeps its keys: an se is written as "sd", n_boot as "B" (keys.JSON_KEY)
+        return {"sd": self.se, "ci": [self.ci_low, self.ci_high], "level": self.level,
+                "B": self.n_boot, "seed": self.seed, "n_clusters": self.n_clusters}
 
 
 def _crv1(means: np.ndarray, weights: np.ndarray, exog: np.ndarray, groups: np.ndarray,
@@ -59,7 +60,7 @@ def _crv1(means: np.ndarray, weights: np.ndarray, exog: np.ndarray, groups: np.n
     return np.sqrt(np.maximum(np.diag(res.cov_params()), 0.0) * factor)   # (an exact 0 can round below it)
 
 
-def cluster_sd(s: DocSums) -> float:
+def cluster_se(s: DocSums) -> float:
     """Cluster-robust (documents) sd of one arm's rate."""
     n = s.n.astype(np.float64)
     means = np.divide(s.y, n, out=np.zeros_like(n), where=n > 0)
@@ -78,7 +79,7 @@ def align(a: DocSums, b: DocSums):
     return docs, out
 
 
-def cluster_sd_difference(control: DocSums, treatment: DocSums) -> float:
+def cluster_se_difference(control: DocSums, treatment: DocSums) -> float:
     """Cluster-robust sd of treatment - control, documents as clusters.
 
     One regression over both arms (y ~ 1 + treatment, clustered by doc_id): the
@@ -95,43 +96,43 @@ def cluster_sd_difference(control: DocSums, treatment: DocSums) -> float:
     return float(_crv1(means, n, exog, groups, control.N + treatment.N)[1])
 
 
-def _summarise(draws: np.ndarray, estimate: float, level: float, B: int, seed: int, G: int) -> Bootstrap:
+def _summarise(draws: np.ndarray, estimate: float, level: float, n_boot: int, seed: int, G: int) -> Bootstrap:
     ok = draws[np.isfinite(draws)]  # a draw can miss every denominator row of an arm
     if ok.size < 2:
         nan = float("nan")
-        return Bootstrap(estimate, nan, nan, nan, level, B, seed, G)
+        return Bootstrap(estimate, nan, nan, nan, level, n_boot, seed, G)
     lo, hi = np.quantile(ok, [(1 - level) / 2, (1 + level) / 2])
-    return Bootstrap(estimate=estimate, sd=float(ok.std(ddof=1)), ci_low=float(lo), ci_high=float(hi),
-                     level=level, B=B, seed=seed, n_clusters=G)
+    return Bootstrap(estimate=estimate, se=float(ok.std(ddof=1)), ci_low=float(lo), ci_high=float(hi),
+                     level=level, n_boot=n_boot, seed=seed, n_clusters=G)
 
 
 @functools.lru_cache(maxsize=8)
-def _weights(G: int, B: int, seed: int) -> np.ndarray:
-    """B x G resampling counts: how often each of G documents is drawn in each of B
+def _weights(G: int, n_boot: int, seed: int) -> np.ndarray:
+    """n_boot x G resampling counts: how often each of G documents is drawn in each of n_boot
     resamples of G documents with replacement (multinomial counts, built by one
-    bincount over the drawn indices, much faster than B multinomial draws).
+    bincount over the drawn indices, much faster than n_boot multinomial draws).
     Cached: every metric of a comparison reuses the same draws."""
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, G, size=(B, G)) + (np.arange(B) * G)[:, None]
-    W = np.bincount(idx.ravel(), minlength=B * G).reshape(B, G).astype(np.float64)
+    idx = rng.integers(0, G, size=(n_boot, G)) + (np.arange(n_boot) * G)[:, None]
+    W = np.bincount(idx.ravel(), minlength=n_boot * G).reshape(n_boot, G).astype(np.float64)
     W.flags.writeable = False
     return W
 
 
-def bootstrap(s: DocSums, B: int = 2000, seed: int = 0, level: float = 0.95) -> Bootstrap:
+def bootstrap(s: DocSums, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> Bootstrap:
     """Percentile CI and sd of one arm's rate, resampling documents."""
-    W = _weights(len(s.doc_id), B, seed)
+    W = _weights(len(s.doc_id), n_boot, seed)
     with np.errstate(invalid="ignore", divide="ignore"):
         draws = (W @ s.y) / (W @ s.n.astype(np.float64))
-    return _summarise(draws, s.value, level, B, seed, len(s.doc_id))
+    return _summarise(draws, s.value, level, n_boot, seed, len(s.doc_id))
 
 
-def bootstrap_difference(control: DocSums, treatment: DocSums, B: int = 2000, seed: int = 0,
+def bootstrap_difference(control: DocSums, treatment: DocSums, n_boot: int = 2000, seed: int = 0,
                          level: float = 0.95) -> Bootstrap:
     """Percentile CI and sd of treatment - control, resampling documents jointly
     (one draw picks the same documents in both arms: content is matched)."""
     docs, ((ya, na), (yb, nb)) = align(control, treatment)
-    W = _weights(len(docs), B, seed)
+    W = _weights(len(docs), n_boot, seed)
     with np.errstate(invalid="ignore", divide="ignore"):
         draws = (W @ yb) / (W @ nb) - (W @ ya) / (W @ na)
-    return _summarise(draws, treatment.value - control.value, level, B, seed, len(docs))
+    return _summarise(draws, treatment.value - control.value, level, n_boot, seed, len(docs))

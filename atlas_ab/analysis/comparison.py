@@ -30,7 +30,7 @@ class Comparison:
     mismatches: tuple[str, ...] = field(default=())
     # sampled runs that pair on positions (coupled replay): {metric: paired sd} of the exact-probability
     # metrics and the realized ones they estimate
-    paired_sd: dict[str, float] = field(default_factory=dict)
+    paired_se: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> str:
         lines = [f"{self.control.arm} (K={self.control.K}) vs {self.treatment.arm} (K={self.treatment.K})"]
@@ -38,7 +38,7 @@ class Comparison:
         w = max(len(m) for m in self.headline) if self.headline else 8
         lines.append("")
         for m, d in self.headline.items():
-            clustered = (f"cluster {d.cluster_sd:.4f} deff {d.deff:.2f}" if d.cluster_sd is not None
+            clustered = (f"cluster {d.cluster_se:.4f} deff {d.deff:.2f}" if d.cluster_se is not None
                          else "no cluster sd")
             lines.append(f"{m:<{w}}  {d.control.value:.4f} (n={d.control.n:,}) -> {d.treatment.value:.4f} "
                          f"(n={d.treatment.n:,})  {d}  {clustered}")
@@ -59,12 +59,12 @@ class Comparison:
             if m not in EXPECTED_HEADLINE or realized(m) not in self.headline:
                 continue
             r = self.headline[realized(m)]
-            kind = "cluster" if d.cluster_sd is not None and r.cluster_sd is not None else "i.i.d."
-            num, den = (d.cluster_sd, r.cluster_sd) if kind == "cluster" else (d.sd, r.sd)
+            kind = "cluster" if d.cluster_se is not None and r.cluster_se is not None else "i.i.d."
+            num, den = (d.cluster_se, r.cluster_se) if kind == "cluster" else (d.se, r.se)
             out[m] = {"realized": realized(m), "sd_kind": kind, "sd": num, "realized_sd": den,
                       "ratio": (num / den) ** 2 if den else float("nan")}
-            if m in self.paired_sd and realized(m) in self.paired_sd:   # what a paired verdict decides on
-                num, den = self.paired_sd[m], self.paired_sd[realized(m)]
+            if m in self.paired_se and realized(m) in self.paired_se:   # what a paired verdict decides on
+                num, den = self.paired_se[m], self.paired_se[realized(m)]
                 out[f"{m} (paired)"] = {"realized": realized(m), "sd_kind": "paired", "sd": num, "realized_sd": den,
                                         "ratio": (num / den) ** 2 if den else float("nan")}
         return out
@@ -86,7 +86,7 @@ def headline_metrics(*cells: Cells) -> list[str]:
     return [m for m in names if metric_depth(m) <= K]
 
 
-def compare_runs(control: Run, treatment: Run, metric: str = "p2_uncond", B: int = 2000, seed: int = 0,
+def compare_runs(control: Run, treatment: Run, metric: str = "p2_uncond", n_boot: int = 2000, seed: int = 0,
                  mismatches: tuple[str, ...] = ()) -> Comparison:
     metric = canonical(metric)
     ca, cb = control.cells(), treatment.cells()
@@ -95,12 +95,12 @@ def compare_runs(control: Run, treatment: Run, metric: str = "p2_uncond", B: int
     names = headline_metrics(ca, cb)
     if metric not in names:
         names.append(metric)
-    diffs = {m: compare_cells(ca, cb, m, B=B, seed=seed) for m in names}
+    diffs = {m: compare_cells(ca, cb, m, n_boot=n_boot, seed=seed) for m in names}
     return Comparison(control=arm_metrics(ca), treatment=arm_metrics(cb), primary=diffs[metric],
-                      headline=diffs, mismatches=tuple(mismatches), paired_sd=_paired_sds(control, treatment, names))
+                      headline=diffs, mismatches=tuple(mismatches), paired_se=_paired_ses(control, treatment, names))
 
 
-def _paired_sds(control: Run, treatment: Run, names: list[str]) -> dict[str, float]:
+def _paired_ses(control: Run, treatment: Run, names: list[str]) -> dict[str, float]:
     """Paired sds (clustered) of the exact-probability metrics and their realized twins, where the
     runs pair on (doc_id, turn, position) with enough clusters; {} otherwise (live sampled arms,
     greedy runs)."""
@@ -110,10 +110,10 @@ def _paired_sds(control: Run, treatment: Run, names: list[str]) -> dict[str, flo
     out = {}
     for m in dict.fromkeys(wanted):
         try:
-            sd = paired_difference(control, treatment, m, B=0).sd
+            se = paired_difference(control, treatment, m, n_boot=0).se
         except AtlasError:
             return {}
-        if sd is None:
+        if se is None:
             return {}
-        out[m] = sd
+        out[m] = se
     return out

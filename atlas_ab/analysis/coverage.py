@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis.stats import binomial_sd
+from atlas_ab.analysis.stats import binomial_se
 from atlas_ab.telemetry.schema import TURN_CLASSES
 
 
@@ -36,12 +36,13 @@ class CoverageCell:
         return self.hits / self.n if self.n else float("nan")
 
     @property
-    def sd(self) -> float:
-        return binomial_sd(self.rate, self.n)
+    def se(self) -> float:
+        return binomial_se(self.rate, self.n)
 
     def to_dict(self) -> dict:
+        # report.json keeps its keys: an se is written as "sd" (keys.JSON_KEY)
         return {"turns": self.turns, "depth": self.depth, "j": self.j, "hits": self.hits, "n": self.n,
-                "rate": self.rate, "sd": self.sd}
+                "rate": self.rate, "sd": self.se}
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class Coverage:
         for turns, depth, p in self.p_cond:
             row = [self.at(depth, j, turns) for j in js]
             lines.append(f"| {turns} | {depth} | {row[0].n:,} | {p:.4f} | "
-                         + " | ".join(f"{c.rate:.4f} ({c.sd:.4f})" for c in row) + " |")
+                         + " | ".join(f"{c.rate:.4f} ({c.se:.4f})" for c in row) + " |")
         if self.top1_not_draft is None:
             lines.append("\n(no drafts column: top-1 == draft, hence top-1 == p_cond, not checked)")
         elif self.top1_not_draft:

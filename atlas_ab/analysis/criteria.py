@@ -35,12 +35,13 @@ from atlas_ab.analysis.stats import (
     Difference,
     compare as compare_cells,
     format_delta,
-    relative_cluster_sd,
-    relative_sd_independent,
+    relative_cluster_se,
+    relative_se_independent,
 )
+from atlas_ab.analysis.units import figure
 from atlas_ab.config.prereg import (
     ESTIMAND_WORDS,
-    NATURAL_SD,
+    NATURAL_SE,
     UNIT_WORDS,
     ClusterUnit,
     Decides,
@@ -115,25 +116,25 @@ class Verdict:
     status: str   # MET | NOT MET | UNDERPOWERED | NOT INFORMATIVE | PREREG CHANGED | UNLOCKED
     reason: str
     delta: float
-    sd: float | None     # the registered sd (None: it could not be computed)
+    se: float | None     # the registered sd (None: it could not be computed)
     z: float             # in the registered direction
     power_at_min_effect: float | None
     n_control: int
     n_treatment: int
     prereg: Prereg
-    sd_kind: str = ""    # binomial | cluster | bootstrap | paired | McNemar
+    se_kind: str = ""    # binomial | cluster | bootstrap | paired | McNemar
     clusters: str = ""   # what a clustered sd was clustered over: "14 source files"
     counts: dict = field(default_factory=dict)   # what the registered minimums were checked against
 
     def measured(self) -> str:
         """'+0.046 (11.6 sd) with the paired sd 0.0040 over 14 source files'."""
-        if self.sd is None:
-            return f"{self.delta:+.4f}; the {self.sd_kind} sd was not computed"
+        if self.se is None:
+            return f"{self.delta:+.4f}; the {self.se_kind} sd was not computed"
         over = f" over {self.clusters}" if self.clusters else ""
-        return f"{format_delta(self.delta, self.z)} with the {self.sd_kind} sd {self.sd:.4f}{over}"
+        return f"{format_delta(self.delta, self.z)} with the {self.se_kind} sd {self.se:.4f}{over}"
 
     def observed(self) -> str:
-        power = ("" if self.power_at_min_effect is None or self.sd is None
+        power = ("" if self.power_at_min_effect is None or self.se is None
                  else f"; power to detect the minimum effect {self.power_at_min_effect:.2f}")
         return f"observed {self.measured()}{power}"
 
@@ -146,12 +147,13 @@ class Verdict:
     __str__ = summary
 
     def to_dict(self) -> dict:
+        # report.json keeps its keys: an se is written as "sd" (keys.JSON_KEY)
         spec = self.prereg.spec
         return {"name": self.prereg.name, "kind": self.prereg.kind, "status": self.status, "reason": self.reason,
-                "delta": self.delta, "sd": self.sd, "z": self.z, "power_at_min_effect": self.power_at_min_effect,
+                "delta": self.delta, "sd": self.se, "z": self.z, "power_at_min_effect": self.power_at_min_effect,
                 "n_control": self.n_control, "n_treatment": self.n_treatment, "counts": self.counts,
                 "criterion": self.prereg.criterion(), "prereg": str(self.prereg.path),
-                "prereg_sha256": self.prereg.sha256, "sd_kind": self.sd_kind, "clusters": self.clusters,
+                "prereg_sha256": self.prereg.sha256, "sd_kind": self.se_kind, "clusters": self.clusters,
                 "decides": getattr(getattr(spec, "decides", None), "value", "McNemar"),
                 "estimand": getattr(getattr(spec, "estimand", None), "value", None),
                 "cluster_unit": getattr(getattr(spec, "cluster", None), "value", None)}
@@ -198,7 +200,7 @@ class Judgement:
 
 
 def _no_verdict(status: str, pr: Prereg, reason: str) -> Verdict:
-    return Verdict(status, reason, delta=float("nan"), sd=None, z=float("nan"), power_at_min_effect=None,
+    return Verdict(status, reason, delta=float("nan"), se=None, z=float("nan"), power_at_min_effect=None,
                    n_control=0, n_treatment=0, prereg=pr)
 
 
@@ -272,7 +274,7 @@ class Measured:
     n_clusters: int                  # clusters of the declared unit holding a step of either arm
     cluster_unit: str
     whole_identical: bool            # every (document, turn, k, accept_len) count equal in both arms
-    relative_cluster_sd: float | None = None
+    relative_cluster_se: float | None = None
 
     @property
     def control_value(self) -> float:
@@ -300,7 +302,7 @@ class Measured:
         return d
 
 
-def measure(pr: Prereg, control: Run, treatment: Run, B: int, seed: int) -> Measured:
+def measure(pr: Prereg, control: Run, treatment: Run, n_boot: int, seed: int) -> Measured:
     """Both estimands of treatment - control of the registered metric, clustered by the declared unit."""
     spec = pr.spec
     a, b = _turns(control, spec.turns), _turns(treatment, spec.turns)
@@ -312,20 +314,20 @@ def measure(pr: Prereg, control: Run, treatment: Run, B: int, seed: int) -> Meas
                         "paired between arms)", d.control.n_steps, d.treatment.n_steps, d.n_clusters,
                         d.control.cluster_unit, False)
     ca, cb = _cells(a, clusters), _cells(b, clusters)
-    d = compare_cells(ca, cb, metric, B=B, seed=seed)
+    d = compare_cells(ca, cb, metric, n_boot=n_boot, seed=seed)
     sa, sb = doc_sums(ca, metric), doc_sums(cb, metric)
     paired, note = None, None
     if not (hasattr(a, "steps") and hasattr(b, "steps")):
         note = "runs without a step table have no positions to match"
     elif "position" in a.steps.columns and "position" in b.steps.columns:
         try:
-            paired = paired_difference(a, b, metric, B=B, seed=seed, unpaired=d, clusters=clusters)
+            paired = paired_difference(a, b, metric, n_boot=n_boot, seed=seed, unpaired=d, clusters=clusters)
         except AtlasError as e:
             note = str(e)
     else:
         note = "the runs have no position column, so no step of one arm can be matched to the other's"
     same = isinstance(ca, Cells) and ca.table.reset_index(drop=True).equals(cb.table.reset_index(drop=True))
-    rel = relative_cluster_sd(sa, sb) if spec.KIND == "difference" and spec.relative and d.cluster_sd is not None \
+    rel = relative_cluster_se(sa, sb) if spec.KIND == "difference" and spec.relative and d.cluster_se is not None \
         else None
     return Measured(metric, d, paired, note, sa.N, sb.N, len(np.union1d(sa.doc_id, sb.doc_id)), clusters[1],
                     same, rel)
@@ -338,29 +340,29 @@ def _effect(spec, m: Measured, estimand: Estimand, decides: Decides) -> tuple[fl
         p = m.paired
         if p is None:
             return float("nan"), None, m.paired_note
-        return p.delta, p.sd, p.cluster_note
+        return p.delta, p.se, p.cluster_note
     d = m.whole
     if isinstance(d, ThroughputDifference):
-        why = None if d.sd is not None else f"too few {d.control.cluster_unit}s ({d.n_clusters})"
-        return (d.relative, d.relative_sd, why) if relative else (d.delta, d.sd, why)
+        why = None if d.se is not None else f"too few {d.control.cluster_unit}s ({d.n_clusters})"
+        return (d.relative, d.relative_se, why) if relative else (d.delta, d.se, why)
     try:
-        sd = d.sd_by(decides.value)
+        se = d.se_by(decides.value)
     except AtlasError as e:
         return d.delta, None, str(e)
     if not relative:
-        return d.delta, sd, None
+        return d.delta, se, None
     a, b = d.control, d.treatment
     if decides == Decides.binomial:
-        return d.relative, relative_sd_independent(a.value, a.sd, b.value, b.sd), None
-    return d.relative, m.relative_cluster_sd, None
+        return d.relative, relative_se_independent(a.value, a.se, b.value, b.se), None
+    return d.relative, m.relative_cluster_se, None
 
 
-def _sd_words(decides: Decides, m: Measured) -> dict:
-    """The Verdict's sd_kind and clusters."""
+def _se_words(decides: Decides, m: Measured) -> dict:
+    """The Verdict's se_kind and clusters."""
     if decides == Decides.binomial:
-        return {"sd_kind": "binomial", "clusters": ""}
+        return {"se_kind": "binomial", "clusters": ""}
     G, unit = m.n_clusters, m.cluster_unit
-    return {"sd_kind": decides.value, "clusters": f"{G} {unit}{'s' if G != 1 else ''}"}
+    return {"se_kind": decides.value, "clusters": f"{G} {unit}{'s' if G != 1 else ''}"}
 
 
 def _short(spec, counts: dict, m: Measured | None = None, names: tuple = ()) -> str | None:
@@ -383,13 +385,13 @@ def _short(spec, counts: dict, m: Measured | None = None, names: tuple = ()) -> 
 
 def _difference_verdict(pr: Prereg, spec, m: Measured) -> Verdict:
     """The difference rule on the estimand `spec` names (the registered one, or the sensitivity's)."""
-    delta, sd, why = _effect(spec, m, spec.estimand, spec.decides)
+    delta, se, why = _effect(spec, m, spec.estimand, spec.decides)
     sign = 1.0 if spec.direction == Direction.increase else -1.0
     effect = sign * delta
-    z = effect / sd if sd else (math.copysign(math.inf, effect) if sd == 0 and effect else float("nan"))
-    power = None if sd is None else (1.0 if sd == 0 else power_at(spec.min_effect, sd, spec.threshold_sd))
-    common = _common(pr, spec, m, delta, sd, z, power)
-    early = _not_judgeable(spec, m, sd, why, common, "the data cannot tell a lever that does nothing from arms "
+    z = effect / se if se else (math.copysign(math.inf, effect) if se == 0 and effect else float("nan"))
+    power = None if se is None else (1.0 if se == 0 else power_at(spec.min_effect, se, spec.threshold_sd))
+    common = _common(pr, spec, m, delta, se, z, power)
+    early = _not_judgeable(spec, m, se, why, common, "the data cannot tell a lever that does nothing from arms "
                            "that run one code path here")
     if early:
         return early
@@ -400,23 +402,23 @@ def _difference_verdict(pr: Prereg, spec, m: Measured) -> Verdict:
     if power < MIN_POWER:
         return Verdict("UNDERPOWERED", f"not met, and the power to detect the minimum effect "
                        f"{spec.min_effect:g} at {spec.threshold_sd:g} sd is {power:.2f} < {MIN_POWER} "
-                       f"given the observed {spec.decides.value} sd {sd:.4f}", **common)
+                       f"given the observed {spec.decides.value} sd {se:.4f}", **common)
     why = (f"effect {delta:+.4f} is below the minimum {spec.min_effect:g} in the registered direction"
            if effect < spec.min_effect else f"z {z:.1f} is below the threshold {spec.threshold_sd:g} sd")
     return Verdict("NOT MET", why, **common)
 
 
-def _common(pr: Prereg, spec, m: Measured, delta: float, sd, z: float, power) -> dict:
+def _common(pr: Prereg, spec, m: Measured, delta: float, se, z: float, power) -> dict:
     """The fields every two-arm Verdict carries."""
-    return dict(delta=delta, sd=sd, z=z, power_at_min_effect=power, n_control=m.n_control,
-                n_treatment=m.n_treatment, prereg=pr, **_sd_words(spec.decides, m), counts=m.counts())
+    return dict(delta=delta, se=se, z=z, power_at_min_effect=power, n_control=m.n_control,
+                n_treatment=m.n_treatment, prereg=pr, **_se_words(spec.decides, m), counts=m.counts())
 
 
-def _not_judgeable(spec, m: Measured, sd, why, common: dict, identical_means: str) -> Verdict | None:
+def _not_judgeable(spec, m: Measured, se, why, common: dict, identical_means: str) -> Verdict | None:
     """A two-arm rule's verdicts before its decision: no sd, fewer units than registered, or arms
     identical by construction (`identical_means`: what that leaves the rule unable to say)."""
     c, t = spec.arms.control, spec.arms.treatment
-    if sd is None:
+    if se is None:
         return Verdict("UNDERPOWERED", f"the registered {spec.decides.value} sd cannot be computed: {why}", **common)
     short = _short(spec, m.counts(), m, (c, t))
     if short:
@@ -434,19 +436,19 @@ def _identity_words(m: Measured, estimand: Estimand) -> str:
 
 
 def _equivalence_verdict(pr: Prereg, spec, m: Measured) -> Verdict:
-    delta, sd, why = _effect(spec, m, spec.estimand, spec.decides)
-    z = abs(delta) / sd if sd else (0.0 if sd == 0 and delta == 0 else float("nan"))
-    common = _common(pr, spec, m, delta, sd, z, None)
-    early = _not_judgeable(spec, m, sd, why, common, "an equivalence that could not have failed is no evidence "
+    delta, se, why = _effect(spec, m, spec.estimand, spec.decides)
+    z = abs(delta) / se if se else (0.0 if se == 0 and delta == 0 else float("nan"))
+    common = _common(pr, spec, m, delta, se, z, None)
+    early = _not_judgeable(spec, m, se, why, common, "an equivalence that could not have failed is no evidence "
                            "that the arms do not differ")
     if early:
         return early
-    bound = abs(delta) + spec.threshold_sd * sd
+    bound = abs(delta) + spec.threshold_sd * se
     if bound <= spec.margin:
-        return Verdict("MET", f"|{delta:+.4f}| + {spec.threshold_sd:g} x {sd:.4f} = {bound:.4f} <= the margin "
+        return Verdict("MET", f"|{delta:+.4f}| + {spec.threshold_sd:g} x {se:.4f} = {bound:.4f} <= the margin "
                        f"{spec.margin:g}: the arms do not differ by more than the margin", **common)
-    if spec.threshold_sd * sd > spec.margin:
-        return Verdict("UNDERPOWERED", f"{spec.threshold_sd:g} sd = {spec.threshold_sd * sd:.4f} alone exceeds the "
+    if spec.threshold_sd * se > spec.margin:
+        return Verdict("UNDERPOWERED", f"{spec.threshold_sd:g} sd = {spec.threshold_sd * se:.4f} alone exceeds the "
                        f"margin {spec.margin:g}: this n cannot show equivalence", **common)
     return Verdict("NOT MET", f"|{delta:+.4f}| + {spec.threshold_sd:g} sd = {bound:.4f} > the margin "
                    f"{spec.margin:g}", **common)
@@ -456,7 +458,7 @@ def _other(spec):
     """The spec with the other estimand (and its natural sd), or None and why."""
     est = (Estimand.whole_arm if spec.estimand == Estimand.matched_positions else Estimand.matched_positions)
     try:
-        return dataclasses.replace(spec, estimand=est, decides=NATURAL_SD[est]), est, ""
+        return dataclasses.replace(spec, estimand=est, decides=NATURAL_SE[est]), est, ""
     except ValueError as e:                # config.prereg.Invalid: the other estimand does not exist here
         return None, est, str(e)
 
@@ -470,48 +472,48 @@ def _sensitivity(pr: Prereg, decide, ms: list[Measured]) -> Sensitivity:
     return Sensitivity(est, decide(pr, other, ms))
 
 
-def _item(pr: Prereg, label: str, delta: float, sd: float | None, status: str, **kw) -> DifferenceItem:
+def _item(pr: Prereg, label: str, delta: float, se: float | None, status: str, **kw) -> DifferenceItem:
     """One panel of the difference figure."""
     spec = pr.spec
     rel = " (relative)" if getattr(spec, "relative", False) else ""
     turns = "" if spec.turns == Turns.all else f" ({spec.turns.value})"
-    return DifferenceItem(label=f"{label}\n{spec.primary_metric}{rel}{turns} [{pr.name}]", delta=delta, sd=sd,
-                          sd_kind=spec.decides.value, verdict=status, threshold_sd=spec.threshold_sd, **kw)
+    return DifferenceItem(label=f"{label}\n{spec.primary_metric}{rel}{turns} [{pr.name}]", delta=delta, se=se,
+                          se_kind=spec.decides.value, verdict=status, threshold_sd=spec.threshold_sd, **kw)
 
 
 # ---- the kinds -------------------------------------------------------------------------------
 
-def judge_difference(pr: Prereg, runs: list[Run], B: int, seed: int) -> Judgement:
+def judge_difference(pr: Prereg, runs: list[Run], n_boot: int, seed: int) -> Judgement:
     spec = pr.spec
     control = _run(runs, spec.arms.control, "control", pr)
     treatment = _run(runs, spec.arms.treatment, "treatment", pr)
-    m = measure(pr, control, treatment, B, seed)
+    m = measure(pr, control, treatment, n_boot, seed)
     v = _difference_verdict(pr, spec, m)
     sens = _sensitivity(pr, lambda p, s, ms: _difference_verdict(p, s, ms[0]), [m])
     details = {**m.details(), "estimand": spec.estimand.value, "sensitivity": sens.to_dict()}
-    return Judgement(v, details, (_item(pr, f"{spec.arms.treatment} - {spec.arms.control}", v.delta, v.sd, v.status,
+    return Judgement(v, details, (_item(pr, f"{spec.arms.treatment} - {spec.arms.control}", v.delta, v.se, v.status,
                                         min_effect=spec.min_effect, direction=spec.direction.value),), sens)
 
 
-def judge_equivalence(pr: Prereg, runs: list[Run], B: int, seed: int) -> Judgement:
+def judge_equivalence(pr: Prereg, runs: list[Run], n_boot: int, seed: int) -> Judgement:
     spec = pr.spec
     control = _run(runs, spec.arms.control, "control", pr)
     treatment = _run(runs, spec.arms.treatment, "treatment", pr)
-    m = measure(pr, control, treatment, B, seed)
+    m = measure(pr, control, treatment, n_boot, seed)
     v = _equivalence_verdict(pr, spec, m)
     sens = _sensitivity(pr, lambda p, s, ms: _equivalence_verdict(p, s, ms[0]), [m])
     details = {**m.details(), "estimand": spec.estimand.value, "sensitivity": sens.to_dict()}
     return Judgement(v, details, (_item(pr, f"{spec.arms.treatment} - {spec.arms.control} (equivalence)", v.delta,
-                                        v.sd, v.status, margin=spec.margin),), sens)
+                                        v.se, v.status, margin=spec.margin),), sens)
 
 
 def _maximum_verdict(pr: Prereg, spec, ms: list[Measured], fp: dict | None = None) -> Verdict:
     worst = None
     for name, m in zip(spec.others, ms):
-        delta, sd, why = _effect(spec, m, spec.estimand, spec.decides)
-        common = dict(delta=delta, sd=sd, power_at_min_effect=None, n_control=m.n_control,
-                      n_treatment=m.n_treatment, prereg=pr, **_sd_words(spec.decides, m), counts=m.counts())
-        if sd is None:
+        delta, se, why = _effect(spec, m, spec.estimand, spec.decides)
+        common = dict(delta=delta, se=se, power_at_min_effect=None, n_control=m.n_control,
+                      n_treatment=m.n_treatment, prereg=pr, **_se_words(spec.decides, m), counts=m.counts())
+        if se is None:
             return Verdict("UNDERPOWERED", f"the registered {spec.decides.value} sd cannot be computed "
                            f"({spec.best} - {name}): {why}", z=float("nan"), **common)
         short = _short(spec, m.counts(), m, (name, spec.best))
@@ -520,7 +522,7 @@ def _maximum_verdict(pr: Prereg, spec, ms: list[Measured], fp: dict | None = Non
         if m.identical(spec.estimand):
             return Verdict("NOT INFORMATIVE", f"{spec.best} and {name} gave identical outcomes at every compared step "
                            f"({_identity_words(m, spec.estimand)})", z=0.0, **common)
-        z = delta / sd if sd else (0.0 if delta == 0 else math.copysign(math.inf, delta))
+        z = delta / se if se else (0.0 if delta == 0 else math.copysign(math.inf, delta))
         if worst is None or z < worst[1]:
             worst = (name, z, common)
     name, z, common = worst
@@ -535,20 +537,20 @@ def _maximum_verdict(pr: Prereg, spec, ms: list[Measured], fp: dict | None = Non
                    z=z, **common)
 
 
-def judge_maximum(pr: Prereg, runs: list[Run], B: int, seed: int) -> Judgement:
+def judge_maximum(pr: Prereg, runs: list[Run], n_boot: int, seed: int) -> Judgement:
     spec = pr.spec
     best = _run(runs, spec.best, "best", pr)
-    ms = [measure(pr, _run(runs, name, "other", pr), best, B, seed) for name in spec.others]
+    ms = [measure(pr, _run(runs, name, "other", pr), best, n_boot, seed) for name in spec.others]
     fp = _fingerprints(best) if spec.fingerprints else None
     v = _maximum_verdict(pr, spec, ms, fp)
     sens = _sensitivity(pr, lambda p, s, ms_: _maximum_verdict(p, s, ms_, fp), ms)
     rows, items = [], []
     for name, m in zip(spec.others, ms):
-        delta, sd, why = _effect(spec, m, spec.estimand, spec.decides)
-        z = delta / sd if sd else (0.0 if delta == 0 else math.copysign(math.inf, delta))
-        rows.append({"other": name, "delta": delta, "sd": sd, "z": z, "n_best": m.n_treatment,
+        delta, se, why = _effect(spec, m, spec.estimand, spec.decides)
+        z = delta / se if se else (0.0 if delta == 0 else math.copysign(math.inf, delta))
+        rows.append({"other": name, "delta": delta, "sd": se, "z": z, "n_best": m.n_treatment,
                      "n_other": m.n_control, "why_no_sd": why, **m.details()})
-        items.append(_item(pr, f"{spec.best} - {name}", delta, sd, v.status))
+        items.append(_item(pr, f"{spec.best} - {name}", delta, se, v.status))
     return Judgement(v, {"comparisons": rows, "fingerprints": fp, "estimand": spec.estimand.value,
                          "sensitivity": sens.to_dict()}, tuple(items), sens)
 
@@ -559,7 +561,7 @@ def _fingerprints(run: Run) -> dict:
     return {"ok": table.ok, "failed": [r.name for r in table.rows if not r.ok], **table.to_dict()}
 
 
-def judge_oracle(pr: Prereg, runs: list[Run], B: int, seed: int) -> Judgement:
+def judge_oracle(pr: Prereg, runs: list[Run], n_boot: int, seed: int) -> Judgement:
     spec = pr.spec
     run = _turns(_run(runs, spec.arm, "oracle", pr), spec.turns)
     probe = oracle_probe(run)
@@ -568,12 +570,12 @@ def judge_oracle(pr: Prereg, runs: list[Run], B: int, seed: int) -> Judgement:
     recovered = probe.oracle_p2_cond - probe.real_p2_cond
     share = recovered / gap if gap > 0 else float("nan")
     t = probe.test
-    sd = abs(recovered) / abs(t.z) if t.z else None
+    se = abs(recovered) / abs(t.z) if t.z else None
     details = {"probe": probe.to_dict(), "p1": r["p1"], "p2_cond": r["p2_cond"], "gap": gap,
                "recovered": recovered, "share": share}
     counts = {"min_n_per_arm": t.n_pairs, "min_pairs": t.n_pairs}
-    common = dict(delta=recovered, sd=sd, z=t.z, power_at_min_effect=None, n_control=t.n_pairs,
-                  n_treatment=t.n_pairs, prereg=pr, sd_kind="McNemar", counts=counts)
+    common = dict(delta=recovered, se=se, z=t.z, power_at_min_effect=None, n_control=t.n_pairs,
+                  n_treatment=t.n_pairs, prereg=pr, se_kind="McNemar", counts=counts)
     short = next((f"{t.n_pairs:,} probed steps, below the pre-registered {need:,}"
                   for f, need in spec.minimums().items() if t.n_pairs < need), None)
     if short:
@@ -586,7 +588,7 @@ def judge_oracle(pr: Prereg, runs: list[Run], B: int, seed: int) -> Judgement:
         v = Verdict("NOT MET", f"McNemar z={t.z:+.1f} (needs >= {spec.threshold_sd:g}) and a recovered share of "
                     f"{share:.2f} (needs >= {spec.min_share:g}) of the gap {gap:.4f}", **common)
     return Judgement(v, details, (DifferenceItem(
-        label=f"oracle - real p2_cond ({spec.arm})\n[{pr.name}]", delta=recovered, sd=sd, sd_kind="McNemar",
+        label=f"oracle - real p2_cond ({spec.arm})\n[{pr.name}]", delta=recovered, se=se, se_kind="McNemar",
         verdict=v.status, threshold_sd=spec.threshold_sd),))
 
 
@@ -594,9 +596,40 @@ JUDGES = {"difference": judge_difference, "equivalence": judge_equivalence, "max
           "oracle": judge_oracle}
 
 
-def judge(pr: Prereg, runs: list[Run], B: int = 2000, seed: int = 0) -> Judgement:
-    """The verdict of a pre-registration on the runs (each arm it names must be among them once)."""
-    return JUDGES[pr.kind](pr, runs, B, seed)
+def _refuse_without_steps(pr: Prereg, runs: list) -> None:
+    """One line for what a run without a step table (units.UnitRun) cannot be judged on: a
+    question other than a difference, a metric its grain does not make exact, a registered sd
+    it lacks, a turn class."""
+    if all(hasattr(r, "steps") for r in runs if r.arm in pr.arms):
+        return
+    if pr.kind != "difference":
+        raise AtlasError(f"{pr.path}: runs without a step table are judged on a difference only, not a {pr.kind}")
+    spec = pr.spec
+    pair = [_run(runs, spec.arms.control, "control", pr), _run(runs, spec.arms.treatment, "treatment", pr)]
+    figs = []
+    for r in pair:
+        f = figure(r, spec.primary_metric)
+        if f.status != "exact":
+            what = "is known only within bounds" if f.status == "bounds" else "is not available"
+            raise AtlasError(f"{r.path}: {f.metric} {what}: {f.reason}")
+        figs.append(f)
+    decides = spec.decides.value
+    if decides == "binomial" and any(f.iid_se is None for f in figs):
+        raise AtlasError(f"{pr.path}: decides by the i.i.d. sd, which {spec.primary_metric} does not have at this "
+                         "grain (the histogram is missing)")
+    if decides in ("cluster", "bootstrap") and any(r.units.clusters is None for r in pair):
+        raise AtlasError(f"{pr.path}: decides by the {decides} sd; global counters have no requests or documents "
+                         "to cluster (binomial sd only)")
+    if spec.turns != Turns.all:
+        raise AtlasError(f"{pr.path}: judges {spec.turns.value} turns; runs without a step table are judged over "
+                         "all turns only")
+
+
+def judge(pr: Prereg, runs: list[Run], n_boot: int = 2000, seed: int = 0) -> Judgement:
+    """The verdict of a pre-registration on the runs (each arm it names must be among them once;
+    runs without a step table, units.UnitRun, are judged on what their grain makes exact)."""
+    _refuse_without_steps(pr, runs)
+    return JUDGES[pr.kind](pr, runs, n_boot, seed)
 
 
 def evaluate(pr: Prereg, diff: Difference) -> Verdict:

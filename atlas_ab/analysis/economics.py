@@ -11,7 +11,7 @@ i.e. when E[1 + a | c] >= c_spec / c_serial (the break-even). So:
   - tau* = the lowest confidence from which every bin pays;
   - throughput (committed tokens per second of step time) per arm, with a clustered sd (a ratio
     estimator, linearised; clusters are the run's source files unless told otherwise), and the
-    difference between two arms, absolute and relative (stats.ratio_difference_sd).
+    difference between two arms, absolute and relative (stats.ratio_difference_se).
 Timings exist only in live runs: a replay run carries no step time and is refused here.
 Warm-up steps (the first of each kind in a wave, or one that captured a graph: `warmup_ms`,
 speculative/timing.py) carry no `step_ms` and are left out of costs and throughput, tokens and
@@ -27,7 +27,7 @@ import pandas as pd
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.load import Run, load_run
-from atlas_ab.analysis.stats import few_clusters, ratio_difference_sd
+from atlas_ab.analysis.stats import few_clusters, ratio_difference_se
 
 BINS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0 + 1e-9)
 #: A step slower than OUTLIER_X times the median step of its kind (verify, serial) in its run is an
@@ -95,7 +95,7 @@ class Throughput:
     seconds: float
     n_steps: int
     n_clusters: int
-    sd: float | None           # CRV1-style sd of the ratio (None: too few clusters)
+    se: float | None           # CRV1-style sd of the ratio (None: too few clusters)
     per_cluster: pd.DataFrame  # cluster, tokens, seconds
     cluster_unit: str = "document"
     n_warmup: int = 0          # warm-up steps left out (their tokens and time)
@@ -106,7 +106,8 @@ class Throughput:
         return self.tokens / self.seconds
 
     def to_dict(self) -> dict:
-        return {"arm": self.arm, "tokens_per_second": self.value, "sd": self.sd, "tokens": self.tokens,
+        # report.json keeps its keys: an se is written as "sd" (keys.JSON_KEY)
+        return {"arm": self.arm, "tokens_per_second": self.value, "sd": self.se, "tokens": self.tokens,
                 "seconds": self.seconds, "n_steps": self.n_steps, "n_clusters": self.n_clusters,
                 "n_warmup": self.n_warmup, "warmup_seconds": self.warmup_seconds}
 
@@ -122,8 +123,8 @@ def throughput(run: Run, clusters: tuple | None = None) -> Throughput:
                         "seconds": s["step_ms"].astype(np.float64) / 1e3}).groupby("cluster").sum().reset_index()
     T, S = per["tokens"].to_numpy(float), per["seconds"].to_numpy(float)
     R, G = T.sum() / S.sum(), len(per)
-    sd = None if few_clusters(G, unit) else math.sqrt(G / (G - 1) * ((T - R * S) ** 2).sum()) / S.sum()
-    return Throughput(run.arm, int(T.sum()), float(S.sum()), len(s), G, sd, per, unit, len(warm),
+    se = None if few_clusters(G, unit) else math.sqrt(G / (G - 1) * ((T - R * S) ** 2).sum()) / S.sum()
+    return Throughput(run.arm, int(T.sum()), float(S.sum()), len(s), G, se, per, unit, len(warm),
                       float(warm.sum()) / 1e3)
 
 
@@ -132,8 +133,8 @@ class ThroughputDifference:
     control: Throughput
     treatment: Throughput
     delta: float               # treatment - control, tokens/s
-    sd: float | None           # clustered (the same cluster in both arms is one cluster)
-    relative_sd: float | None = None   # the sd of `relative`, both arms' uncertainty (delta method)
+    se: float | None           # clustered (the same cluster in both arms is one cluster)
+    relative_se: float | None = None   # the sd of `relative`, both arms' uncertainty (delta method)
     n_clusters: int = 0
 
     @property
@@ -141,21 +142,22 @@ class ThroughputDifference:
         return self.delta / self.control.value
 
     def to_dict(self) -> dict:
+        # report.json keeps its keys: an se is written as "sd" (keys.JSON_KEY)
         return {"control": self.control.to_dict(), "treatment": self.treatment.to_dict(), "delta": self.delta,
-                "sd": self.sd, "relative": self.relative, "relative_sd": self.relative_sd,
+                "sd": self.se, "relative": self.relative, "relative_sd": self.relative_se,
                 "n_clusters": self.n_clusters, "cluster_unit": self.control.cluster_unit}
 
 
 def throughput_difference(control: Run, treatment: Run, clusters: tuple | None = None) -> ThroughputDifference:
-    """The linearised ratio difference over clusters g present in either arm (stats.ratio_difference_sd):
+    """The linearised ratio difference over clusters g present in either arm (stats.ratio_difference_se):
     absolute z_g = (T_bg - R_b S_bg)/S_b - (T_ag - R_a S_ag)/S_a, sd = sqrt(G/(G-1) sum z_g^2)."""
     a, b = throughput(control, clusters), throughput(treatment, clusters)
     m = a.per_cluster.merge(b.per_cluster, on="cluster", how="outer", suffixes=("_a", "_b")).fillna(0.0)
     G = len(m)
     sums = [m[c].to_numpy() for c in ("tokens_a", "seconds_a", "tokens_b", "seconds_b")]
     few = few_clusters(G, a.cluster_unit)
-    return ThroughputDifference(a, b, b.value - a.value, None if few else ratio_difference_sd(*sums),
-                                None if few else ratio_difference_sd(*sums, relative=True), G)
+    return ThroughputDifference(a, b, b.value - a.value, None if few else ratio_difference_se(*sums),
+                                None if few else ratio_difference_se(*sums, relative=True), G)
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,7 @@ class Economics:
             lines.append(f"| [{r.lo:.1f}, {min(r.hi, 1.0):.1f}) | {r.n:,} | {r.tokens:.3f} | {r.p1:.3f} | "
                          f"{'yes' if r.pays else 'no'} |")
         lines += ["", "| arm | tokens/s | sd | steps | warm-up steps left out |", "|---|---|---|---|---|"]
-        lines += [f"| {t.arm} | {t.value:,.1f} | {'n/a' if t.sd is None else f'{t.sd:.1f}'} | {t.n_steps:,} | "
+        lines += [f"| {t.arm} | {t.value:,.1f} | {'n/a' if t.se is None else f'{t.se:.1f}'} | {t.n_steps:,} | "
                   f"{t.n_warmup:,} ({t.warmup_seconds * 1e3:,.1f} ms) |" for t in self.throughput]
         return "\n".join(lines)
 

@@ -28,8 +28,29 @@ EXPECTED_COLUMNS = ("accept_prob", "alpha1")
 NONNEGATIVE = REQUIRED
 
 
+class ManifestFacts:
+    """What a run's manifest says, for every kind of loaded run (Run here, units.UnitRun): each
+    has `path`, `arm` and `manifest`."""
+
+    @property
+    def gate_status(self) -> str:
+        """passed | failed | not run | unknown (no manifest gate)."""
+        g = (self.manifest or {}).get("gate")
+        if not g:
+            return "unknown"
+        return g.get("status") or {True: "passed", False: "failed", None: "not run"}[g.get("passed")]
+
+    @property
+    def status(self) -> str:
+        return (self.manifest or {}).get("status", "external")
+
+    def hash(self, section: str) -> str | None:
+        """`workload.hash` / `model.hash` from the manifest (None without one)."""
+        return ((self.manifest or {}).get(section) or {}).get("hash")
+
+
 @dataclass(frozen=True)
-class Run:
+class Run(ManifestFacts):
     """A loaded run: where it came from, its provenance and its steps."""
 
     path: Path
@@ -61,25 +82,9 @@ class Run:
         return cell_counts(self.steps, self.arm, K=self.K, clusters=clusters, cluster_unit=unit)
 
     @property
-    def gate_status(self) -> str:
-        """passed | failed | not run | unknown (no manifest gate)."""
-        g = (self.manifest or {}).get("gate")
-        if not g:
-            return "unknown"
-        return g.get("status") or {True: "passed", False: "failed", None: "not run"}[g.get("passed")]
-
-    @property
     def telemetry(self):
         """An ingested run's grain and what it makes exact (None for our own runs)."""
         return from_manifest(self.manifest, str(self.path / "manifest.json"))
-
-    @property
-    def status(self) -> str:
-        return (self.manifest or {}).get("status", "external")
-
-    def hash(self, section: str) -> str | None:
-        """`workload.hash` / `model.hash` from the manifest (None without one)."""
-        return ((self.manifest or {}).get(section) or {}).get("hash")
 
     def __str__(self) -> str:
         return f"{self.arm} ({self.path}, {len(self.steps):,} steps, K={self.K})"

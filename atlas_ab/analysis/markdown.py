@@ -1,4 +1,4 @@
-"""The one Markdown table writer of the reports (report.py, grain_report.py, claims.py)."""
+"""The one Markdown table writer of the reports (report.py, claims.py)."""
 from __future__ import annotations
 
 

@@ -216,7 +216,7 @@ class DocSums:
         return self.Y / self.N if self.N else float("nan")
 
     @property
-    def iid_sd(self) -> float:
+    def iid_se(self) -> float:
         """sd of the mean treating rows as independent: the binomial sd for 0/1 y,
         the delta-method sd of sum(y)/sum(x) otherwise (same formula: y is 0 off-denominator)."""
         N, R = self.N, self.value

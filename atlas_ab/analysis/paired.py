@@ -20,6 +20,7 @@ from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cluster
+from atlas_ab.analysis.keys import fields_dict
 from atlas_ab.analysis.load import Run
 from atlas_ab.analysis.metrics import DocSums, row_values
 from atlas_ab.analysis.stats import few_clusters
@@ -67,7 +68,7 @@ class McNemarResult:
     __str__ = summary
 
     def to_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d = fields_dict(self)
         d.update(first_rate=self.first_rate, second_rate=self.second_rate,
                  delta=self.second_rate - self.first_rate)
         return d
@@ -237,12 +238,12 @@ class PairedDifference:
     control_value: float     # on the matched pairs
     treatment_value: float
     delta: float
-    sd: float | None         # CRV1 over clusters of the paired differences (None: too few clusters)
+    se: float | None         # CRV1 over clusters of the paired differences (None: too few clusters)
     bootstrap: object     # cluster.Bootstrap or None
     n_clusters: int
     cluster_note: str | None = None
-    unpaired_iid_sd: float | None = None       # the unpaired difference's i.i.d. sd (binomial/delta)
-    unpaired_cluster_sd: float | None = None   # and its cluster sd
+    unpaired_iid_se: float | None = None       # the unpaired difference's i.i.d. sd (binomial/delta)
+    unpaired_cluster_se: float | None = None   # and its cluster sd
     n_discordant: int = 0                      # pairs whose outcomes differ (0: the arms agree at every pair)
     cluster_unit: str = "document"
 
@@ -251,46 +252,46 @@ class PairedDifference:
         return self.n_pairs / max(1, min(self.n_control, self.n_treatment))
 
     def _saved(self, ref: float | None) -> float | None:
-        if self.sd is None or not ref:
+        if self.se is None or not ref:
             return None
-        return 1.0 - self.sd / ref
+        return 1.0 - self.se / ref
 
     @property
     def saved_vs_iid(self) -> float | None:
-        return self._saved(self.unpaired_iid_sd)
+        return self._saved(self.unpaired_iid_se)
 
     @property
     def saved_vs_cluster(self) -> float | None:
-        return self._saved(self.unpaired_cluster_sd)
+        return self._saved(self.unpaired_cluster_se)
 
     @property
     def z(self) -> float:
-        return self.delta / self.sd if self.sd else float("nan")
+        return self.delta / self.se if self.se else float("nan")
 
     def summary(self) -> str:
         s = (f"paired {self.metric}: {self.control} {self.control_value:.4f} -> {self.treatment} "
              f"{self.treatment_value:.4f} on {self.n_pairs:,} matched steps "
              f"({self.matched_share:.0%} of the smaller arm's), delta {self.delta:+.4f}")
-        if self.sd is None:
+        if self.se is None:
             return s + f"; {self.cluster_note}"
-        s += f" ({abs(self.z):.1f} paired sd; sd {self.sd:.4f} over {self.n_clusters} clusters"
+        s += f" ({abs(self.z):.1f} paired sd; sd {self.se:.4f} over {self.n_clusters} clusters"
         if self.saved_vs_iid is not None:
-            s += f"; {self.saved_vs_iid:.0%} below the unpaired i.i.d. sd {self.unpaired_iid_sd:.4f}"
+            s += f"; {self.saved_vs_iid:.0%} below the unpaired i.i.d. sd {self.unpaired_iid_se:.4f}"
         if self.saved_vs_cluster is not None:
-            s += f", {self.saved_vs_cluster:+.0%} vs the unpaired cluster sd {self.unpaired_cluster_sd:.4f}"
+            s += f", {self.saved_vs_cluster:+.0%} vs the unpaired cluster sd {self.unpaired_cluster_se:.4f}"
         return s + ")"
 
     __str__ = summary
 
     def to_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "bootstrap"}
+        d = fields_dict(self, skip=("bootstrap",))
         d.update(matched_share=self.matched_share, saved_vs_iid=self.saved_vs_iid,
                  saved_vs_cluster=self.saved_vs_cluster, z=self.z,
                  bootstrap=self.bootstrap.to_dict() if self.bootstrap else None)
         return d
 
 
-def paired_difference(control: Run, treatment: Run, metric: str, B: int = 2000, seed: int = 0,
+def paired_difference(control: Run, treatment: Run, metric: str, n_boot: int = 2000, seed: int = 0,
                       unpaired=None, clusters: tuple | None = None) -> PairedDifference:
     """The paired difference of `metric` between two runs (see PairedDifference). `unpaired`: the
     unpaired stats.Difference of the same metric, for the sd pairing saved; `clusters`: (doc_id ->
@@ -325,11 +326,11 @@ def paired_difference(control: Run, treatment: Run, metric: str, B: int = 2000, 
         metric=canonical(metric), control=control.arm, treatment=treatment.arm, n_pairs=len(m),
         n_control=frames[0][1], n_treatment=frames[1][1], control_value=float(ya.mean()),
         treatment_value=float(yb.mean()), delta=float(d.mean()),
-        sd=None if note else cluster.cluster_sd(sums),
-        bootstrap=cluster.bootstrap(sums, B=B, seed=seed) if B and not note else None,
+        se=None if note else cluster.cluster_se(sums),
+        bootstrap=cluster.bootstrap(sums, n_boot=n_boot, seed=seed) if n_boot and not note else None,
         n_clusters=len(ids), cluster_note=note,
-        unpaired_iid_sd=None if unpaired is None else unpaired.sd,
-        unpaired_cluster_sd=None if unpaired is None else unpaired.cluster_sd,
+        unpaired_iid_se=None if unpaired is None else unpaired.se,
+        unpaired_cluster_se=None if unpaired is None else unpaired.cluster_se,
         n_discordant=int(np.count_nonzero(d)), cluster_unit=unit)
 
 

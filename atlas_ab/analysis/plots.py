@@ -43,8 +43,8 @@ class DifferenceItem:
     """One comparison as the difference figure draws it."""
     label: str              # "refeed_on - catchup_on: p2_uncond"
     delta: float
-    sd: float | None        # the deciding sd (None: not computed)
-    sd_kind: str
+    se: float | None        # the deciding sd (None: not computed)
+    se_kind: str
     verdict: str | None = None      # MET / NOT MET / ... (None: no pre-registration)
     min_effect: float | None = None
     threshold_sd: float | None = None
@@ -64,12 +64,12 @@ def difference_figure(items: list[DifferenceItem], path: Path) -> Path:
     for ax, it in zip(axes[:, 0], items):
         color = _COLORS.get(it.verdict or "", "tab:blue")
         xs = [0.0, it.delta]
-        if it.sd is not None:
-            half = max(Z95, it.threshold_sd or 0) * it.sd
+        if it.se is not None:
+            half = max(Z95, it.threshold_sd or 0) * it.se
             xs += [it.delta - half, it.delta + half]
-            ax.errorbar(it.delta, 0, xerr=Z95 * it.sd, fmt="none", ecolor=color, elinewidth=1.2, capsize=5)
+            ax.errorbar(it.delta, 0, xerr=Z95 * it.se, fmt="none", ecolor=color, elinewidth=1.2, capsize=5)
             if it.threshold_sd:
-                ax.errorbar(it.delta, 0, xerr=it.threshold_sd * it.sd, fmt="none", ecolor=color, elinewidth=6,
+                ax.errorbar(it.delta, 0, xerr=it.threshold_sd * it.se, fmt="none", ecolor=color, elinewidth=6,
                             alpha=0.4)
         ax.plot(it.delta, 0, "o", color=color)
         if it.min_effect:
@@ -85,8 +85,8 @@ def difference_figure(items: list[DifferenceItem], path: Path) -> Path:
         pad = 0.15 * (hi - lo or abs(it.delta) or 1e-3)
         ax.set_xlim(lo - pad, hi + pad)
         ax.set_yticks([])
-        z = (f"{abs(it.delta) / it.sd:.1f} {it.sd_kind} sd" if it.sd else
-             ("exactly equal" if it.sd == 0 and it.delta == 0 else f"no {it.sd_kind} sd"))
+        z = (f"{abs(it.delta) / it.se:.1f} {it.se_kind} sd" if it.se else
+             ("exactly equal" if it.se == 0 and it.delta == 0 else f"no {it.se_kind} sd"))
         ax.set_title(f"{it.label.replace(chr(10), '  ')}: {it.delta:+.4f} ({z})" +
                      (f"  {it.verdict}" if it.verdict else ""), fontsize=8, color=color, loc="left")
         ax.tick_params(axis="x", labelsize=7)
@@ -98,10 +98,10 @@ def difference_figure(items: list[DifferenceItem], path: Path) -> Path:
 
 def _intervals(ests) -> tuple[np.ndarray | None, str]:
     """yerr from the clustered sds, or None (and why) when any was not computed."""
-    if any(e.cluster_sd is None for e in ests):
-        note = next(e.cluster_note for e in ests if e.cluster_sd is None)
+    if any(e.cluster_se is None for e in ests):
+        note = next(e.cluster_note for e in ests if e.cluster_se is None)
         return None, f"no intervals: {note}"
-    return np.array([Z95 * e.cluster_sd for e in ests]), "95% CI, clustered"
+    return np.array([Z95 * e.cluster_se for e in ests]), "95% CI, clustered"
 
 
 def depth_figure(cells: list[Cells], path: Path) -> Path:
@@ -112,7 +112,7 @@ def depth_figure(cells: list[Cells], path: Path) -> Path:
     for j, c in enumerate(cells):
         for ax, cond in zip(axes, (False, True)):
             depths = range(2 if cond else 1, c.K + 1)
-            est = [estimate(doc_sums(c, f"p{i}_cond" if cond else f"p{i}"), B=0) for i in depths]
+            est = [estimate(doc_sums(c, f"p{i}_cond" if cond else f"p{i}"), n_boot=0) for i in depths]
             if not est:
                 continue
             yerr, note = _intervals(est)
@@ -165,7 +165,7 @@ def turn_figure(cells: list[Cells], path: Path) -> Path:
     for ax, m in zip(axes[0], metrics):
         for j, c in enumerate(cells):
             ts = [t for t in turns if (c.table["turn"] == t).any()]
-            est = [estimate(doc_sums(c.turn(int(t)), m), B=0) for t in ts]
+            est = [estimate(doc_sums(c.turn(int(t)), m), n_boot=0) for t in ts]
             yerr, note = _intervals(est)
             notes.add(note)
             ax.errorbar(np.array(ts, dtype=float) + off[j], [e.value for e in est], yerr=yerr,
@@ -204,7 +204,7 @@ def coverage_figure(cov, path: Path) -> Path:
     depths = sorted({c.depth for c in cov.cells})
     for d in depths:
         cs = sorted((c for c in cov.cells if c.depth == d and c.turns == "all"), key=lambda c: c.j)
-        ax.errorbar([c.j for c in cs], [c.rate for c in cs], yerr=[Z95 * c.sd for c in cs], fmt="o-", capsize=3,
+        ax.errorbar([c.j for c in cs], [c.rate for c in cs], yerr=[Z95 * c.se for c in cs], fmt="o-", capsize=3,
                     label=f"depth {d} (n={cs[0].n:,})")
     ax.set_xlabel("j (the target's token among the drafter's top j)")
     ax.set_ylabel("coverage (95% binomial CI)")

@@ -9,10 +9,15 @@ verdict, naming both hashes and the changed fields (`--evaluate-edited` judges i
 other text not locked by every arm is `UNLOCKED` and gets no verdict (`--evaluate-unlocked`
 judges it anyway). Either way the report says so at its very top.
 Runs whose lossless gate checked nothing are refused for a verdict unless `allow_ungated`.
+
+Runs without a step table (engine runs ingested at the request or counter grain: units.UnitRun)
+get the same report: every figure their grain makes exact, a bound or a refusal with the reason
+where it does not, and "not available from this grain" where a section needs per-step rows.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +32,7 @@ from atlas_ab.analysis.load import Run
 from atlas_ab.analysis.markdown import table as _table
 from atlas_ab.analysis.metrics import TURN_CLASSES, Cells, arm_metrics
 from atlas_ab.analysis.stats import compare as compare_cells, format_delta
+from atlas_ab.analysis.units import UnitComparison, UnitRun, compare_units, figure, from_run, metrics
 from atlas_ab.config.prereg import Prereg, Registration, registrations
 
 HEAD = [("n_verify", "n"), ("p1", "p1"), ("p2_uncond", "p2_uncond"), ("p2_cond", "p2_cond"),
@@ -90,7 +96,7 @@ class Judged:
 class Report:
     path: Path                      # report.md
     judged: tuple[Judged, ...]
-    comparisons: tuple[Comparison, ...]
+    comparisons: tuple[Comparison | UnitComparison, ...]
     data: dict                      # everything report.json holds
 
     @property
@@ -104,7 +110,7 @@ def preregs_to_judge(runs: list[Run], given: str | Path | None = None) -> list[R
     return registrations({r.arm: r.manifest for r in runs}, given)
 
 
-def judge_registered(runs: list[Run], todo: list[Registration], B: int, seed: int, allow_ungated: bool,
+def judge_registered(runs: list[Run], todo: list[Registration], n_boot: int, seed: int, allow_ungated: bool,
                      evaluate_edited: bool = False, evaluate_unlocked: bool = False) -> list[Judged]:
     """Each registration's judgement: a verdict where it is locked (or the user asked), none otherwise."""
     out = []
@@ -122,7 +128,7 @@ def judge_registered(runs: list[Run], todo: list[Registration], B: int, seed: in
             out.append(Judged(pr, "unlocked", Judgement(criteria.unlocked(reg)), lk, reg.why))
         else:
             origin = {"locked": "locked", "changed": "edited", "unlocked": "evaluated unlocked"}[reg.status]
-            out.append(Judged(pr, origin, criteria.judge(pr, runs, B=B, seed=seed), lk, reg.why))
+            out.append(Judged(pr, origin, criteria.judge(pr, runs, n_boot=n_boot, seed=seed), lk, reg.why))
     return out
 
 
@@ -151,18 +157,18 @@ def _headline(comps: list[Comparison], control_arm) -> list[str]:
     return _table(["arm"] + [h for _, h in HEAD], rows)
 
 
-def _uncertainty(comps: list[Comparison]) -> list[str]:
+def _uncertainty(comps: list[Comparison | UnitComparison]) -> list[str]:
     rows = []
     for c in comps:
         for m, d in c.headline.items():
             b = d.bootstrap
             none = f"not computed ({d.cluster_note})" if d.cluster_note else "n/a"
-            rows.append([f"{c.treatment.arm} - {c.control.arm}", m, f"{d.delta:+.4f}",
-                         f"{d.sd:.4f} ({d.sd_kind}) {format_delta(d.delta, d.z)}",
-                         f"{d.cluster_sd:.4f} {format_delta(d.delta, d.z_by('cluster'))}"
-                         if d.cluster_sd is not None else none,
-                         f"{d.deff:.2f}" if d.deff is not None else "n/a",
-                         f"[{b.ci_low:+.4f}, {b.ci_high:+.4f}] sd {b.sd:.4f}" if b else none])
+            rows.append([f"{d.treatment.arm} - {d.control.arm}", m, f"{d.delta:+.4f}",
+                         f"{d.se:.4f} ({d.se_kind}) {format_delta(d.delta, d.z)}" if math.isfinite(d.se) else "n/a",
+                         f"{d.cluster_se:.4f} {format_delta(d.delta, d.z_by('cluster'))}"
+                         if d.cluster_se is not None else none,
+                         f"{d.deff:.2f}" if d.deff is not None and math.isfinite(d.deff) else "n/a",
+                         f"[{b.ci_low:+.4f}, {b.ci_high:+.4f}] sd {b.se:.4f}" if b else none])
     return _table(["comparison", "metric", "delta", "i.i.d. sd", "cluster sd", "design effect",
                    "bootstrap 95% CI (clusters)"], rows)
 
@@ -200,12 +206,12 @@ def _class_deltas(control: Cells, others: list[Cells]) -> tuple[list[str], list[
             if a.table.empty or b.table.empty:
                 continue
             for m in headline_metrics(a, b):
-                d = compare_cells(a, b, m, B=0)
+                d = compare_cells(a, b, m, n_boot=0)
                 if not (d.control.n and d.treatment.n):
                     continue
                 rows.append([f"{t.arm} - {control.arm}", tc, m, f"{d.control.value:.4f}",
                              f"{d.treatment.value:.4f}", str(d),
-                             format_delta(d.delta, d.z_by("cluster")) if d.cluster_sd is not None else "n/a"])
+                             format_delta(d.delta, d.z_by("cluster")) if d.cluster_se is not None else "n/a"])
                 data.append({"treatment": t.arm, "turn_class": tc, **d.to_dict()})
     return _table(["comparison", "turns", "metric", "control", "treatment", "delta (binomial/delta sd)",
                    "delta (cluster sd)"], rows), data
@@ -234,15 +240,14 @@ def _by_turn(arms) -> list[str]:
     return _table(["arm", "turn"] + [h for _, h in HEAD], rows)
 
 
-def _difference_items(judged: list[Judged], comps: list[Comparison]) -> list[plots.DifferenceItem]:
+def _difference_items(judged: list[Judged], comps: list[Comparison | UnitComparison]) -> list[plots.DifferenceItem]:
     items = [it for j in judged for it in j.judgement.items]
     if items:
         return items
-    return [plots.DifferenceItem(label=f"{c.treatment.arm} - {c.control.arm}\n{c.primary.metric}",
-                                 delta=c.primary.delta,
-                                 sd=c.primary.cluster_sd if c.primary.cluster_sd is not None else c.primary.sd,
-                                 sd_kind="cluster" if c.primary.cluster_sd is not None else c.primary.sd_kind)
-            for c in comps]
+    return [plots.DifferenceItem(label=f"{d.treatment.arm} - {d.control.arm}\n{d.metric}", delta=d.delta,
+                                 se=d.cluster_se if d.cluster_se is not None else d.se if math.isfinite(d.se) else None,
+                                 se_kind="cluster" if d.cluster_se is not None else d.se_kind)
+            for d in (c.primary for c in comps) if d is not None]
 
 
 def _verdict_lines(j: Judged) -> list[str]:
@@ -254,7 +259,7 @@ def _verdict_lines(j: Judged) -> list[str]:
     if v.status in ("PREREG CHANGED", "UNLOCKED"):
         return lines
     lines.append(f"- observed: {v.measured()}")
-    if v.sd is not None and v.power_at_min_effect is not None:
+    if v.se is not None and v.power_at_min_effect is not None:
         lines.append(f"- power to detect the minimum effect ({pr.spec.min_effect:g}) at {pr.spec.threshold_sd:g} sd "
                      f"given that sd: {v.power_at_min_effect:.2f}")
     if j.judgement.sensitivity is not None:
@@ -269,17 +274,21 @@ def _verdict_lines(j: Judged) -> list[str]:
     return lines
 
 
-def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B: int = 2000, seed: int = 0,
-                 mismatches: tuple[str, ...] = (), evaluate_edited: bool = False,
+def build_report(runs: list[Run | UnitRun], out: Path, prereg: str | Path | None = None, n_boot: int = 2000,
+                 seed: int = 0, mismatches: tuple[str, ...] = (), evaluate_edited: bool = False,
                  allow_ungated: bool = False, evaluate_unlocked: bool = False) -> Report:
-    """The report of `runs`; `prereg` is a file to judge instead of the locked ones."""
+    """The report of `runs`; `prereg` is a file to judge instead of the locked ones. Beside a run
+    without a step table (units.UnitRun) every run is read at the per-unit grain, the one all have."""
     if len(runs) < 1:
         raise AtlasError("report needs at least one run")
     names = [r.arm for r in runs]
     if len(set(names)) != len(names):
         raise AtlasError(f"two runs carry the same arm name ({', '.join(names)}); "
                          "a report needs distinct arms")
-    judged = judge_registered(runs, preregs_to_judge(runs, prereg), B, seed, allow_ungated, evaluate_edited,
+    if any(isinstance(r, UnitRun) for r in runs):
+        runs = [r if isinstance(r, UnitRun) else from_run(r) for r in runs]
+    steps = not isinstance(runs[0], UnitRun)
+    judged = judge_registered(runs, preregs_to_judge(runs, prereg), n_boot, seed, allow_ungated, evaluate_edited,
                               evaluate_unlocked)
     # the control: the first judged pre-registration's, else the first run
     first = judged[0].prereg if judged else None
@@ -287,21 +296,29 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
     others = [r for r in runs if r is not control]
     metric = first.spec.primary_metric if first is not None and first.kind != "oracle" else \
         ("p2_uncond" if min(r.K for r in runs) >= 2 else "p1")
-    comps = [compare_runs(control, t, metric, B=B, seed=seed, mismatches=mismatches) for t in others]
-    probes = [paired.oracle_probe(r) for r in runs
-              if "oracle_hit2" in r.steps.columns and r.steps["oracle_hit2"].notna().any()]
+    ordered = [control] + others
+    if steps:
+        comps = [compare_runs(control, t, metric, n_boot=n_boot, seed=seed, mismatches=mismatches) for t in others]
+        probes = [paired.oracle_probe(r) for r in runs
+                  if "oracle_hit2" in r.steps.columns and r.steps["oracle_hit2"].notna().any()]
+    else:   # what each grain makes exact, bounds or why not, of every metric any run drafted
+        names = metrics(max(max(r.K for r in ordered), 1))
+        unit_figures = {r.arm: {m: figure(r, m) for m in names} for r in ordered}
+        comps = [compare_units(control, t, names, metric, n_boot=n_boot, seed=seed) for t in others]
+        probes = []
 
     out.mkdir(parents=True, exist_ok=True)
-    ordered = [control] + others
-    cells = [r.cells() for r in ordered]
-    # a single run has no comparison: its own figures only
-    arms = [comps[0].control] + [c.treatment for c in comps] if comps else [arm_metrics(cells[0])]
+    cells = [r.cells() for r in ordered] if steps else [None] * len(ordered)
+    if steps:
+        # a single run has no comparison: its own figures only
+        arms = [comps[0].control] + [c.treatment for c in comps] if comps else [arm_metrics(cells[0])]
     figs = {}
     if comps or judged:
         figs["difference"] = plots.difference_figure(_difference_items(judged, comps), out / "difference.png")
-    figs.update({"depth": plots.depth_figure(cells, out / "depth.png"),
-                 "histogram": plots.histogram_figure(arms, out / "histogram.png"),
-                 "turns": plots.turn_figure(cells, out / "turns.png")})
+    if steps:
+        figs.update({"depth": plots.depth_figure(cells, out / "depth.png"),
+                     "histogram": plots.histogram_figure(arms, out / "histogram.png"),
+                     "turns": plots.turn_figure(cells, out / "turns.png")})
 
     md = []
     if mismatches:    # at the top: what follows compares arms that may not be comparable
@@ -314,10 +331,7 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
            f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `python -m atlas_ab.analysis report`.",
            "", "## Runs", ""]
     md += _table(["arm", "run directory", "status", "gate", "K", "steps", "clusters", "workload.hash", "model.hash",
-                  "code"],
-                 [[r.arm, f"`{r.path}`", r.status, r.gate_status, str(r.K), f"{len(r.steps):,}",
-                   _clusters(c), f"`{r.hash('workload')}`", f"`{r.hash('model')}`", code_of(r).short]
-                  for r, c in zip(ordered, cells)])
+                  "code"], [_run_row(r, c) for r, c in zip(ordered, cells)])
     tels = [(r, r.telemetry) for r in ordered if r.telemetry is not None]
     if tels:  # ingested engine runs: say what their grain could not give (atlas_ab/ingest/grain.py)
         md += ["", "## Engine telemetry", ""]
@@ -334,28 +348,27 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
                "Each comparison's difference with the 95% CI of the sd that decides (thin) and +-threshold sd "
                "(thick: the criterion needs it clear of zero), zero and the minimum effect as lines.", "",
                "![paired difference with the threshold](difference.png)"]
+    if not steps:
+        md += ["", "## Figures (what each run's grain makes exact)", ""] + _unit_figures(unit_figures)
     if comps:
-        md += ["", f"## Headline (deltas vs {control.arm}; sd = unpooled i.i.d. sd)", ""]
-        md += _headline(comps, arms[0])
-        md += ["", "## Uncertainty", "",
-               "Outcomes cluster by document (by source file where the workload cut several documents from "
-               "one file), so the i.i.d. (binomial; delta method for p2_cond and tokens/step) sd misstates the "
-               "variance of a rate. The cluster sd is CRV1 over those clusters (the same cluster in both arms "
-               "is one cluster); the bootstrap resamples clusters jointly in both arms. Neither is reported "
-               "with fewer than 10 clusters. Design effect = (cluster sd / i.i.d. sd)^2. When the arms run "
-               "the same documents (a sweep does), the shared content correlates the arms and the design "
-               "effect of a difference can fall below 1; under greedy verification both arms also commit the "
-               "same text, so `mcnemar RUN_A RUN_B` pairs their steps position by position.", ""]
+        if steps:
+            md += ["", f"## Headline (deltas vs {control.arm}; sd = unpooled i.i.d. sd)", ""]
+            md += _headline(comps, arms[0])
+        md += ["", "## Uncertainty", "", UNCERTAINTY, ""]
         md += _uncertainty(comps)
-        md += _variance_saved(comps)
-    md += ["", "## Per depth", "", "![per-depth acceptance](depth.png)", ""] + _depths(arms)
-    md += ["", "## Acceptance-length histogram", "", "![acceptance-length histogram](histogram.png)", ""]
-    md += _histograms(arms)
-    md += ["", "## Cold vs warm turns", ""] + _by_class(arms)
-    class_table, class_data = _class_deltas(cells[0], cells[1:])
-    if class_data:
-        md += ["", "Deltas within each turn class:", ""] + class_table
-    md += ["", "## By turn", "", "![acceptance by turn](turns.png)", ""] + _by_turn(arms)
+        md += _variance_saved(comps) if steps else []
+    class_data = []
+    if steps:
+        md += ["", "## Per depth", "", "![per-depth acceptance](depth.png)", ""] + _depths(arms)
+        md += ["", "## Acceptance-length histogram", "", "![acceptance-length histogram](histogram.png)", ""]
+        md += _histograms(arms)
+        md += ["", "## Cold vs warm turns", ""] + _by_class(arms)
+        class_table, class_data = _class_deltas(cells[0], cells[1:])
+        if class_data:
+            md += ["", "Deltas within each turn class:", ""] + class_table
+        md += ["", "## By turn", "", "![acceptance by turn](turns.png)", ""] + _by_turn(arms)
+    else:
+        md += _not_from_grain(ordered)
     if probes:
         md += ["", "## ORACLE_P2 probe (McNemar, paired within run)", ""]
         md += ["```"] + [p.summary() for p in probes] + ["```"]
@@ -367,16 +380,89 @@ def build_report(runs: list[Run], out: Path, prereg: str | Path | None = None, B
     path = out / "report.md"
     path.write_text("\n".join(md))
     data = {"report": str(path), "figures": {k: str(v) for k, v in figs.items()},
-            "runs": [{"arm": r.arm, "path": str(r.path), "status": r.status, "gate": r.gate_status, "K": r.K,
-                      "steps": len(r.steps), "workload_hash": r.hash("workload"), "model_hash": r.hash("model"),
-                      "code": code_of(r).to_dict()} for r in ordered],
+            "runs": [_run_dict(r) for r in ordered],
             "mismatches": list(mismatches), "verdicts": [j.to_dict() for j in judged],
             "comparisons": [c.to_dict() for c in comps], "turn_class_deltas": class_data,
-            "arms": {a.arm: a.to_dict() for a in arms},
+            "arms": {a.arm: a.to_dict() for a in arms} if steps else
+            {a: {"arm": a, "K": r.K, "figures": {m: f.to_dict() for m, f in unit_figures[a].items()}}
+             for a, r in zip(unit_figures, ordered)},
             "oracle_probes": [p.to_dict() for p in probes],
             "telemetry": {r.arm: t.to_dict() for r, t in tels}}
     (out / "report.json").write_text(cli.dump_json(data))
     return Report(path=path, judged=tuple(judged), comparisons=tuple(comps), data=data)
+
+
+UNCERTAINTY = ("Outcomes cluster by document (by source file where the workload cut several documents from "
+               "one file), so the i.i.d. (binomial; delta method for p2_cond and tokens/step) sd misstates the "
+               "variance of a rate. The cluster sd is CRV1 over those clusters (the same cluster in both arms "
+               "is one cluster); the bootstrap resamples clusters jointly in both arms. Neither is reported "
+               "with fewer than 10 clusters. Design effect = (cluster sd / i.i.d. sd)^2. When the arms run "
+               "the same documents (a sweep does), the shared content correlates the arms and the design "
+               "effect of a difference can fall below 1; under greedy verification both arms also commit the "
+               "same text, so `mcnemar RUN_A RUN_B` pairs their steps position by position.")
+
+
+def _run_row(r: Run | UnitRun, c: Cells | None) -> list[str]:
+    """One line of the Runs table: a step run's steps and clusters, or a per-unit run's units."""
+    size, clusters = (f"{len(r.steps):,}", _clusters(c)) if c is not None else \
+        (f"{len(r.units.table):,} units", _unit_clusters(r))
+    return [r.arm, f"`{r.path}`", r.status, r.gate_status, str(r.K), size, clusters, f"`{r.hash('workload')}`",
+            f"`{r.hash('model')}`", code_of(r).short]
+
+
+def _run_dict(r: Run | UnitRun) -> dict:
+    size = {"steps": len(r.steps)} if isinstance(r, Run) else \
+        {"units": len(r.units.table), "source": r.source, "grain": r.grain, "clusters": r.clusters}
+    return {"arm": r.arm, "path": str(r.path), "status": r.status, "gate": r.gate_status, "K": r.K, **size,
+            "workload_hash": r.hash("workload"), "model_hash": r.hash("model"), "code": code_of(r).to_dict()}
+
+
+def _unit_clusters(r: UnitRun) -> str:
+    u = r.units
+    if u.clusters is None:
+        return "none (global counters)"
+    docs = u.table["doc_id"].unique()
+    if u.cluster_map is None:
+        return f"{len(docs)} {u.cluster_unit}s"
+    return f"{len(set(u.cluster_map[docs]))} {u.cluster_unit}s ({len(docs)} documents)"
+
+
+def _fmt4(v) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.4f}"
+
+
+def _unit_figures(figures: dict[str, dict]) -> list[str]:
+    """Each run's figures as its grain gives them: exact, bounds, or not available and why."""
+    rows = []
+    for arm, fs in figures.items():
+        for f in fs.values():
+            if f.status == "exact":
+                rows.append([arm, f.metric, _fmt4(f.value), f"{f.n:,}", _fmt4(f.iid_se), _fmt4(f.cluster_se),
+                             "exact"])
+            elif f.status == "bounds":
+                rows.append([arm, f.metric, f"[{_fmt4(f.low)}, {_fmt4(f.high)}]", "", "", "", "bounds: " + f.reason])
+            else:
+                rows.append([arm, f.metric, "", "", "", "", "not available from this grain: " + f.reason])
+    return _table(["arm", "metric", "value", "n", "i.i.d. sd", "cluster sd", "status"], rows)
+
+
+#: The sections drawn from per-step cells, and the telemetry figure that says why a grain lacks them.
+STEP_SECTIONS = (("Per depth", None, "the per-depth plot and tables read per-step cells (the per-depth "
+                                     "figures this grain gives are under Figures)"),
+                 ("Acceptance-length histogram", "histogram", "the per-unit table keeps no acceptance-length "
+                                                              "histogram"),
+                 ("Cold vs warm turns", "by_turn", "figures per turn class are computed from per-step cells"),
+                 ("By turn", "by_turn", "figures per turn are computed from per-step cells"))
+
+
+def _not_from_grain(runs: list[UnitRun]) -> list[str]:
+    """The step report's per-step sections, each refused with the reason."""
+    md = []
+    for title, fig, why in STEP_SECTIONS:
+        md += ["", f"## {title}", ""]
+        md += [f"- {r.arm}: not available from this grain ({r.grain}): {(fig and r.why_not(fig)) or why}"
+               for r in runs]
+    return md
 
 
 def _clusters(c: Cells) -> str:

@@ -18,18 +18,19 @@ from dataclasses import dataclass
 from scipy.special import ndtr, ndtri
 
 from atlas_ab import AtlasError
+from atlas_ab.analysis.keys import fields_dict
 
 
-def threshold_z(sd: float | None = None, alpha: float | None = None) -> float:
-    if (sd is None) == (alpha is None):
+def threshold_z(threshold_sd: float | None = None, alpha: float | None = None) -> float:
+    if (threshold_sd is None) == (alpha is None):
         raise AtlasError("give exactly one of a threshold in sd or an alpha")
     if alpha is not None:
         if not 0 < alpha < 1:
             raise AtlasError(f"alpha must be in (0, 1), got {alpha}")
         return float(-ndtri(alpha / 2))
-    if sd <= 0:
-        raise AtlasError(f"threshold in sd must be > 0, got {sd}")
-    return float(sd)
+    if threshold_sd <= 0:
+        raise AtlasError(f"threshold in sd must be > 0, got {threshold_sd}")
+    return float(threshold_sd)
 
 
 def design_effect(icc: float = 0.0, m: float = 1.0) -> float:
@@ -38,9 +39,9 @@ def design_effect(icc: float = 0.0, m: float = 1.0) -> float:
     return 1.0 + (m - 1.0) * icc
 
 
-def power_at(delta: float, sd: float, z_threshold: float) -> float:
+def power_at(delta: float, se: float, z_threshold: float) -> float:
     """Probability that an effect of size delta, measured with this sd, shows >= z_threshold sd."""
-    return float(ndtr(abs(delta) / sd - z_threshold))
+    return float(ndtr(abs(delta) / se - z_threshold))
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class PowerResult:
     n_iid: int          # steps per arm with independent steps
     n_per_arm: int      # inflated by the design effect
     n: int | None = None            # the reverse question, when asked
-    sd_at_n: float | None = None
+    se_at_n: float | None = None
     z_at_n: float | None = None
     power_at_n: float | None = None
     alpha: float | None = None
@@ -67,14 +68,14 @@ class PowerResult:
                  f"design effect {self.deff:.3f} (ICC {self.icc:g}, m {self.m:g} steps/document)",
                  f"steps per arm needed: {self.n_per_arm:,} ({self.n_iid:,} if steps were independent)"]
         if self.n is not None:
-            lines.append(f"at n={self.n:,} per arm: sd {self.sd_at_n:.5f}, the effect shows "
+            lines.append(f"at n={self.n:,} per arm: sd {self.se_at_n:.5f}, the effect shows "
                          f"{self.z_at_n:.2f} sd, power {self.power_at_n:.3f}")
         return "\n".join(lines)
 
     __str__ = summary
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return fields_dict(self)
 
 
 def unit_variance(p: float, delta: float) -> float:
@@ -84,27 +85,27 @@ def unit_variance(p: float, delta: float) -> float:
     return p * (1 - p) + p2 * (1 - p2)
 
 
-def sd_at(p: float, delta: float, n: int, deff: float = 1.0) -> float:
+def se_at(p: float, delta: float, n: int, deff: float = 1.0) -> float:
     """The unpooled sd of the difference at n steps per arm."""
     if n <= 0:
         raise AtlasError(f"n must be > 0, got {n}")
     return math.sqrt(unit_variance(p, delta) / n * deff)
 
 
-def solve(p: float, delta: float, sd: float | None = None, alpha: float | None = None,
+def solve(p: float, delta: float, threshold_sd: float | None = None, alpha: float | None = None,
           power: float = 0.8, icc: float = 0.0, m: float = 1.0, n: int | None = None) -> PowerResult:
     """Steps per arm for `power` to show `delta` at the threshold; and, given n, what n shows."""
     if delta == 0:
         raise AtlasError("the effect delta must be non-zero")
     if not 0 < power < 1:
         raise AtlasError(f"power must be in (0, 1), got {power}")
-    zt = threshold_z(sd, alpha)
+    zt = threshold_z(threshold_sd, alpha)
     deff = design_effect(icc, m)
     base = (zt + ndtri(power)) ** 2 * unit_variance(p, delta) / delta ** 2
     extra = {}
     if n is not None:
-        s = sd_at(p, delta, n, deff)
-        extra = dict(n=n, sd_at_n=s, z_at_n=abs(delta) / s, power_at_n=power_at(delta, s, zt))
+        s = se_at(p, delta, n, deff)
+        extra = dict(n=n, se_at_n=s, z_at_n=abs(delta) / s, power_at_n=power_at(delta, s, zt))
     return PowerResult(p=p, delta=delta, z_threshold=zt, power=power, deff=deff,
                        n_iid=math.ceil(base), n_per_arm=math.ceil(base * deff), alpha=alpha,
                        icc=icc, m=m, **extra)

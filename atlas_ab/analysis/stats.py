@@ -16,7 +16,7 @@ from atlas_ab import AtlasError
 from atlas_ab.analysis import cluster
 from atlas_ab.analysis.metrics import Cells, DocSums, canonical, doc_sums, is_proportion
 
-SD_KINDS = ("binomial", "cluster", "bootstrap")
+SE_KINDS = ("binomial", "cluster", "bootstrap")
 
 #: Fewer clusters than this and no cluster-robust or bootstrap sd is reported: with few
 #: clusters CRV1 and the cluster bootstrap are biased low (Cameron & Miller 2015, "A
@@ -40,7 +40,7 @@ def format_delta(delta: float, z: float) -> str:
     return f"{delta:+.3f} ({zs} sd)"
 
 
-def binomial_sd(p: float, n: int) -> float:
+def binomial_se(p: float, n: int) -> float:
     return math.sqrt(p * (1 - p) / n) if n > 0 else float("nan")
 
 
@@ -48,32 +48,32 @@ def binomial_sd(p: float, n: int) -> float:
 class Rate:
     """One arm's value of one metric, with its uncertainties.
 
-    sd is the i.i.d. sd: binomial for unconditional rates (sd_kind 'binomial'),
-    the delta method for ratio metrics (p_cond, tokens/step; sd_kind 'delta').
+    se is the i.i.d. sd: binomial for unconditional rates (se_kind 'binomial'),
+    the delta method for ratio metrics (p_cond, tokens/step; se_kind 'delta').
     """
 
     metric: str
     arm: str
     value: float
     n: int
-    sd: float
-    sd_kind: str = "binomial"
-    cluster_sd: float | None = None
+    se: float
+    se_kind: str = "binomial"
+    cluster_se: float | None = None
     bootstrap: cluster.Bootstrap | None = None
     n_clusters: int | None = None
-    cluster_note: str | None = None    # why cluster_sd / bootstrap are None
+    cluster_note: str | None = None    # why cluster_se / bootstrap are None
 
     @property
     def deff(self) -> float | None:
         """Design effect: clustered variance over i.i.d. variance."""
-        if self.cluster_sd is None or not self.sd:
+        if self.cluster_se is None or not self.se:
             return None
-        return (self.cluster_sd / self.sd) ** 2
+        return (self.cluster_se / self.se) ** 2
 
     def summary(self) -> str:
-        s = f"{self.arm} {self.metric} = {self.value:.4f} (n={self.n:,}, {self.sd_kind} sd {self.sd:.4f}"
-        if self.cluster_sd is not None:
-            s += f", cluster sd {self.cluster_sd:.4f} over {self.n_clusters} clusters, deff {self.deff:.2f}"
+        s = f"{self.arm} {self.metric} = {self.value:.4f} (n={self.n:,}, {self.se_kind} sd {self.se:.4f}"
+        if self.cluster_se is not None:
+            s += f", cluster sd {self.cluster_se:.4f} over {self.n_clusters} clusters, deff {self.deff:.2f}"
         elif self.cluster_note:
             s += f"; {self.cluster_note}"
         s += ")"
@@ -84,15 +84,16 @@ class Rate:
     __str__ = summary
 
     def to_dict(self) -> dict:
+        # report.json keeps its keys: an se is written as "sd" (keys.JSON_KEY)
         return {"metric": self.metric, "arm": self.arm, "value": self.value, "n": self.n,
-                "sd": self.sd, "sd_kind": self.sd_kind, "cluster_sd": self.cluster_sd,
+                "sd": self.se, "sd_kind": self.se_kind, "cluster_sd": self.cluster_se,
                 "n_clusters": self.n_clusters, "deff": self.deff, "cluster_note": self.cluster_note,
                 "bootstrap": self.bootstrap.to_dict() if self.bootstrap else None}
 
 
 def rate(value: float, n: int, metric: str = "p", arm: str = "") -> Rate:
     """A binomial rate from summary numbers (value, n)."""
-    return Rate(metric=metric, arm=arm, value=value, n=n, sd=binomial_sd(value, n))
+    return Rate(metric=metric, arm=arm, value=value, n=n, se=binomial_se(value, n))
 
 
 @dataclass(frozen=True)
@@ -103,15 +104,15 @@ class Difference:
     control: Rate
     treatment: Rate
     delta: float
-    sd: float
-    sd_kind: str = "binomial"
-    cluster_sd: float | None = None
+    se: float
+    se_kind: str = "binomial"
+    cluster_se: float | None = None
     bootstrap: cluster.Bootstrap | None = None
-    cluster_note: str | None = None    # why cluster_sd / bootstrap are None
+    cluster_note: str | None = None    # why cluster_se / bootstrap are None
 
     @property
     def z(self) -> float:
-        return self.delta / self.sd if self.sd else float("nan")
+        return self.delta / self.se if self.se else float("nan")
 
     @property
     def relative(self) -> float:
@@ -119,32 +120,32 @@ class Difference:
 
     @property
     def deff(self) -> float | None:
-        if self.cluster_sd is None or not self.sd:
+        if self.cluster_se is None or not self.se:
             return None
-        return (self.cluster_sd / self.sd) ** 2
+        return (self.cluster_se / self.se) ** 2
 
-    def sd_by(self, kind: str) -> float:
+    def se_by(self, kind: str) -> float:
         """The sd a pre-registration names: binomial (the i.i.d. one), cluster, bootstrap."""
         if kind == "binomial":
-            return self.sd
-        if kind == "cluster" and self.cluster_sd is not None:
-            return self.cluster_sd
+            return self.se
+        if kind == "cluster" and self.cluster_se is not None:
+            return self.cluster_se
         if kind == "bootstrap" and self.bootstrap is not None:
-            return self.bootstrap.sd
+            return self.bootstrap.se
         if kind in ("cluster", "bootstrap") and self.cluster_note:
             raise AtlasError(f"{self.metric}: no {kind} sd: {self.cluster_note}")
-        raise AtlasError(f"{self.metric}: no {kind} sd was computed (one of {', '.join(SD_KINDS)})")
+        raise AtlasError(f"{self.metric}: no {kind} sd was computed (one of {', '.join(SE_KINDS)})")
 
     def has(self, kind: str) -> bool:
         try:
-            self.sd_by(kind)
+            self.se_by(kind)
             return True
         except AtlasError:
             return False
 
     def z_by(self, kind: str) -> float:
-        sd = self.sd_by(kind)
-        return self.delta / sd if sd else float("nan")
+        se = self.se_by(kind)
+        return self.delta / se if se else float("nan")
 
     def __str__(self) -> str:
         return format_delta(self.delta, self.z)
@@ -152,25 +153,26 @@ class Difference:
     def summary(self) -> str:
         lines = [f"{self.metric}: {self.control.arm} {self.control.value:.4f} (n={self.control.n:,}) -> "
                  f"{self.treatment.arm} {self.treatment.value:.4f} (n={self.treatment.n:,})",
-                 f"  delta {self} [{self.sd_kind} sd {self.sd:.4f}; relative {self.relative:+.1%}]"]
-        if self.cluster_sd is not None:
-            lines.append(f"  cluster sd {self.cluster_sd:.4f}: {format_delta(self.delta, self.z_by('cluster'))}"
+                 f"  delta {self} [{self.se_kind} sd {self.se:.4f}; relative {self.relative:+.1%}]"]
+        if self.cluster_se is not None:
+            lines.append(f"  cluster sd {self.cluster_se:.4f}: {format_delta(self.delta, self.z_by('cluster'))}"
                          f"; design effect {self.deff:.2f}")
         if self.bootstrap is not None:
             b = self.bootstrap
-            lines.append(f"  bootstrap sd {b.sd:.4f}: {format_delta(self.delta, self.z_by('bootstrap'))}"
+            lines.append(f"  bootstrap sd {b.se:.4f}: {format_delta(self.delta, self.z_by('bootstrap'))}"
                          f"; {b.level:.0%} CI [{b.ci_low:+.4f}, {b.ci_high:+.4f}] "
-                         f"({b.n_clusters} clusters, B={b.B}, seed={b.seed})")
+                         f"({b.n_clusters} clusters, B={b.n_boot}, seed={b.seed})")
         if self.cluster_note:
             lines.append(f"  {self.cluster_note}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
+        # report.json keeps its keys: an se is written as "sd" (keys.JSON_KEY)
         return {"metric": self.metric, "control": self.control.to_dict(),
                 "treatment": self.treatment.to_dict(), "delta": self.delta, "relative": self.relative,
-                "sd": self.sd, "sd_kind": self.sd_kind, "z": self.z, "text": str(self),
-                "cluster_sd": self.cluster_sd,
-                "z_cluster": self.z_by("cluster") if self.cluster_sd is not None else None,
+                "sd": self.se, "sd_kind": self.se_kind, "z": self.z, "text": str(self),
+                "cluster_sd": self.cluster_se,
+                "z_cluster": self.z_by("cluster") if self.cluster_se is not None else None,
                 "deff": self.deff,
                 "bootstrap": self.bootstrap.to_dict() if self.bootstrap else None,
                 "z_bootstrap": self.z_by("bootstrap") if self.bootstrap else None,
@@ -181,10 +183,10 @@ def difference(control: Rate, treatment: Rate) -> Difference:
     """Unpooled two-sample difference (the reference engine's sd): sqrt(sdA^2 + sdB^2)."""
     return Difference(metric=treatment.metric, control=control, treatment=treatment,
                       delta=treatment.value - control.value,
-                      sd=math.hypot(control.sd, treatment.sd), sd_kind=control.sd_kind)
+                      se=math.hypot(control.se, treatment.se), se_kind=control.se_kind)
 
 
-def ratio_difference_sd(ta: np.ndarray, sa: np.ndarray, tb: np.ndarray, sb: np.ndarray,
+def ratio_difference_se(ta: np.ndarray, sa: np.ndarray, tb: np.ndarray, sb: np.ndarray,
                         relative: bool = False) -> float:
     """Clustered sd of b - a, or of b / a - 1 (`relative`), for two ratio estimators a = sum(ta) / sum(sa)
     and b = sum(tb) / sum(sb) given per-cluster sums on one cluster index (zeros where an arm has
@@ -201,46 +203,47 @@ def ratio_difference_sd(ta: np.ndarray, sa: np.ndarray, tb: np.ndarray, sb: np.n
     return float(math.sqrt(G / (G - 1) * float((z ** 2).sum())))
 
 
-def relative_sd_independent(a: float, sd_a: float, b: float, sd_b: float) -> float:
+def relative_se_independent(a: float, se_a: float, b: float, se_b: float) -> float:
     """sd of b / a - 1 for independent estimates (delta method): |b/a| sqrt((sd_a/a)^2 + (sd_b/b)^2)."""
-    return abs(b / a) * math.hypot(sd_a / a, sd_b / b)
+    return abs(b / a) * math.hypot(se_a / a, se_b / b)
 
 
-def relative_cluster_sd(control: DocSums, treatment: DocSums) -> float:
-    """Clustered sd of treatment / control - 1 of one metric (ratio_difference_sd over the
+def relative_cluster_se(control: DocSums, treatment: DocSums) -> float:
+    """Clustered sd of treatment / control - 1 of one metric (ratio_difference_se over the
     clusters of either arm)."""
     _, ((ya, na), (yb, nb)) = cluster.align(control, treatment)
-    return ratio_difference_sd(ya, na, yb, nb, relative=True)
+    return ratio_difference_se(ya, na, yb, nb, relative=True)
 
 
-def estimate(s: DocSums, arm: str = "", B: int = 2000, seed: int = 0) -> Rate:
+def estimate(s: DocSums, arm: str = "", n_boot: int = 2000, seed: int = 0) -> Rate:
     """One arm's metric with i.i.d., clustered and bootstrap uncertainty (the last two only
     with at least MIN_CLUSTERS clusters)."""
     note = few_clusters(len(s.doc_id), s.unit)
-    return Rate(metric=canonical(s.metric), arm=arm, value=s.value, n=s.N, sd=s.iid_sd,
-                sd_kind="n/a" if np.isnan(s.y2).any() else "binomial" if is_proportion(s.metric) else "delta",
-                cluster_sd=None if note else cluster.cluster_sd(s), n_clusters=len(s.doc_id),
-                bootstrap=cluster.bootstrap(s, B=B, seed=seed) if B and not note else None,
+    return Rate(metric=canonical(s.metric), arm=arm, value=s.value, n=s.N, se=s.iid_se,
+                se_kind="n/a" if np.isnan(s.y2).any() else "binomial" if is_proportion(s.metric) else "delta",
+                cluster_se=None if note else cluster.cluster_se(s), n_clusters=len(s.doc_id),
+                bootstrap=cluster.bootstrap(s, n_boot=n_boot, seed=seed) if n_boot and not note else None,
                 cluster_note=note)
 
 
-def compare(control: Cells, treatment: Cells, metric: str, B: int = 2000, seed: int = 0) -> Difference:
+def compare(control: Cells, treatment: Cells, metric: str, n_boot: int = 2000, seed: int = 0) -> Difference:
     """treatment - control for one metric, with every sd (binomial/delta, cluster, bootstrap).
     Either side may be a run's cells or its per-unit table (metrics.Units)."""
     return compare_sums(doc_sums(control, metric), doc_sums(treatment, metric), control.arm, treatment.arm,
-                        B=B, seed=seed)
+                        n_boot=n_boot, seed=seed)
 
 
-def compare_sums(sa: DocSums, sb: DocSums, control_arm: str, treatment_arm: str, B: int = 2000,
+def compare_sums(sa: DocSums, sb: DocSums, control_arm: str, treatment_arm: str, n_boot: int = 2000,
                  seed: int = 0) -> Difference:
     """treatment - control from the two arms' per-cluster sums (the same cluster in both is one)."""
     for arm, s in ((control_arm, sa), (treatment_arm, sb)):
         if s.N == 0:
             raise AtlasError(f"{arm}: no steps in the denominator of {s.metric}")
-    ra, rb = estimate(sa, control_arm, B, seed), estimate(sb, treatment_arm, B, seed)
+    ra, rb = estimate(sa, control_arm, n_boot, seed), estimate(sb, treatment_arm, n_boot, seed)
     d = difference(ra, rb)
     note = few_clusters(len(np.union1d(sa.doc_id, sb.doc_id)), sa.unit)
-    return Difference(metric=d.metric, control=ra, treatment=rb, delta=d.delta, sd=d.sd,
-                      sd_kind=d.sd_kind, cluster_sd=None if note else cluster.cluster_sd_difference(sa, sb),
-                      bootstrap=cluster.bootstrap_difference(sa, sb, B=B, seed=seed) if B and not note else None,
+    return Difference(metric=d.metric, control=ra, treatment=rb, delta=d.delta, se=d.se,
+                      se_kind=d.se_kind, cluster_se=None if note else cluster.cluster_se_difference(sa, sb),
+                      bootstrap=cluster.bootstrap_difference(sa, sb, n_boot=n_boot, seed=seed)
+                      if n_boot and not note else None,
                       cluster_note=note)

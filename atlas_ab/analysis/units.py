@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis.load import check_written, load_run, read_manifest
+from atlas_ab.analysis.load import ManifestFacts, Run, check_written, load_run, read_manifest
 from atlas_ab.analysis.metrics import (
     DAR,
     Units,
@@ -49,7 +49,7 @@ from atlas_ab.telemetry.schema import REQUIRED_COUNT
 
 
 @dataclass(frozen=True)
-class UnitRun:
+class UnitRun(ManifestFacts):
     """A run read as its per-unit table: an ingested counts table, or one reduced from steps."""
 
     path: Path
@@ -57,6 +57,7 @@ class UnitRun:
     manifest: dict | None
     telemetry: Telemetry | None
     units: Units
+    warnings: tuple[str, ...] = ()
 
     @property
     def K(self) -> int:
@@ -76,10 +77,6 @@ class UnitRun:
 
     def why_not(self, figure: str) -> str | None:
         return None if self.telemetry is None else self.telemetry.why_not(figure)
-
-    def hash(self, section: str) -> str | None:
-        """`workload.hash` / `model.hash`, for the same provenance check as step runs."""
-        return ((self.manifest or {}).get(section) or {}).get("hash")
 
     def cells(self) -> Units:
         """What stats.compare takes, as Run.cells() gives a step run's (metrics.doc_sums reads both)."""
@@ -121,12 +118,19 @@ def load_units(path, allow_incomplete: bool = False) -> UnitRun:
         unit = {"doc_id": "document", "request": "request"}.get(tel.clusters) if tel.clusters else None
         units = units_from_counts(df, arm, unit, tel.not_available, str(root))
     else:
-        run = load_run(root, allow_incomplete=allow_incomplete)
-        cmap, cunit = run.clusters
-        units = units_from_steps(run.steps, arm, run.K, cmap, cunit)
+        return from_run(load_run(root, allow_incomplete=allow_incomplete))
     if units.table.empty:
         raise AtlasError(f"{root}: no unit with a verify step")
     return UnitRun(root, arm, manifest, tel, units)
+
+
+def from_run(run: Run) -> UnitRun:
+    """A loaded step run at the per-unit grain (what a report of it beside an engine run reads)."""
+    cmap, cunit = run.clusters
+    units = units_from_steps(run.steps, run.arm, run.K, cmap, cunit)
+    if units.table.empty:
+        raise AtlasError(f"{run.path}: no unit with a verify step")
+    return UnitRun(run.path, run.arm, run.manifest, run.telemetry, units, run.warnings)
 
 
 # ---- one metric of one run -------------------------------------------------------------------
@@ -153,16 +157,16 @@ class Figure:
         return None if self.rate is None else self.rate.n
 
     @property
-    def iid_sd(self) -> float | None:
-        return None if self.rate is None or not math.isfinite(self.rate.sd) else self.rate.sd
+    def iid_se(self) -> float | None:
+        return None if self.rate is None or not math.isfinite(self.rate.se) else self.rate.se
 
     @property
-    def sd_kind(self) -> str:
-        return "n/a" if self.rate is None else self.rate.sd_kind
+    def se_kind(self) -> str:
+        return "n/a" if self.rate is None else self.rate.se_kind
 
     @property
-    def cluster_sd(self) -> float | None:
-        return None if self.rate is None else self.rate.cluster_sd
+    def cluster_se(self) -> float | None:
+        return None if self.rate is None else self.rate.cluster_se
 
     @property
     def n_clusters(self) -> int | None:
@@ -174,17 +178,18 @@ class Figure:
         if self.status == "bounds":
             return f"{self.metric}: in [{self.low:.4f}, {self.high:.4f}] (bounds only: {self.reason})"
         s = f"{self.metric} = {self.value:.4f} (n={self.n:,}"
-        s += f", {self.sd_kind} sd {self.iid_sd:.4f}" if self.iid_sd is not None else ", no i.i.d. sd"
-        s += (f", cluster sd {self.cluster_sd:.4f} over {self.n_clusters} clusters)" if self.cluster_sd is not None
+        s += f", {self.se_kind} sd {self.iid_se:.4f}" if self.iid_se is not None else ", no i.i.d. sd"
+        s += (f", cluster sd {self.cluster_se:.4f} over {self.n_clusters} clusters)" if self.cluster_se is not None
               else ", no clusters)" if not self.clustered else f", {self.rate.cluster_note or 'no cluster sd'})")
         return s
 
     __str__ = summary
 
     def to_dict(self) -> dict:
+        # report.json keeps its keys: an se is written as "sd" (keys.JSON_KEY)
         return {"arm": self.arm, "metric": self.metric, "status": self.status, "value": self.value, "low": self.low,
-                "high": self.high, "n": self.n, "iid_sd": self.iid_sd, "sd_kind": self.sd_kind,
-                "cluster_sd": self.cluster_sd, "n_clusters": self.n_clusters, "reason": self.reason}
+                "high": self.high, "n": self.n, "iid_sd": self.iid_se, "sd_kind": self.se_kind,
+                "cluster_sd": self.cluster_se, "n_clusters": self.n_clusters, "reason": self.reason}
 
 
 def bounds(units: Units, i: int) -> tuple[float, float] | None:
@@ -216,7 +221,7 @@ def bounds(units: Units, i: int) -> tuple[float, float] | None:
     return (A / hi.sum() if hi.sum() else float("nan"), A / lo.sum() if lo.sum() else float("nan"))
 
 
-def figure(run: UnitRun, metric: str, pairing: str = "doc", B: int = 0, seed: int = 0) -> Figure:
+def figure(run: UnitRun, metric: str, pairing: str = "doc", n_boot: int = 0, seed: int = 0) -> Figure:
     kind, i = parse_metric(metric)
     m = canonical(metric)
     u = run.units
@@ -237,14 +242,15 @@ def figure(run: UnitRun, metric: str, pairing: str = "doc", B: int = 0, seed: in
         return refused(str(e).split(" is not available: ", 1)[-1])
     if s.N == 0:
         return refused(f"no step in the denominator of {m}")
-    r = estimate(s, run.arm, B, seed)
+    r = estimate(s, run.arm, n_boot, seed)
     if not clustered:
         r = Rate(**{**r.__dict__, "cluster_note": run.why_not("cluster_sd") or "global counters: no clusters"})
     return Figure(run.arm, m, "exact", rate=r, clustered=clustered)
 
 
 def metrics(K: int) -> list[str]:
-    return ([f"p{i}" for i in range(1, K + 1)] + [f"p{i}_cond" for i in range(2, K + 1)]
+    """Every metric of a run drafting up to K tokens, by its canonical name."""
+    return ([canonical(f"p{i}") for i in range(1, K + 1)] + [f"p{i}_cond" for i in range(2, K + 1)]
             + ["tokens_per_step", DAR])
 
 
@@ -256,17 +262,42 @@ def _exact(run: UnitRun, metric: str, pairing: str = "doc"):
     return unit_sums(run.units, metric, pairing)
 
 
-def exact_difference(control: UnitRun, treatment: UnitRun, metric: str, B: int = 2000, seed: int = 0,
+def exact_difference(control: UnitRun, treatment: UnitRun, metric: str, n_boot: int = 2000, seed: int = 0,
             pairing: str = "doc") -> Difference:
     """treatment - control where both grains make the metric exact (stats.compare_sums); else
     one line naming the run and why."""
     sa, sb = _exact(control, metric, pairing), _exact(treatment, metric, pairing)
-    d = compare_sums(sa, sb, control.arm, treatment.arm, B=B, seed=seed)
+    d = compare_sums(sa, sb, control.arm, treatment.arm, n_boot=n_boot, seed=seed)
     if control.units.clusters is None or treatment.units.clusters is None:
         why = (control.why_not("cluster_sd") or treatment.why_not("cluster_sd")
                or "global counters: no clusters")
-        d = Difference(**{**d.__dict__, "cluster_sd": None, "bootstrap": None, "cluster_note": why})
+        d = Difference(**{**d.__dict__, "cluster_se": None, "bootstrap": None, "cluster_note": why})
     return d
+
+
+@dataclass(frozen=True)
+class UnitComparison:
+    """Two runs at their per-unit grain: treatment - control of every metric both grains make
+    exact (report.py renders it beside comparison.Comparison, the step runs' result)."""
+
+    control: str
+    treatment: str
+    headline: dict[str, Difference]
+    primary: Difference | None      # the report's deciding metric, else the first both grains make exact
+
+    def to_dict(self) -> dict:
+        return {"control": self.control, "treatment": self.treatment,
+                "metric": None if self.primary is None else self.primary.metric,
+                "headline": {m: d.to_dict() for m, d in self.headline.items()}}
+
+
+def compare_units(control: UnitRun, treatment: UnitRun, names: list[str], primary: str, n_boot: int = 2000,
+                  seed: int = 0) -> UnitComparison:
+    """exact_difference of each metric in `names` that both runs' grains make exact."""
+    diffs = {m: exact_difference(control, treatment, m, n_boot=n_boot, seed=seed) for m in names
+             if figure(control, m).status == figure(treatment, m).status == "exact"}
+    return UnitComparison(control.arm, treatment.arm, diffs,
+                          diffs.get(canonical(primary)) or next(iter(diffs.values()), None))
 
 
 # ---- two runs paired request by request -------------------------------------------------------
@@ -286,17 +317,17 @@ class Pairs:
                  f"{self.matched:,} requests in both ({self.only_control:,} only in {d.control.arm}, "
                  f"{self.only_treatment:,} only in {d.treatment.arm}: missing there)",
                  f"  {d.control.value:.4f} (n={d.control.n:,}) -> {d.treatment.value:.4f} (n={d.treatment.n:,})"]
-        if d.cluster_sd is not None:
-            lines.append(f"  delta {format_delta(d.delta, d.z_by('cluster'))} with the paired sd {d.cluster_sd:.4f} "
+        if d.cluster_se is not None:
+            lines.append(f"  delta {format_delta(d.delta, d.z_by('cluster'))} with the paired sd {d.cluster_se:.4f} "
                          f"(requests as clusters, CRV1)")
         elif d.cluster_note:
             lines.append(f"  {d.cluster_note}")
         if d.bootstrap is not None:
             b = d.bootstrap
-            lines.append(f"  bootstrap over requests: sd {b.sd:.4f}, {b.level:.0%} CI "
+            lines.append(f"  bootstrap over requests: sd {b.se:.4f}, {b.level:.0%} CI "
                          f"[{b.ci_low:+.4f}, {b.ci_high:+.4f}]")
-        if math.isfinite(d.sd):
-            lines.append(f"  unpaired {d.sd_kind} sd {d.sd:.4f}: {d}")
+        if math.isfinite(d.se):
+            lines.append(f"  unpaired {d.se_kind} sd {d.se:.4f}: {d}")
         return "\n".join(lines)
 
     __str__ = summary
@@ -313,7 +344,7 @@ def _keep(r: UnitRun, both: set) -> UnitRun:
     return UnitRun(r.path, r.arm, r.manifest, r.telemetry, units)
 
 
-def pairs(control: UnitRun, treatment: UnitRun, metric: str, B: int = 2000, seed: int = 0) -> Pairs:
+def pairs(control: UnitRun, treatment: UnitRun, metric: str, n_boot: int = 2000, seed: int = 0) -> Pairs:
     for r in (control, treatment):
         if r.units.clusters is None:
             raise AtlasError(f"{r.path}: global counters have no requests to pair")
@@ -324,5 +355,6 @@ def pairs(control: UnitRun, treatment: UnitRun, metric: str, B: int = 2000, seed
     both = ka & kb
     if not both:
         raise AtlasError(f"{control.path} vs {treatment.path}: no (doc_id, turn) in both runs")
-    d = exact_difference(_keep(control, both), _keep(treatment, both), metric, B=B, seed=seed, pairing="request")
+    d = exact_difference(_keep(control, both), _keep(treatment, both), metric, n_boot=n_boot, seed=seed,
+                         pairing="request")
     return Pairs(d, len(both), len(ka - both), len(kb - both))

@@ -63,7 +63,7 @@ class ClusterUnit(str, Enum):
 ESTIMAND_WORDS = {Estimand.matched_positions: "matched positions", Estimand.whole_arm: "whole arm"}
 UNIT_WORDS = {ClusterUnit.source_file: "source file", ClusterUnit.document: "document"}
 #: the sd each estimand is decided on by default, and the other estimand's (the sensitivity line)
-NATURAL_SD = {Estimand.matched_positions: Decides.paired, Estimand.whole_arm: Decides.cluster}
+NATURAL_SE = {Estimand.matched_positions: Decides.paired, Estimand.whole_arm: Decides.cluster}
 
 
 class Invalid(ValueError):
@@ -147,14 +147,14 @@ class _Compared(_Question):
             raise Invalid("decides", f"{THROUGHPUT} is judged as a difference of whole arms on the cluster sd")
 
     @property
-    def sd_words(self) -> str:
+    def se_words(self) -> str:
         """'paired sd clustered by source file' (what decides, in the report's words)."""
         if self.decides == Decides.binomial:
             return "binomial sd"
         return f"{self.decides.value} sd clustered by {UNIT_WORDS[self.cluster]}"
 
     def _rule(self) -> str:
-        return f"decided on the {self.sd_words}; estimand: {ESTIMAND_WORDS[self.estimand]}"
+        return f"decided on the {self.se_words}; estimand: {ESTIMAND_WORDS[self.estimand]}"
 
     def _counts(self, steps: str = "steps per arm", unit: str = "") -> str:
         return super()._counts(steps, UNIT_WORDS[self.cluster])

@@ -36,6 +36,7 @@ class StepRead:
     accept_prob: Optional[np.ndarray] = None  # [B, K] float32 (sampled runs)
     alpha1: Optional[np.ndarray] = None       # [B] float32 (sampled runs)
     pit: Optional[np.ndarray] = None          # [B, K+1] float32 (sampled runs)
+    fp: Optional[np.ndarray] = None           # [B, S] int64: FINGERPRINTS of the step's event rows, hashed in it
 
 
 _FLOAT = {"conf", "topk_probs", "accept_prob", "alpha1", "pit"}

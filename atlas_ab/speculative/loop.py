@@ -103,6 +103,9 @@ class Wave:
         self.timer = StepTimer(self.target.live)   # step_ms, with each kind's warm-up kept apart
         self.steps = Steps(self.target.graphs, self.target.capture)   # the device step, one graph per shape
         self.full = {"verify": self.target.full_length(), **proposer.full_lengths()}
+        # FINGERPRINTS at static shapes: the step hashes its event rows itself, in its graph
+        self.fp_in_step = self.ev is not None and self.steps.graphs
+        self._feed_plan = None
         self.turn = 0
         self.verifier = verifier(plan, self.target, self._t(self.doc_ids), self.K)
         self.step_no = np.zeros(B, dtype=np.int64)
@@ -206,10 +209,11 @@ class Wave:
         plan = {"last_tok": self.history[np.arange(B), n], "pos": pos, "vslot": np.where(active[:, None], pos, -1),
                 "left": np.where(active, self.G - self.gen, 0)}
         lengths = {"verify": int(n[active].max()) + K + 1}
+        self._feed_plan = None
         fed = self._catchup(active, n, plan, lengths) if arm.catchup else np.zeros(B, dtype=np.int64)
         rows_at_propose = self.proposer.drafter_rows()
-        if self.ev is not None:
-            self._propose_events(active, n)
+        if self.ev is not None and not self.fp_in_step:
+            self._pre_events(active, n)
         for part in (self.proposer.plan_propose(self.history, n, K, active, static=self.steps.graphs),
                      self.proposer.plan_oracle(n, active) if arm.oracle_p2 else ({}, {})):
             plan.update(part[0])
@@ -221,10 +225,10 @@ class Wave:
         if arm.draft_conf > 0:
             # DRAFT_CONF: a chain below tau is dropped; when all are, the step decodes serially,
             # which is the host's decision: propose and verify are two graphs with a read between.
-            prop, gated = self.steps(("propose",) + key, functools.partial(self._propose, layout=layout), [x],
+            prop, gated, fp = self.steps(("propose",) + key, functools.partial(self._propose, layout=layout), [x],
                                      lengths, self.full, state)
             all_gated = self._all_gated(gated, active)
-            verify = functools.partial(self._verify, layout=layout, prop=prop, gated=gated, all_gated=all_gated)
+            verify = functools.partial(self._verify, layout=layout, prop=prop, gated=gated, all_gated=all_gated, fp=fp)
             out = self.steps(("verify", all_gated) + key, verify, [x], lengths, self.full, state)
         else:
             all_gated = False
@@ -232,6 +236,8 @@ class Wave:
                              self.full, state)
         packed, read_layout, vh = out
         h = unpack_read(packed.cpu().numpy(), read_layout)   # the step's one device->host read
+        if self.fp_in_step:
+            self._pre_events(active, n, h.fp)
         self._commit(h, vh, n, active)
         self._record(h, np.nonzero(active)[0], n, h.committed, rows_at_propose, fed, all_gated)
 
@@ -246,34 +252,45 @@ class Wave:
         self.n_tok = np.where(active, self.n_tok + c, self.n_tok)
         self.gen += c
         if self.ring is not None:
-            self._book_ring(h.ring_label, vh)
+            self._book_ring(h.ring_label, vh, None if h.fp is None else h.fp[:, -2 * (self.K + 1):])
         # dropped (gated) drafts were never verified: their rows go as rejected ones do
         self.proposer.after_verify(np.where(h.gated, 0, a_eff), active)
 
     # ------------------------------------------------- the device step
     def _device_step(self, x, layout, length):
         """The whole step on the device, static shapes: x [B, X] the packed plan."""
-        prop, gated = self._propose(x, layout, length)
-        return self._verify(x, layout, prop, gated, False, length)
+        prop, gated, fp = self._propose(x, layout, length)
+        return self._verify(x, layout, prop, gated, False, length, fp)
 
     def _propose(self, x, layout, length):
-        """Catch-up rows, then K drafts; returns the Proposal and DRAFT_CONF's gate [B] bool."""
+        """Catch-up rows, then K drafts; returns the Proposal, DRAFT_CONF's gate [B] bool and
+        (FINGERPRINTS at static shapes) the fingerprints of the propose's and the feed's rows
+        [B, 2+W]: the propose's hidden, the ring's row of its label, each fed row."""
         a = unpack_plan(x, layout)
-        if "cu_tok" in a:
-            self._feed_rows(a, length["catchup"])
-        draws = self.verifier.draws(self.target, self.turn, a["pos"][:, 0])
+        n = a["pos"][:, 0]
+        fed = self._feed_rows(a, length["catchup"]) if "cu_tok" in a else None
+        fp = None
+        if self.fp_in_step:
+            ar = torch.arange(self.B, device=x.device)
+            ring_row = self.ring.hiddens[ar, n.remainder(self.ring.capacity)] if self.ring is not None \
+                else self.last_hidden
+            fp = self.ev.fingerprint_rows(torch.cat([self.last_hidden[:, None], ring_row[:, None]]
+                                                    + ([fed] if fed is not None else []), dim=1))
+        draws = self.verifier.draws(self.target, self.turn, n)
         prop = self.proposer.draft(a, a["last_tok"], self.last_hidden, self.K, self.arm.shadow_topk, draws, length)
         tau = self.arm.draft_conf
         gated = prop.chain_conf < tau if tau > 0 else torch.zeros(self.B, dtype=torch.bool, device=x.device)
-        return prop, gated
+        return prop, gated, fp
 
-    def _feed_rows(self, a: dict, length: int) -> None:
-        """Device: the planned catch-up rows (`_catchup`: cu_* [B, W]), their hiddens read from the ring."""
+    def _feed_rows(self, a: dict, length: int) -> torch.Tensor:
+        """Device: the planned catch-up rows (`_catchup`: cu_* [B, W]), their hiddens read from the
+        ring; returns those hiddens [B, W, H]."""
         hid = self.ring.hiddens[torch.arange(self.B, device=self.device)[:, None],
                                 a["cu_label"].remainder(self.ring.capacity)]          # [B, W, H]
         self.proposer.write_rows(a["cu_tok"], hid, a["cu_rope"], a["cu_slot"], length)
+        return hid
 
-    def _verify(self, x, layout, prop, gated, all_gated: bool, length):
+    def _verify(self, x, layout, prop, gated, all_gated: bool, length, fp=None):
         """Verify and accept, then the device half of the commit (the next propose's hidden, the
         ring writes); returns the packed read, its layout and the verify's hiddens [B, K+1, H]."""
         a = unpack_plan(x, layout)
@@ -287,11 +304,16 @@ class Wave:
         self.last_hidden.copy_(torch.where(active[:, None], v.vh[ar, a_eff], self.last_hidden))
         ring = self.ring is not None
         ring_label = self._ring_after_verify(active, a["pos"][:, 0], a_eff, gated, v.vh) if ring else None
+        if fp is not None and ring:        # ring writes: the row written and the ring's row after the write
+            slot = torch.where(ring_label >= 0, ring_label.remainder(self.ring.capacity),
+                               torch.full_like(ring_label, self.ring.capacity))
+            after = self.ring.hiddens[ar[:, None], slot]                                 # [B, K+1, H]
+            fp = torch.cat([fp, self.ev.fingerprint_rows(torch.cat([v.vh, after], dim=1))], dim=1)
         oracle = self._oracle(prop, v, a, length) if self.arm.oracle_p2 else None
         packed, read_layout = pack_read(acc=v.accepted, gated=gated, drafts=prop.drafts, target=v.tokens,
                                         conf=prop.conf, committed=c, ring_label=ring_label, oracle=oracle,
                                         topk_ids=prop.topk_ids, topk_probs=prop.topk_probs,
-                                        accept_prob=v.accept_prob, alpha1=v.alpha1, pit=v.pit)
+                                        accept_prob=v.accept_prob, alpha1=v.alpha1, pit=v.pit, fp=fp)
         return packed, read_layout, v.vh
 
     def _record(self, h: StepRead, act, n, c, rows_at_propose, fed, serial: bool) -> None:
@@ -342,7 +364,8 @@ class Wave:
         plan.update(cu_tok=rows["tok"], cu_slot=rows["slot"], cu_rope=rows["rope"], cu_label=rows["label"])
         lengths["catchup"] = int(rows["slot"].max()) + 1
         np.add.at(fed, w.seq, 1)
-        if self.ev is not None and len(w):       # the rows the device will read, as they are now
+        self._feed_plan = (w, rows["j"])
+        if self.ev is not None and len(w) and (step is not None or not self.fp_in_step):   # rows as they are now
             self.ev.add("feed", doc_id=self.doc_ids[w.seq], turn=self.turn,
                         step=self.step_no[w.seq] if step is None else np.full(len(w), step),
                         seq=w.seq, rows=self.ring.read(w.seq, w.label), label=w.label, key=w.key, rope=w.rope,
@@ -364,13 +387,17 @@ class Wave:
         self.ring.write_masked(label, take, vh)
         return torch.where(take, label, torch.full_like(label, -1))
 
-    def _book_ring(self, ring_label: np.ndarray, vh: torch.Tensor) -> None:
-        """Host: book the labels the step wrote (and their fingerprint events)."""
+    def _book_ring(self, ring_label: np.ndarray, vh: torch.Tensor, fp=None) -> None:
+        """Host: book the labels the step wrote (and their fingerprint events; fp [B, 2(K+1)]: hashed
+        in the step)."""
         seq, j = np.nonzero(ring_label >= 0)
         if len(seq) == 0:
             return
         dst = self.ring.book(seq, ring_label[seq, j])
-        if self.ev is not None:
+        if fp is not None:
+            self.ev.add("ring_write", doc_id=self.doc_ids[seq], turn=self.turn, step=self.step_no[seq], seq=seq,
+                        fp=fp[seq, j], fp2=fp[seq, self.K + 1 + j], label=ring_label[seq, j])
+        elif self.ev is not None:
             src = self._t(np.stack([seq, j]))
             self.ev.add("ring_write", doc_id=self.doc_ids[seq], turn=self.turn, step=self.step_no[seq],
                         seq=seq, rows=vh[src[0], src[1]], rows2=self.ring.hiddens[dst[0], dst[1]],
@@ -395,16 +422,26 @@ class Wave:
         o2 = self.proposer.oracle_draft2(prop.drafts[:, 0], v.vh[:, 0], plan, length)
         return torch.where(v.accepted >= 1, (o2 == v.tokens[:, 1]).long(), torch.full_like(v.accepted, -1))
 
-    def _propose_events(self, active, n) -> None:
+    def _pre_events(self, active, n, fp=None) -> None:
+        """The step's catch-up feed and propose events: their rows gathered now, before the step
+        moves them on, or (fp [B, S]) their fingerprints hashed in the step (columns 0-1 the
+        propose's rows, 2.. the fed ones)."""
         act = np.nonzero(active)[0]
+        live = self.ring.live(act, n[act]) if self.ring is not None else np.zeros(len(act), bool)
+        meta = dict(doc_id=self.doc_ids[act], turn=self.turn, step=self.step_no[act], seq=act, fp2_valid=live,
+                    position=n[act])
+        if fp is not None:
+            if self._feed_plan is not None and len(self._feed_plan[0]):
+                w, j = self._feed_plan
+                self.ev.add("feed", doc_id=self.doc_ids[w.seq], turn=self.turn, step=self.step_no[w.seq],
+                            seq=w.seq, fp=fp[w.seq, 2 + j], label=w.label, key=w.key, rope=w.rope, slot=w.slot)
+            self.ev.add("propose", fp=fp[act, 0], fp2=fp[act, 1], **meta)
+            return
         if self.ring is not None:
-            live = self.ring.live(act, n[act])
             idx = self.ring.index(act, n[act])          # one copy serves both gathers
             rows, ring_rows = self.last_hidden[idx[0]], self.ring.hiddens[idx[0], idx[1]]
         else:
-            live = np.zeros(len(act), bool)
             rows = self.last_hidden[self._t(act)]
             ring_rows = torch.zeros_like(rows)
-        self.ev.add("propose", doc_id=self.doc_ids[act], turn=self.turn, step=self.step_no[act], seq=act,
-                    rows=rows, rows2=ring_rows, fp2_valid=live, position=n[act])
+        self.ev.add("propose", rows=rows, rows2=ring_rows, **meta)
 

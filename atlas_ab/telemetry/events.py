@@ -1,11 +1,14 @@
 """Fingerprint events (FINGERPRINTS): host metadata now, device hashes later.
 
 Every hidden that enters or leaves the ring, every row fed to the drafter and
-every propose's target hidden is snapshotted (as the BF16 row that is hashed)
-when the event happens, and all rows of a wave are hashed on the device in one
-kernel call when the wave ends, so the lever costs no host sync per row (the
-reference engine paid a copy and a sync per row). One call instead of one per
-event also keeps the CPU fallback (a loop over byte columns) cheap.
+every propose's target hidden is fingerprinted as the BF16 row it was when the
+event happened, with no host sync per row (the reference engine paid a copy and a
+sync per row). Two ways, one hash:
+  - an eager wave snapshots the rows and hashes all rows of the wave on the device in
+    one kernel call when it ends (one call also keeps the CPU fallback, a loop over
+    byte columns, cheap);
+  - a wave of captured steps hashes them inside the step's graph and hands the
+    fingerprints over with the step's one read (`fp=`): no snapshot, no gather.
 """
 from __future__ import annotations
 
@@ -23,22 +26,30 @@ class EventLog:
         self.rows: list[torch.Tensor] = []   # BF16 snapshots, hashed at the end
         self.rows2: list[torch.Tensor] = []
         self.fp2_valid: list[np.ndarray] = []
+        self.fps: list = []                  # (fp, fp2) int64 arrays for events hashed in the step, else None
         self.order = 0
 
-    def add(self, kind: str, *, doc_id, turn, step, seq, rows: torch.Tensor,
+    def add(self, kind: str, *, doc_id, turn, step, seq, rows: torch.Tensor | None = None,
             rows2: torch.Tensor | None = None, fp2_valid: np.ndarray | None = None,
-            label=-1, key=-1, rope=-1, slot=-1, position=-1) -> None:
+            label=-1, key=-1, rope=-1, slot=-1, position=-1, fp=None, fp2=None) -> None:
         """Record n events; fields are scalars or length-n arrays (expanded at the end:
-        the hot loop does no per-event work)."""
+        the hot loop does no per-event work). Give the rows (snapshotted, hashed at the end) or
+        their fingerprints `fp` (and `fp2`) already hashed on the device."""
         n = len(seq)
         if n == 0:
             return
         self.meta.append((n, self.order, kind, dict(doc_id=doc_id, turn=turn, step=step, seq=seq, label=label,
                                                      key=key, rope=rope, slot=slot, position=position)))
         self.order += n
-        # rows are fresh gathers, never views of live state; .to(bf16) keeps them as hashed
-        self.rows.append(rows.to(torch.bfloat16))
-        self.rows2.append(None if rows2 is None else rows2.to(torch.bfloat16))
+        if fp is not None:
+            self.fps.append((np.asarray(fp, dtype=np.int64), None if fp2 is None else np.asarray(fp2, dtype=np.int64)))
+            self.rows.append(None)
+            self.rows2.append(None)
+        else:
+            self.fps.append(None)
+            # rows are fresh gathers, never views of live state; .to(bf16) keeps them as hashed
+            self.rows.append(rows.to(torch.bfloat16))
+            self.rows2.append(None if rows2 is None else rows2.to(torch.bfloat16))
         self.fp2_valid.append(fp2_valid)
 
     def table(self) -> pa.Table:
@@ -48,19 +59,28 @@ class EventLog:
                 for k in self.meta[0][3]}
         cols["order"] = np.concatenate([np.arange(o, o + n) for n, o, _, _ in self.meta])
         kinds = [k for _, _, k, _ in self.meta]
-        # one hashing call for every row of the wave (second rows only where an event has them)
+        # one hashing call for every snapshotted row of the wave (second rows only where an event has them)
+        first = [r for r in self.rows if r is not None]
         second = [r2 for r2 in self.rows2 if r2 is not None]
-        fps = self.fingerprint_rows(torch.cat(self.rows + second)).cpu().numpy()
+        fps = self.fingerprint_rows(torch.cat(first + second)).cpu().numpy() if first else np.zeros(0, np.int64)
         N = len(cols["order"])
-        fp = fps[:N]
+        fp = np.zeros(N, dtype=np.int64)
         fp2 = np.zeros(N, dtype=np.int64)
         valid = np.zeros(N, dtype=bool)
-        at, at2 = 0, N
-        for (n, _, _, _), r2, v in zip(self.meta, self.rows2, self.fp2_valid):
-            if r2 is not None:
-                fp2[at:at + n] = fps[at2:at2 + n]
-                valid[at:at + n] = True if v is None else v
-                at2 += n
+        at, at1, at2 = 0, 0, sum(len(r) for r in first)
+        for (n, _, _, _), r2, v, done in zip(self.meta, self.rows2, self.fp2_valid, self.fps):
+            if done is not None:
+                fp[at:at + n] = done[0]
+                if done[1] is not None:
+                    fp2[at:at + n] = done[1]
+                    valid[at:at + n] = True if v is None else v
+            else:
+                fp[at:at + n] = fps[at1:at1 + n]
+                at1 += n
+                if r2 is not None:
+                    fp2[at:at + n] = fps[at2:at2 + n]
+                    valid[at:at + n] = True if v is None else v
+                    at2 += n
             at += n
         arrays = {k: pa.array(v, type=EVENT_SCHEMA.field(k).type) for k, v in cols.items()}
         arrays["kind"] = pa.array(np.repeat(np.array(kinds, dtype=object), [m[0] for m in self.meta]),

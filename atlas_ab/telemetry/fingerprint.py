@@ -127,20 +127,25 @@ def _triton_kernel():
     import triton.language as tl
 
     @triton.jit
-    def fnv1a64_rows(x_ptr, out_ptr, n_rows, H, row_stride, BLOCK_ROWS: tl.constexpr):
+    def fnv1a64_rows(x_ptr, out_ptr, n_rows, H, row_stride, BLOCK_ROWS: tl.constexpr, UNROLL: tl.constexpr):
         # One lane per row: the hash is a strict chain over the row's bytes, so
         # rows are the only parallelism. x is the bf16 data viewed as int16.
+        # UNROLL elements per iteration: their loads do not wait on the chain, so they
+        # can all be in flight at once (a step hashes few rows: latency, not bandwidth).
         rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
         live = rows < n_rows
         base = x_ptr + rows.to(tl.int64) * row_stride
         h = tl.full([BLOCK_ROWS], 0xCBF29CE484222325, tl.uint64)
-        for j in range(0, H):
-            # int16 -> int32 sign-extends; the mask recovers the 16 raw bits.
-            bits = tl.load(base + j, mask=live, other=0).to(tl.int32) & 0xFFFF
-            lo = (bits & 0xFF).to(tl.uint64)  # little-endian: low byte first
-            hi = ((bits >> 8) & 0xFF).to(tl.uint64)
-            h = (h ^ lo) * 0x100000001B3  # uint64 multiply wraps modulo 2^64
-            h = (h ^ hi) * 0x100000001B3
+        for j0 in range(0, H, UNROLL):
+            for u in tl.static_range(UNROLL):
+                inside = (tl.zeros([BLOCK_ROWS], tl.int32) + j0 + u) < H   # a [BLOCK_ROWS] mask, as loads want
+                # int16 -> int32 sign-extends; the mask recovers the 16 raw bits.
+                bits = tl.load(base + j0 + u, mask=live & inside, other=0).to(tl.int32) & 0xFFFF
+                lo = (bits & 0xFF).to(tl.uint64)  # little-endian: low byte first
+                hi = ((bits >> 8) & 0xFF).to(tl.uint64)
+                g = (h ^ lo) * 0x100000001B3  # uint64 multiply wraps modulo 2^64
+                g = (g ^ hi) * 0x100000001B3
+                h = tl.where(inside, g, h)    # past the row's end: the hash stands
         tl.store(out_ptr + rows, h.to(tl.int64, bitcast=True), mask=live)
 
     return fnv1a64_rows
@@ -148,6 +153,8 @@ def _triton_kernel():
 
 # 32 rows = one warp, one lane per row; more rows get more programs (more SMs).
 _BLOCK_ROWS = 32
+# bf16 elements hashed per loop iteration (their loads issued together)
+_UNROLL = 16
 
 
 def _fingerprint_triton(rows: torch.Tensor) -> torch.Tensor:
@@ -160,7 +167,7 @@ def _fingerprint_triton(rows: torch.Tensor) -> torch.Tensor:
     bits = rows.view(torch.int16)
     grid = (triton_cdiv(n, _BLOCK_ROWS),)
     with torch.cuda.device(rows.device) if rows.is_cuda else contextlib.nullcontext():   # (kernels.on_its_device)
-        _triton_kernel()[grid](bits, out, n, h, bits.stride(0), BLOCK_ROWS=_BLOCK_ROWS, num_warps=1)
+        _triton_kernel()[grid](bits, out, n, h, bits.stride(0), BLOCK_ROWS=_BLOCK_ROWS, UNROLL=_UNROLL, num_warps=1)
     return out
 
 

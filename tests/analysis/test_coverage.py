@@ -75,8 +75,8 @@ def test_coverage_counts_by_hand():
     cov = topk_coverage(steps)
     assert [(c.hits, c.n) for c in (cov.at(1, j) for j in (1, 2, 3))] == [(2, 4), (3, 4), (3, 4)]
     assert [(c.hits, c.n) for c in (cov.at(2, j) for j in (1, 2, 3))] == [(1, 2), (1, 2), (2, 2)]
-    assert cov.at(2, 3).sd == pytest.approx(0.0)
-    assert cov.at(1, 2).sd == pytest.approx(np.sqrt(0.75 * 0.25 / 4))
+    assert cov.at(2, 3).se == pytest.approx(0.0)
+    assert cov.at(1, 2).se == pytest.approx(np.sqrt(0.75 * 0.25 / 4))
     with pytest.raises(KeyError):
         cov.at(1, 1, "warm")  # no warm steps: no warm cells
 

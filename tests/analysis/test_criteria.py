@@ -36,14 +36,14 @@ def _pair_runs(tmp_path, n_docs=12, per_doc=200, p=(0.6, 0.3), lift=0.05, shared
 
 def test_paired_difference_is_the_clustered_mean_of_pair_differences(tmp_path):
     ctl, trt = _pair_runs(tmp_path)
-    p = paired_difference(ctl, trt, "p2_uncond", B=0)
+    p = paired_difference(ctl, trt, "p2_uncond", n_boot=0)
     ya = (ctl.steps["accept_len"].to_numpy() >= 2).astype(float)
     yb = (trt.steps["accept_len"].to_numpy() >= 2).astype(float)
     d, g = yb - ya, ctl.steps["doc_id"].to_numpy()
     G, N = 12, len(d)
     S = np.array([(d[g == j] - d.mean()).sum() for j in range(G)])
-    sd = np.sqrt(G / (G - 1) * (S ** 2).sum()) / N          # CRV1, intercept only, by hand
-    assert p.n_pairs == N and p.delta == pytest.approx(d.mean()) and p.sd == pytest.approx(sd, rel=1e-9)
+    se = np.sqrt(G / (G - 1) * (S ** 2).sum()) / N          # CRV1, intercept only, by hand
+    assert p.n_pairs == N and p.delta == pytest.approx(d.mean()) and p.se == pytest.approx(se, rel=1e-9)
     assert p.control_value == pytest.approx(ya.mean()) and p.treatment_value == pytest.approx(yb.mean())
 
 
@@ -55,19 +55,19 @@ def test_pairing_saves_sd_against_independent_arms_not_against_document_pairing(
     from atlas_ab.analysis.stats import compare
 
     ctl, trt = _pair_runs(tmp_path, shared=0.9)
-    unpaired = compare(ctl.cells(), trt.cells(), "p2_uncond", B=0)
-    p = paired_difference(ctl, trt, "p2_uncond", B=0, unpaired=unpaired)
+    unpaired = compare(ctl.cells(), trt.cells(), "p2_uncond", n_boot=0)
+    p = paired_difference(ctl, trt, "p2_uncond", n_boot=0, unpaired=unpaired)
     assert p.saved_vs_iid > 0.7 and abs(p.saved_vs_cluster) < 0.01
     assert p.delta == pytest.approx(unpaired.delta)          # every step matched here
-    apart = paired_difference(*_pair_runs(tmp_path / "x", shared=0.0), "p2_uncond", B=0)
-    assert apart.sd > 3 * p.sd                                # nothing shared: nothing to cancel
+    apart = paired_difference(*_pair_runs(tmp_path / "x", shared=0.0), "p2_uncond", n_boot=0)
+    assert apart.se > 3 * p.se                                # nothing shared: nothing to cancel
 
 
 def test_only_matched_steps_pair(tmp_path):
     ctl, trt = _pair_runs(tmp_path)
     from dataclasses import replace
     trt = replace(trt, steps=trt.steps.assign(position=trt.steps["position"] + (trt.steps["step"] % 2)))
-    p = paired_difference(ctl, trt, "p1", B=0)
+    p = paired_difference(ctl, trt, "p1", n_boot=0)
     assert p.n_pairs == len(ctl.steps) // 2 and p.matched_share == pytest.approx(0.5)
 
 
@@ -81,9 +81,9 @@ def test_difference_decided_on_the_paired_sd(tmp_path):
     runs = _pair_runs(tmp_path)
     pr = _prereg(tmp_path, "d", primary_metric="p2_uncond", direction="increase", min_effect=0.02,
                  decides="paired", arms={"control": "ctl", "treatment": "trt"})
-    j = judge(pr, runs, B=0)
-    p = paired_difference(*runs, "p2_uncond", B=0)
-    assert j.verdict.sd == pytest.approx(p.sd) and j.verdict.delta == pytest.approx(p.delta)
+    j = judge(pr, runs, n_boot=0)
+    p = paired_difference(*runs, "p2_uncond", n_boot=0)
+    assert j.verdict.se == pytest.approx(p.se) and j.verdict.delta == pytest.approx(p.delta)
     assert j.verdict.status == "MET" and j.details["paired"]["n_pairs"] == 2400
 
 
@@ -91,13 +91,13 @@ def test_equivalence(tmp_path):
     same = _pair_runs(tmp_path / "s", lift=0.0)
     pr = _prereg(tmp_path, "e", kind="equivalence", primary_metric="p1", margin=0.03, threshold_sd=2.0,
                  decides="paired", arms={"control": "ctl", "treatment": "trt"})
-    v = judge(pr, same, B=0).verdict
-    assert v.status == "MET" and abs(v.delta) + 2 * v.sd <= 0.03
+    v = judge(pr, same, n_boot=0).verdict
+    assert v.status == "MET" and abs(v.delta) + 2 * v.se <= 0.03
     apart = _pair_runs(tmp_path / "a", lift=0.08)
-    assert judge(pr, apart, B=0).verdict.status == "NOT MET"
+    assert judge(pr, apart, n_boot=0).verdict.status == "NOT MET"
     tight = _prereg(tmp_path, "t", kind="equivalence", primary_metric="p1", margin=0.001, threshold_sd=2.0,
                     decides="paired", arms={"control": "ctl", "treatment": "trt"})
-    assert judge(tight, same, B=0).verdict.status == "UNDERPOWERED"    # 2 sd alone exceed the margin
+    assert judge(tight, same, n_boot=0).verdict.status == "UNDERPOWERED"    # 2 sd alone exceed the margin
 
 
 def test_maximum(tmp_path):
@@ -107,14 +107,14 @@ def test_maximum(tmp_path):
     best = replace(high, arm="s0")
     pr = _prereg(tmp_path, "m", kind="maximum", primary_metric="p2_uncond", decides="paired", best="s0",
                  others=["s-1", "s1"])
-    j = judge(pr, [best, *others], B=0)
+    j = judge(pr, [best, *others], n_boot=0)
     assert j.verdict.status == "MET" and len(j.items) == 2
     tie = replace(_pair_runs(tmp_path / "t", lift=0.08, seed=1)[1], arm="s1")    # the same rates, other draws
-    assert judge(pr, [best, others[0], tie], B=0).verdict.status == "NOT MET"
+    assert judge(pr, [best, others[0], tie], n_boot=0).verdict.status == "NOT MET"
     same = replace(high, arm="s1")            # identical outcomes at every pair: no comparison was made
-    assert judge(pr, [best, others[0], same], B=0).verdict.status == "NOT INFORMATIVE"
+    assert judge(pr, [best, others[0], same], n_boot=0).verdict.status == "NOT INFORMATIVE"
     with pytest.raises(AtlasError, match="other arm 's1' matches 0"):
-        judge(pr, [best, others[0]], B=0)
+        judge(pr, [best, others[0]], n_boot=0)
 
 
 def test_oracle(tmp_path):
@@ -127,14 +127,14 @@ def test_oracle(tmp_path):
                        "accept_len": a, "oracle_hit2": pd.array(np.where(a >= 1, oracle, pd.NA), dtype="boolean")})
     run = load_run(synth.write_run(tmp_path / "o", df, "oracle_p2"), optional=("oracle_hit2",))
     pr = _prereg(tmp_path, "o", kind="oracle", arm="oracle_p2", min_share=0.5)
-    j = judge(pr, [run], B=0)
+    j = judge(pr, [run], n_boot=0)
     z = (350 - 50) / np.sqrt(400)                     # +15.0
     gap = 1000 / 2000 - 400 / 1000                     # p1 0.5 - p2_cond 0.4
     assert j.details["probe"]["mcnemar"]["b"] == 350 and j.verdict.z == pytest.approx(z)
     assert j.details["share"] == pytest.approx((0.7 - 0.4) / gap)
     assert j.verdict.status == "MET"
     strict = _prereg(tmp_path, "o2", kind="oracle", arm="oracle_p2", min_share=4.0)
-    assert judge(strict, [run], B=0).verdict.status == "NOT MET"
+    assert judge(strict, [run], n_boot=0).verdict.status == "NOT MET"
 
 
 @pytest.mark.parametrize("doc,needle", [
@@ -171,13 +171,13 @@ def test_the_judge_counts_the_unit_the_registration_names(tmp_path):
     runs = _half_matched(tmp_path)
     doc = dict(primary_metric="p2_uncond", direction="increase", min_effect=0.02, decides="paired",
                arms={"control": "ctl", "treatment": "trt"})
-    steps = judge(_prereg(tmp_path, "steps", **doc, min_n_per_arm=2000), runs, B=0).verdict
+    steps = judge(_prereg(tmp_path, "steps", **doc, min_n_per_arm=2000), runs, n_boot=0).verdict
     assert steps.status == "MET"           # 2,400 steps per arm >= 2,000, though only 1,200 pairs
     assert steps.counts == {"min_n_per_arm": 2400, "min_pairs": 1200, "min_clusters": 12}
-    pairs = judge(_prereg(tmp_path, "pairs", **doc, min_n_per_arm=None, min_pairs=2000), runs, B=0).verdict
+    pairs = judge(_prereg(tmp_path, "pairs", **doc, min_n_per_arm=None, min_pairs=2000), runs, n_boot=0).verdict
     assert pairs.status == "UNDERPOWERED" and pairs.reason == \
         "1,200 matched pairs, below the pre-registered minimum of 2,000 (min_pairs)"
-    files = judge(_prereg(tmp_path, "files", **doc, min_clusters=13), runs, B=0).verdict
+    files = judge(_prereg(tmp_path, "files", **doc, min_clusters=13), runs, n_boot=0).verdict
     assert files.status == "UNDERPOWERED" and files.reason.startswith("12 documents, below")
 
 
@@ -203,21 +203,21 @@ def test_the_sd_clusters_by_the_declared_unit(tmp_path):
     doc = runs[0].steps["doc_id"].to_numpy()
     reg = dict(primary_metric="p2_uncond", direction="increase", min_effect=0.02, decides="paired",
                arms={"control": "ctl", "treatment": "trt"})
-    by_file = judge(_prereg(tmp_path, "f", **reg), runs, B=0).verdict          # the default: source file
-    assert by_file.sd == pytest.approx(_crv1_by_hand(yb - ya, doc // 3), rel=1e-9)
+    by_file = judge(_prereg(tmp_path, "f", **reg), runs, n_boot=0).verdict          # the default: source file
+    assert by_file.se == pytest.approx(_crv1_by_hand(yb - ya, doc // 3), rel=1e-9)
     assert by_file.clusters == "10 source files" and by_file.counts["min_clusters"] == 10
-    by_doc = judge(_prereg(tmp_path, "d", **reg, cluster="document"), runs, B=0).verdict
-    assert by_doc.sd == pytest.approx(_crv1_by_hand(yb - ya, doc), rel=1e-9) and by_doc.clusters == "30 documents"
+    by_doc = judge(_prereg(tmp_path, "d", **reg, cluster="document"), runs, n_boot=0).verdict
+    assert by_doc.se == pytest.approx(_crv1_by_hand(yb - ya, doc), rel=1e-9) and by_doc.clusters == "30 documents"
 
 
 def test_the_other_estimand_is_a_sensitivity_line(tmp_path):
     runs = _pair_runs(tmp_path)
     reg = dict(primary_metric="p2_uncond", direction="increase", min_effect=0.02,
                arms={"control": "ctl", "treatment": "trt"})
-    j = judge(_prereg(tmp_path, "p", **reg, decides="paired"), runs, B=0)
-    whole = judge(_prereg(tmp_path, "w", **reg, decides="cluster", estimand="whole_arm"), runs, B=0).verdict
+    j = judge(_prereg(tmp_path, "p", **reg, decides="paired"), runs, n_boot=0)
+    whole = judge(_prereg(tmp_path, "w", **reg, decides="cluster", estimand="whole_arm"), runs, n_boot=0).verdict
     s = j.sensitivity.verdict
-    assert (s.status, s.delta, s.sd) == (whole.status, whole.delta, whole.sd) and s.sd_kind == "cluster"
+    assert (s.status, s.delta, s.se) == (whole.status, whole.delta, whole.se) and s.se_kind == "cluster"
     assert j.sensitivity.line(j.verdict) == f"sensitivity (whole arm): {whole.measured()}: MET as well"
     assert j.details["sensitivity"]["estimand"] == "whole_arm"
 
@@ -230,12 +230,12 @@ def test_arms_identical_by_construction_are_not_informative(tmp_path):
     ctl, _ = _pair_runs(tmp_path)
     runs = [ctl, replace(ctl, arm="trt")]
     eq = judge(_prereg(tmp_path, "e", kind="equivalence", primary_metric="p1", margin=0.01, threshold_sd=2.0,
-                       decides="paired", arms={"control": "ctl", "treatment": "trt"}), runs, B=0)
-    assert eq.verdict.status == "NOT INFORMATIVE" and (eq.verdict.delta, eq.verdict.sd) == (0.0, 0.0)
+                       decides="paired", arms={"control": "ctl", "treatment": "trt"}), runs, n_boot=0)
+    assert eq.verdict.status == "NOT INFORMATIVE" and (eq.verdict.delta, eq.verdict.se) == (0.0, 0.0)
     assert "2,400 matched pairs, none discordant" in eq.verdict.reason
     assert eq.sensitivity.verdict.status == "NOT INFORMATIVE"           # whole arms: every cell equal
     diff = judge(_prereg(tmp_path, "d", primary_metric="p1", direction="increase", min_effect=0.01,
-                         decides="cluster", arms={"control": "ctl", "treatment": "trt"}), runs, B=0)
+                         decides="cluster", arms={"control": "ctl", "treatment": "trt"}), runs, n_boot=0)
     assert diff.verdict.status == "NOT INFORMATIVE"
 
 

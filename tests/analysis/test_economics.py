@@ -45,8 +45,8 @@ def test_throughput_is_a_clustered_ratio(tmp_path):
     per = s.assign(tok=s["committed"].map(len), sec=s["step_ms"] / 1e3).groupby("doc_id")[["tok", "sec"]].sum()
     R = per["tok"].sum() / per["sec"].sum()
     G = len(per)
-    sd = math.sqrt(G / (G - 1) * ((per["tok"] - R * per["sec"]) ** 2).sum()) / per["sec"].sum()
-    assert t.value == pytest.approx(R) and t.sd == pytest.approx(sd)
+    se = math.sqrt(G / (G - 1) * ((per["tok"] - R * per["sec"]) ** 2).sum()) / per["sec"].sum()
+    assert t.value == pytest.approx(R) and t.se == pytest.approx(se)
 
 
 def test_throughput_needs_live_timings_of_one_sequence(tmp_path):
@@ -68,7 +68,7 @@ def test_break_even_and_tau_star(tmp_path):
     assert list(b["pays"]) == [False, False, False, True, True, True, True, True, True, True]
     d = throughput_difference(ungated, gated)
     assert d.delta == pytest.approx(throughput(gated).value - throughput(ungated).value)
-    assert d.sd is not None and d.sd > 0
+    assert d.se is not None and d.se > 0
 
 
 def _by_file(run, per_file=3):
@@ -81,7 +81,7 @@ def _by_file(run, per_file=3):
 
 def test_tokens_per_second_clusters_by_source_file_and_its_relative_sd_carries_both_arms(tmp_path):
     """36 documents cut 3 to a file: 12 clusters, not 36. The registered relative difference
-    b/a - 1 is judged with the delta-method sd of both arms (stats.ratio_difference_sd), by hand here."""
+    b/a - 1 is judged with the delta-method sd of both arms (stats.ratio_difference_se), by hand here."""
     from atlas_ab.analysis.criteria import judge
     from atlas_ab.config.prereg import load_prereg
 
@@ -97,14 +97,14 @@ def test_tokens_per_second_clusters_by_source_file_and_its_relative_sd_carries_b
     A, B = (s["tok"].sum() / s["sec"].sum() for s in sums)
     u = (sums[0]["tok"] - A * sums[0]["sec"]) / sums[0]["sec"].sum()
     v = (sums[1]["tok"] - B * sums[1]["sec"]) / sums[1]["sec"].sum()
-    sd = math.sqrt(12 / 11 * (((v - (B / A) * u) / A) ** 2).sum())
+    se = math.sqrt(12 / 11 * (((v - (B / A) * u) / A) ** 2).sum())
     pre = tmp_path / "q5.yaml"
     pre.write_text(json.dumps({"hypothesis": "h", "primary_metric": "tokens_per_second", "direction": "decrease",
                                "min_effect": 0.05, "relative": True, "threshold_sd": 3.0, "decides": "cluster",
                                "arms": {"control": "draft_conf_000", "treatment": "draft_conf_066"},
                                "min_n_per_arm": 100}))
-    j = judge(load_prereg(pre), [a, b], B=0)
-    assert j.verdict.delta == pytest.approx(B / A - 1) and j.verdict.sd == pytest.approx(sd, rel=1e-9)
+    j = judge(load_prereg(pre), [a, b], n_boot=0)
+    assert j.verdict.delta == pytest.approx(B / A - 1) and j.verdict.se == pytest.approx(se, rel=1e-9)
     assert j.verdict.clusters == "12 source files"
     assert j.sensitivity.verdict is None and "no matched-positions estimand" in j.sensitivity.note
 

@@ -86,22 +86,22 @@ def test_expected_metrics_estimate_the_realized_ones_with_less_variance():
     assert abs(r["p2_expected"] - r["p2_uncond"]) < 4.5 * math.sqrt(r["p2_uncond"] * (1 - r["p2_uncond"]) / n)
     assert abs(r["p1_expected"] - r["p1"]) < 4.5 * math.sqrt(r["p1"] * (1 - r["p1"]) / n)
     # and with a smaller sd: the accept coin's variance is gone
-    assert doc_sums(c, "p2_expected").iid_sd < doc_sums(c, "p2_uncond").iid_sd
-    assert doc_sums(c, "p1_expected").iid_sd < 0.8 * doc_sums(c, "p1").iid_sd
+    assert doc_sums(c, "p2_expected").iid_se < doc_sums(c, "p2_uncond").iid_se
+    assert doc_sums(c, "p1_expected").iid_se < 0.8 * doc_sums(c, "p1").iid_se
 
 
 def test_compare_and_the_variance_ratio():
     from atlas_ab.analysis.comparison import Comparison
     from atlas_ab.analysis.metrics import arm_metrics
     a, b = (cell_counts(simulated(seed=s, shift=x), arm, K=2) for s, x, arm in ((1, 0.0, "A"), (2, 0.05, "B")))
-    d = compare(a, b, "p2_expected", B=200)
-    assert d.metric == "p2_expected" and d.cluster_sd is not None and d.delta > 0
+    d = compare(a, b, "p2_expected", n_boot=200)
+    assert d.metric == "p2_expected" and d.cluster_se is not None and d.delta > 0
     names = ["p1", "p2_uncond", "alpha1", "p2_expected"]
     comp = Comparison(control=arm_metrics(a), treatment=arm_metrics(b), primary=d,
-                      headline={m: compare(a, b, m, B=0) for m in names})
+                      headline={m: compare(a, b, m, n_boot=0) for m in names})
     v = comp.variance_ratios
     assert set(v) == {"alpha1", "p2_expected"} and v["p2_expected"]["realized"] == "p2_uncond"
     assert v["p2_expected"]["sd_kind"] == "cluster"
-    assert v["p2_expected"]["ratio"] == pytest.approx((comp.headline["p2_expected"].cluster_sd
-                                                       / comp.headline["p2_uncond"].cluster_sd) ** 2)
+    assert v["p2_expected"]["ratio"] == pytest.approx((comp.headline["p2_expected"].cluster_se
+                                                       / comp.headline["p2_uncond"].cluster_se) ** 2)
     assert "p2_uncond needs" in comp.summary()

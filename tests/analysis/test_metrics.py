@@ -63,7 +63,7 @@ def test_doc_sums_per_document():
     assert s.doc_id.tolist() == [0, 1]
     assert s.y.tolist() == [1, 3] and s.n.tolist() == [3, 4]
     # binomial sd for a 0/1 metric
-    assert s.iid_sd == pytest.approx(np.sqrt(4 / 7 * 3 / 7 / 7))
+    assert s.iid_se == pytest.approx(np.sqrt(4 / 7 * 3 / 7 / 7))
 
 
 def test_metric_names():

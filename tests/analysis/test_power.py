@@ -16,13 +16,13 @@ Z975 = 1.959963984540054     # Phi^-1(0.975)
 
 
 def test_sample_size_by_hand():
-    r = solve(0.4182, 0.027, sd=3.0, power=0.8)
+    r = solve(0.4182, 0.027, threshold_sd=3.0, power=0.8)
     # p q + p' q' = .4182*.5818 + .4452*.5548 = 0.24330876 + 0.24699696 = 0.49030572
     # n = (3 + 0.84162)^2 * 0.49030572 / 0.027^2 = 14.757829 * 0.49030572 / 0.000729 = 9925.7
     assert r.n_iid == math.ceil((3 + Z80) ** 2 * 0.49030572 / 0.027 ** 2) == 9926
     assert r.n_per_arm == 9926 and r.deff == 1.0
     # ICC 0.01 over 100 steps per document: deff = 1 + 99 * 0.01 = 1.99
-    r = solve(0.4182, 0.027, sd=3.0, icc=0.01, m=100)
+    r = solve(0.4182, 0.027, threshold_sd=3.0, icc=0.01, m=100)
     assert r.deff == pytest.approx(1.99)
     assert r.n_per_arm == math.ceil((3 + Z80) ** 2 * 0.49030572 / 0.027 ** 2 * 1.99) == 19753
     # two-sided alpha 0.05 instead: z* = 1.95996
@@ -32,9 +32,9 @@ def test_sample_size_by_hand():
 
 
 def test_reverse_n700():
-    r = solve(0.4182, 0.027, sd=3.0, n=700)
+    r = solve(0.4182, 0.027, threshold_sd=3.0, n=700)
     # sd = sqrt(0.49030572 / 700) = 0.026466; z = 0.027 / 0.026466 = 1.020
-    assert r.sd_at_n == pytest.approx(math.sqrt(0.49030572 / 700))
+    assert r.se_at_n == pytest.approx(math.sqrt(0.49030572 / 700))
     assert r.z_at_n == pytest.approx(1.02, abs=0.005)
     # power = Phi(1.020 - 3) = Phi(-1.980) = 0.0239
     assert r.power_at_n == pytest.approx(0.0239, abs=5e-4)
@@ -42,9 +42,9 @@ def test_reverse_n700():
 
 def test_power_inputs_are_checked():
     with pytest.raises(AtlasError):
-        solve(0.4, 0.0, sd=3)
+        solve(0.4, 0.0, threshold_sd=3)
     with pytest.raises(AtlasError):
-        solve(0.99, 0.05, sd=3)
+        solve(0.99, 0.05, threshold_sd=3)
     with pytest.raises(AtlasError):
         design_effect(icc=1.5, m=10)
     assert power_at(0.027, 0.027 / 3, 3.0) == pytest.approx(0.5)

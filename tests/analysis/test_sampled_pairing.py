@@ -24,7 +24,7 @@ def run(name, temperature, mode="live", traj=None):
 ])
 def test_same_text_pairs(a, b):
     assert between_runs(a, b, 1).n_pairs == 3
-    assert paired_difference(a, b, "p1", B=0).n_pairs == 3
+    assert paired_difference(a, b, "p1", n_boot=0).n_pairs == 3
 
 
 @pytest.mark.parametrize("a, b, why", [
@@ -33,6 +33,6 @@ def test_same_text_pairs(a, b):
     (run("r_a", 0.7, "replay", "sha256:t1"), run("r_b", 0.7, "replay", "sha256:t2"), "different trajectories"),
 ])
 def test_different_texts_are_refused(a, b, why):
-    for f in (lambda: between_runs(a, b, 1), lambda: paired_difference(a, b, "p1", B=0)):
+    for f in (lambda: between_runs(a, b, 1), lambda: paired_difference(a, b, "p1", n_boot=0)):
         with pytest.raises(AtlasError, match=why):
             f()

@@ -7,7 +7,7 @@ from statsmodels.regression.linear_model import OLS
 
 from atlas_ab.analysis import cluster
 from atlas_ab.analysis.metrics import cell_counts, doc_sums
-from atlas_ab.analysis.sizing import sd_at
+from atlas_ab.analysis.sizing import se_at
 from atlas_ab.analysis.stats import compare, difference, format_delta, rate
 from atlas_ab.analysis.synth import simulate_steps, steps_from_counts
 
@@ -25,33 +25,33 @@ def test_seeds_ab_from_summary_numbers():
     assert str(p1) == "+0.016 (2.4 sd)"
     assert str(p2) == "+0.027 (3.9 sd)"
     # by hand: sqrt(.4182*.5818/10400 + .4452*.5548/10100) = sqrt(2.3395e-5 + 2.4455e-5) = .006917
-    assert p2.sd == pytest.approx(0.006917, abs=2e-6)
+    assert p2.se == pytest.approx(0.006917, abs=2e-6)
     assert p2.z == pytest.approx(0.027 / 0.006917, abs=0.01)
 
 
 def test_seeds_n700_is_one_sd():
     d = difference(rate(0.4182, 700), rate(0.4452, 700))
     # by hand: sqrt(.4182*.5818/700 + .4452*.5548/700) = 0.02646, z = .027/.02646 = 1.02
-    assert d.sd == pytest.approx(0.02646, abs=1e-5)
+    assert d.se == pytest.approx(0.02646, abs=1e-5)
     assert d.z == pytest.approx(1.02, abs=0.005)
     assert str(d) == "+0.027 (1.0 sd)"
     # the power module's reverse question gives the same sd
-    assert sd_at(0.4182, 0.027, 700) == pytest.approx(0.02646, abs=1e-5)
+    assert se_at(0.4182, 0.027, 700) == pytest.approx(0.02646, abs=1e-5)
 
 
 def test_seeds_ab_from_step_tables():
     off = cell_counts(steps_from_counts(OFF_COUNTS, seed=0), "refeed_off")
     on = cell_counts(steps_from_counts(ON_COUNTS, seed=1), "refeed_on")
-    p1 = compare(off, on, "p1", B=200)
-    p2 = compare(off, on, "p2_uncond", B=200)
+    p1 = compare(off, on, "p1", n_boot=200)
+    p2 = compare(off, on, "p2_uncond", n_boot=200)
     assert (round(p1.control.value, 4), round(p1.treatment.value, 4)) == (0.6100, 0.6262)
     assert (round(p2.control.value, 4), round(p2.treatment.value, 4)) == (0.4182, 0.4452)
     assert (p2.control.n, p2.treatment.n) == (OFF_N, ON_N)
     assert str(p1) == "+0.016 (2.4 sd)"
     assert str(p2) == "+0.027 (3.9 sd)"
-    assert p2.sd_kind == "binomial"
+    assert p2.se_kind == "binomial"
     # p2_cond and tokens/step are ratios: delta-method sd, not labelled binomial
-    assert compare(off, on, "p2_cond", B=0).sd_kind == "delta"
+    assert compare(off, on, "p2_cond", n_boot=0).se_kind == "delta"
 
 
 def test_format_delta_sign():
@@ -71,12 +71,12 @@ def test_cluster_sd_equals_row_level_ols():
         ra, rb = a[den(a)], b[den(b)]
         ya = y(ra).to_numpy(float)
         one = OLS(ya, np.ones(len(ya))).fit(cov_type="cluster", cov_kwds={"groups": ra.doc_id.to_numpy()})
-        assert cluster.cluster_sd(sa) == pytest.approx(one.bse[0], rel=1e-9)
+        assert cluster.cluster_se(sa) == pytest.approx(one.bse[0], rel=1e-9)
         Y = np.r_[ya, y(rb).to_numpy(float)]
         X = np.column_stack([np.ones(len(Y)), np.r_[np.zeros(len(ra)), np.ones(len(rb))]])
         g = np.r_[ra.doc_id.to_numpy(), rb.doc_id.to_numpy()]
         two = OLS(Y, X).fit(cov_type="cluster", cov_kwds={"groups": g})
-        assert cluster.cluster_sd_difference(sa, sb) == pytest.approx(two.bse[1], rel=1e-9)
+        assert cluster.cluster_se_difference(sa, sb) == pytest.approx(two.bse[1], rel=1e-9)
 
 
 def test_clustered_data_widen_the_sd():
@@ -84,11 +84,11 @@ def test_clustered_data_widen_the_sd():
     the cluster and bootstrap sds are clearly wider than the binomial one."""
     a = cell_counts(simulate_steps(20_000, n_docs=40, doc_sd=0.8, seed=6), "a")
     b = cell_counts(simulate_steps(20_000, (0.63, 0.7), n_docs=40, doc_sd=0.8, seed=7), "b")
-    d = compare(a, b, "p2_uncond", B=1000, seed=1)
+    d = compare(a, b, "p2_uncond", n_boot=1000, seed=1)
     assert d.deff > 3
     assert d.control.deff > 3 and d.treatment.deff > 3
-    assert d.cluster_sd > 1.7 * d.sd
-    assert d.bootstrap.sd > 1.7 * d.sd
+    assert d.cluster_se > 1.7 * d.se
+    assert d.bootstrap.se > 1.7 * d.se
     assert d.bootstrap.ci_low < d.delta < d.bootstrap.ci_high
     assert abs(d.z_by("cluster")) < abs(d.z)
 
@@ -97,21 +97,21 @@ def test_iid_data_agree():
     """Independent steps: cluster, bootstrap and binomial sds agree within sampling noise."""
     a = cell_counts(simulate_steps(20_000, n_docs=80, seed=8), "a")
     b = cell_counts(simulate_steps(20_000, n_docs=80, seed=9), "b")
-    d = compare(a, b, "p2_uncond", B=1000, seed=2)
+    d = compare(a, b, "p2_uncond", n_boot=1000, seed=2)
     # with 80 clusters the sd of an sd estimate is ~ 1/sqrt(2*80) ~ 8%
-    assert d.cluster_sd == pytest.approx(d.sd, rel=0.25)
-    assert d.bootstrap.sd == pytest.approx(d.sd, rel=0.25)
+    assert d.cluster_se == pytest.approx(d.se, rel=0.25)
+    assert d.bootstrap.se == pytest.approx(d.se, rel=0.25)
     assert 0.6 < d.deff < 1.6
-    t = compare(a, b, "tokens_per_step", B=0)
-    assert t.cluster_sd == pytest.approx(t.sd, rel=0.25)
+    t = compare(a, b, "tokens_per_step", n_boot=0)
+    assert t.cluster_se == pytest.approx(t.se, rel=0.25)
 
 
 def test_bootstrap_is_seeded():
     a = cell_counts(simulate_steps(2000, n_docs=10, seed=1), "a")
     s = doc_sums(a, "p1")
-    one, two = cluster.bootstrap(s, B=300, seed=5), cluster.bootstrap(s, B=300, seed=5)
-    assert (one.sd, one.ci_low, one.ci_high) == (two.sd, two.ci_low, two.ci_high)
-    assert cluster.bootstrap(s, B=300, seed=6).sd != one.sd
+    one, two = cluster.bootstrap(s, n_boot=300, seed=5), cluster.bootstrap(s, n_boot=300, seed=5)
+    assert (one.se, one.ci_low, one.ci_high) == (two.se, two.ci_low, two.ci_high)
+    assert cluster.bootstrap(s, n_boot=300, seed=6).se != one.se
     # every resample draws G documents
     W = cluster._weights(10, 300, 5)
     assert (W.sum(axis=1) == 10).all()
@@ -122,7 +122,7 @@ def test_ratio_delta_sd_matches_the_mean_se():
     df = simulate_steps(5000, n_docs=10, serial_frac=0.2, seed=3)
     s = doc_sums(cell_counts(df, "a"), "tokens_per_step")
     v = (1 + df.accept_len[df.k >= 1]).to_numpy(float)
-    assert s.iid_sd == pytest.approx(v.std(ddof=0) / math.sqrt(len(v)), rel=1e-9)
+    assert s.iid_se == pytest.approx(v.std(ddof=0) / math.sqrt(len(v)), rel=1e-9)
 
 
 def test_a_relative_difference_carries_both_arms_uncertainty():
@@ -131,10 +131,26 @@ def test_a_relative_difference_carries_both_arms_uncertainty():
     b - a:     z = v - u = [2, -2, 0]/30,                  Var = 3/2 * 8/900 = 0.0133333
     b/a - 1:   z = (v - 1.25 u)/0.4 = [0.1875, -0.1875, 0],  Var = 3/2 * 0.0703125 = 0.10546875
     (the control's sd alone, sd(b - a)/a = 0.2887, would understate it: the arms co-vary here)."""
-    from atlas_ab.analysis.stats import ratio_difference_sd, relative_sd_independent
+    from atlas_ab.analysis.stats import ratio_difference_se, relative_se_independent
 
     ta, sa, tb, sb = [3, 5, 4], [10, 10, 10], [6, 4, 5], [10, 10, 10]
-    assert ratio_difference_sd(ta, sa, tb, sb) == pytest.approx(math.sqrt(1.5 * 8 / 900), rel=1e-12)
-    assert ratio_difference_sd(ta, sa, tb, sb, relative=True) == pytest.approx(math.sqrt(0.10546875), rel=1e-12)
+    assert ratio_difference_se(ta, sa, tb, sb) == pytest.approx(math.sqrt(1.5 * 8 / 900), rel=1e-12)
+    assert ratio_difference_se(ta, sa, tb, sb, relative=True) == pytest.approx(math.sqrt(0.10546875), rel=1e-12)
     # independent arms: (b/a)^2 (Var a / a^2 + Var b / b^2) = 1.5625 (0.01/0.16 + 0.04/0.25) = 0.34765625
-    assert relative_sd_independent(0.4, 0.1, 0.5, 0.2) == pytest.approx(math.sqrt(0.34765625), rel=1e-12)
+    assert relative_se_independent(0.4, 0.1, 0.5, 0.2) == pytest.approx(math.sqrt(0.34765625), rel=1e-12)
+
+
+def test_json_keys_outlive_the_code_names():
+    """In code a standard error is `se` and the bootstrap draws `n_boot`; report.json, read by
+    outside checkers, keeps `sd`, `sd_kind`, `cluster_sd` and `B` (analysis/keys.py)."""
+    from atlas_ab.analysis.sizing import solve
+
+    off = cell_counts(steps_from_counts(OFF_COUNTS, seed=0), "refeed_off")
+    on = cell_counts(steps_from_counts(ON_COUNTS, seed=1), "refeed_on")
+    d = compare(off, on, "p2_uncond", n_boot=50)
+    j = d.to_dict()
+    assert (j["sd"], j["sd_kind"], j["cluster_sd"]) == (d.se, d.se_kind, d.cluster_se)
+    assert (j["control"]["sd"], j["control"]["cluster_sd"]) == (d.control.se, d.control.cluster_se)
+    assert (j["bootstrap"]["B"], j["bootstrap"]["sd"]) == (50, d.bootstrap.se) and d.bootstrap.n_boot == 50
+    r = solve(0.4182, 0.027, threshold_sd=3.0, n=700)
+    assert r.to_dict()["sd_at_n"] == r.se_at_n and "se_at_n" not in r.to_dict()

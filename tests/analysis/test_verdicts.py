@@ -71,21 +71,21 @@ def test_every_arm_of_a_study_carries_the_hash_locked_before_its_first_job(tmp_p
 def test_report_judges_the_locked_text_and_an_edited_file_is_prereg_changed(tmp_path, prereg, capsys):
     sweep = _study(tmp_path, prereg)
     runs = [load_run(d) for d in sorted(sweep.glob("*_*"))]
-    locked = build_report(runs, tmp_path / "rep0", B=0)
+    locked = build_report(runs, tmp_path / "rep0", n_boot=0)
     assert locked.judged[0].origin == "locked" and locked.verdict.status == "UNDERPOWERED"  # n << 10,000
 
     # the user edits the file after the study began: UNDERPOWERED must not quietly become MET
     prereg.write_text(prereg.read_text().replace("min_n_per_arm: 10000", "min_n_per_arm: 10")
                       .replace("threshold_sd: 3.0", "threshold_sd: 0.01")
                       .replace("min_effect: 0.015", "min_effect: 0.0001"))
-    changed = build_report(runs, tmp_path / "rep1", prereg=prereg, B=0)
+    changed = build_report(runs, tmp_path / "rep1", prereg=prereg, n_boot=0)
     v = changed.verdict
     assert v.status == "PREREG CHANGED"
     assert changed.judged[0].locked_sha256[:12] in v.reason and v.prereg.sha256[:12] in v.reason
     assert "min_n_per_arm: 10000 -> 10" in v.reason and "threshold_sd" in v.reason
 
     # explicitly asked: evaluated, and the report says so at the top in words nobody can miss
-    edited = build_report(runs, tmp_path / "rep2", prereg=prereg, B=0, evaluate_edited=True)
+    edited = build_report(runs, tmp_path / "rep2", prereg=prereg, n_boot=0, evaluate_edited=True)
     assert edited.judged[0].origin == "edited"
     top = (tmp_path / "rep2" / "report.md").read_text().splitlines()[0]
     assert "JUDGED AGAINST AN EDITED PRE-REGISTRATION" in top
@@ -103,7 +103,7 @@ def test_arms_locked_under_different_hashes_are_refused(tmp_path, prereg):
     b = tmp_path / "b"
     run(cfg_of(*BASE, "+arm=refeed_on", "+study=refeed", f"study.preregs=[{prereg}]"), b)
     with pytest.raises(AtlasError, match="different locked hashes"):
-        build_report([load_run(a), load_run(b)], tmp_path / "rep", B=0)
+        build_report([load_run(a), load_run(b)], tmp_path / "rep", n_boot=0)
 
 
 def _edited(path: Path, new_path: Path) -> Path:
@@ -246,14 +246,14 @@ def test_one_document_gives_no_clustered_sd_and_no_verdict_from_it(tmp_path):
     from atlas_ab.analysis.stats import compare
 
     runs = _one_doc_runs(tmp_path)
-    d = compare(runs[0].cells(), runs[1].cells(), "p2_uncond", B=500)
-    assert d.cluster_sd is None and d.bootstrap is None and "only 1 document" in d.cluster_note
+    d = compare(runs[0].cells(), runs[1].cells(), "p2_uncond", n_boot=500)
+    assert d.cluster_se is None and d.bootstrap is None and "only 1 document" in d.cluster_note
     pre = tmp_path / "boot.yaml"
     pre.write_text(PREREG.read_text().replace("decides: binomial", "decides: bootstrap")
                    .replace("min_n_per_arm: 10000", "min_n_per_arm: 100"))
-    rep = build_report(runs, tmp_path / "rep", prereg=pre, B=500, evaluate_unlocked=True)
+    rep = build_report(runs, tmp_path / "rep", prereg=pre, n_boot=500, evaluate_unlocked=True)
     v = rep.verdict
-    assert v.status == "UNDERPOWERED" and "bootstrap sd cannot be computed" in v.reason and v.sd is None
+    assert v.status == "UNDERPOWERED" and "bootstrap sd cannot be computed" in v.reason and v.se is None
     text = (tmp_path / "rep" / "report.md").read_text()
     assert "e+15" not in text and "not computed (only 1 document" in text
 
@@ -269,8 +269,8 @@ def test_a_gate_that_checked_nothing_is_not_run_and_refused_for_a_verdict(tmp_pa
     e = tmp_path / "e"
     run(cfg_of(*BASE, "+arm=refeed_on"), e)
     with pytest.raises(AtlasError, match="--allow-ungated"):
-        build_report([r, load_run(e)], tmp_path / "rep", prereg=prereg, B=0)
-    assert build_report([r, load_run(e)], tmp_path / "rep", prereg=prereg, B=0, allow_ungated=True).verdict
+        build_report([r, load_run(e)], tmp_path / "rep", prereg=prereg, n_boot=0)
+    assert build_report([r, load_run(e)], tmp_path / "rep", prereg=prereg, n_boot=0, allow_ungated=True).verdict
 
 
 def test_windows_cut_from_one_file_cluster_by_that_file():

@@ -34,7 +34,7 @@ def test_ingest_imports_no_analysis():
     # and the analysis reads runs, engine runs included, without the ingest (only the CLI verb
     # `ingest` calls into it)
     code = ("import sys\n"
-            "import atlas_ab.analysis.units, atlas_ab.analysis.grain_report, atlas_ab.analysis.export\n"
+            "import atlas_ab.analysis.units, atlas_ab.analysis.export\n"
             "import atlas_ab.analysis.report, atlas_ab.analysis.criteria\n"
             "print(','.join(sorted(m for m in sys.modules if m.startswith('atlas_ab.ingest'))))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -68,9 +68,9 @@ def test_one_step_run_both_ways(tmp_path, vary_k):
     a, b = load_units(steps_run), load_units(engine.out)
     cells = load_run(steps_run).cells()
     for m in METRICS:
-        fa, fb = figure(a, m, B=300, seed=1), figure(b, m, B=300, seed=1)
+        fa, fb = figure(a, m, n_boot=300, seed=1), figure(b, m, n_boot=300, seed=1)
         # as steps: the per-unit table gives exactly the estimate of the cells (the step path)
-        assert same(fa.rate, estimate(doc_sums(cells, m), "arm", B=300, seed=1)), m
+        assert same(fa.rate, estimate(doc_sums(cells, m), "arm", n_boot=300, seed=1)), m
         if fb.status == "exact":
             assert same(fb.rate, fa.rate), m
         elif fb.status == "bounds":
@@ -80,5 +80,5 @@ def test_one_step_run_both_ways(tmp_path, vary_k):
     exact = {m for m in METRICS if figure(b, m).status == "exact"}
     assert exact == (set(METRICS) if not vary_k else {"p1", "tokens_per_step", "draft_acceptance_rate"})
     # a comparison through the one compare: either run as either arm
-    d1, d2 = compare(a.units, b.units, "p1", B=200), compare(cells, b.units, "p1", B=200)
-    assert d1.delta == d2.delta == 0 and d1.sd == d2.sd and d1.cluster_sd == d2.cluster_sd
+    d1, d2 = compare(a.units, b.units, "p1", n_boot=200), compare(cells, b.units, "p1", n_boot=200)
+    assert d1.delta == d2.delta == 0 and d1.se == d2.se and d1.cluster_se == d2.cluster_se

@@ -35,8 +35,8 @@ def test_counters_verdict_binomial_only(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("WARNING: UNLOCKED") and "\nMET" in out
     v = json.loads((tmp_path / "r" / "report.json").read_text())["verdicts"][0]
-    sd = math.hypot(math.sqrt(0.5 * 0.5 / 2000), math.sqrt(0.575 * 0.425 / 2000))
-    assert v["delta"] == 0.575 - 0.5 and abs(v["sd"] - sd) < 1e-12
+    se = math.hypot(math.sqrt(0.5 * 0.5 / 2000), math.sqrt(0.575 * 0.425 / 2000))
+    assert v["delta"] == 0.575 - 0.5 and abs(v["sd"] - se) < 1e-12
     one_error(capsys, ["report", on, off, "--prereg", prereg(tmp_path, decides="cluster"), "--out", tmp_path / "r2",
                        "--evaluate-unlocked"],
               ["decides by the cluster sd", "global counters have no requests or documents"])
@@ -61,3 +61,33 @@ def test_turn_class_preregistration_refused_without_steps(tmp_path, capsys):
     one_error(capsys, ["report", tmp_path / "ctl", tmp_path / "trt", "--prereg", p, "--out", tmp_path / "r",
                        "--evaluate-unlocked"],
               ["judges cold turns", "all turns only"])
+
+
+def test_one_build_report_for_every_grain(tmp_path):
+    """report.build_report renders runs without a step table itself: the exact figures, the
+    verdict by the one judge, and each per-step section as a row saying why the grain lacks it."""
+    from atlas_ab.analysis.load import load_run
+    from atlas_ab.analysis.report import build_report
+    from atlas_ab.analysis.synth import simulate_steps, write_run
+    from atlas_ab.analysis.units import load_units
+
+    (tmp_path / "off.prom").write_text(vllm_prom(2000, 4000, 2500, [1500, 1000]))
+    (tmp_path / "on.prom").write_text(vllm_prom(2000, 4000, 2700, [1550, 1150]))
+    runs = [load_units(ingest("prometheus", [tmp_path / f"{a}.prom"], tmp_path / arm).out)
+            for a, arm in (("on", "trt"), ("off", "ctl"))]
+    rep = build_report(runs, tmp_path / "r", prereg=prereg(tmp_path), n_boot=0, evaluate_unlocked=True)
+    assert rep.verdict.status == "MET" and rep.judged[0].origin == "evaluated unlocked"
+    arms = rep.data["arms"]
+    assert (arms["ctl"]["figures"]["p1"]["value"], arms["trt"]["figures"]["p2_uncond"]["value"]) == (0.75, 0.575)
+    c = rep.data["comparisons"][0]
+    assert (c["control"], c["treatment"]) == ("ctl", "trt")          # the pre-registration's control leads
+    assert c["headline"]["p2_uncond"]["delta"] == 0.575 - 0.5
+    md = rep.path.read_text()
+    for section in ("## Per depth", "## Acceptance-length histogram", "## Cold vs warm turns", "## By turn"):
+        assert md.index(section) < md.index("## Definitions")
+    assert "- ctl: not available from this grain (counters): global counters" in md    # by_turn's reason
+    assert sorted(p.name for p in rep.path.parent.glob("*.png")) == ["difference.png"]
+    # beside a run without a step table, a step run is read at the per-unit grain too
+    step = load_run(write_run(tmp_path / "s", simulate_steps(400, n_docs=4, turns=2, seed=0), "steps_arm"))
+    rep = build_report([step, runs[0]], tmp_path / "r2", n_boot=0)
+    assert rep.data["runs"][0]["units"] == 8 and rep.data["runs"][0]["grain"] == "steps"

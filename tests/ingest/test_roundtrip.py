@@ -44,23 +44,23 @@ def roundtrip(d, run, fmt, tag):
 def rates(run):
     """One arm's headline figures with the binomial/delta and clustered sds."""
     cells = cell_counts(run.steps, run.arm)
-    return {m: estimate(doc_sums(cells, m), run.arm, B=0) for m in HEAD}
+    return {m: estimate(doc_sums(cells, m), run.arm, n_boot=0) for m in HEAD}
 
 
 def assert_same(native_cmp, other_cmp):
     for m in HEAD:
         a, b = native_cmp.headline[m], other_cmp.headline[m]
         for x, y in ((a.control, b.control), (a.treatment, b.treatment)):
-            assert (x.value, x.n, x.sd, x.cluster_sd) == (y.value, y.n, y.sd, y.cluster_sd), m
-        assert (a.delta, a.sd, a.cluster_sd) == (b.delta, b.sd, b.cluster_sd), m
-        assert a.bootstrap.sd == b.bootstrap.sd
+            assert (x.value, x.n, x.se, x.cluster_se) == (y.value, y.n, y.se, y.cluster_se), m
+        assert (a.delta, a.se, a.cluster_se) == (b.delta, b.se, b.cluster_se), m
+        assert a.bootstrap.se == b.bootstrap.se
 
 
 def test_detailed_roundtrip_is_exact(arms):
     d, a, b = arms
     ia, ib = roundtrip(d, a, "vllm-detailed", "det"), roundtrip(d, b, "vllm-detailed", "det")
     A, B, IA, IB = (load_run(p, optional=("position",)) for p in (a, b, ia, ib))
-    assert_same(compare_runs(A, B, B=200), compare_runs(IA, IB, B=200))
+    assert_same(compare_runs(A, B, n_boot=200), compare_runs(IA, IB, n_boot=200))
     # positions reconstructed from prompt_tokens + commits: the same pairs, the same McNemar
     m0, m1 = between_runs(A, B, 2), between_runs(IA, IB, 2)
     assert m0.to_dict() == m1.to_dict() and m0.n_pairs > 500
@@ -78,7 +78,7 @@ def test_histogram_roundtrip_same_rates_no_positions(arms, capsys):
     A, B, HA, HB = (load_run(p) for p in (a, b, ha, hb))
     # k was fixed (num_draft_tokens == steps x num_spec_tokens): the joint is exact, p_cond and
     # the document-clustered sd included; the order of steps does not enter any rate
-    assert_same(compare_runs(A, B, B=200), compare_runs(HA, HB, B=200))
+    assert_same(compare_runs(A, B, n_boot=200), compare_runs(HA, HB, n_boot=200))
     t = HA.telemetry
     assert t.grain == "requests" and {"p_i", "p_i_cond", "cluster_sd"} <= set(t.exact)
     assert {"position_pairing", "step_order"} <= set(t.not_available)
@@ -103,10 +103,10 @@ def test_histogram_with_varying_k_gives_what_is_exact(tmp_path, capsys):
     p1, tok = figure(c, "p1"), figure(c, "tokens_per_step")
     assert p1.status == tok.status == "exact"
     assert (p1.value, p1.n) == (r["p1"].value, r["p1"].n)
-    assert p1.iid_sd == pytest.approx(r["p1"].sd, rel=1e-12)
-    assert p1.cluster_sd == pytest.approx(r["p1"].cluster_sd, rel=1e-12)
+    assert p1.iid_se == pytest.approx(r["p1"].se, rel=1e-12)
+    assert p1.cluster_se == pytest.approx(r["p1"].cluster_se, rel=1e-12)
     assert tok.value == pytest.approx(r["tokens_per_step"].value, rel=1e-12)
-    assert tok.iid_sd == pytest.approx(r["tokens_per_step"].sd, rel=1e-12)
+    assert tok.iid_se == pytest.approx(r["tokens_per_step"].se, rel=1e-12)
     p2 = figure(c, "p2")
     true = r["p2_uncond"].value
     assert p2.status == "bounds" and p2.low <= true <= p2.high and p2.high - p2.low < 0.4
@@ -115,7 +115,7 @@ def test_histogram_with_varying_k_gives_what_is_exact(tmp_path, capsys):
     # the report says what it can no longer compute
     assert main(["report", str(h), "--out", str(tmp_path / "rep"), "--bootstrap", "0"]) == 0
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "bounds" in md and "not available: needs the joint count" in md
+    assert "bounds" in md and "not available from this grain: needs the joint count" in md
     code = main(["compare", str(h), str(h)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err[-1].startswith(ERR) and "grain 'requests' has no step table" in err[-1]

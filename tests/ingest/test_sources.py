@@ -150,19 +150,19 @@ def test_trtllm_perf_metrics_and_iteration_stats(tmp_path):
     assert res.units == 2 and res.dropped == 1  # request 3 drafted nothing: missing
     c = load_units(res.out)
     dar = figure(c, "draft_acceptance_rate")
-    assert dar.value == 4 / 9 and dar.iid_sd is None
+    assert dar.value == 4 / 9 and dar.iid_se is None
     # requests as clusters, under the analysis' rule for every run (stats.MIN_CLUSTERS): 2 are too few
-    assert dar.cluster_sd is None and "fewer than 10" in dar.rate.cluster_note
+    assert dar.cluster_se is None and "fewer than 10" in dar.rate.cluster_note
     (tmp_path / "perf12.json").write_text(json.dumps([trtllm_entry(i, [3, 3], [i % 4, 0]) for i in range(12)]))
     assert figure(load_units(ingest("trtllm", [tmp_path / "perf12.json"], tmp_path / "r12").out),
-                  "draft_acceptance_rate").cluster_sd is not None
+                  "draft_acceptance_rate").cluster_se is not None
     for m in ("p1", "tokens_per_step", "p2_cond"):
         assert figure(c, m).status == "refused"
     (tmp_path / "iter.json").write_text(json.dumps(trtllm_iterations([(6, 4, 2), (0, 0, 0), (3, 0, 1)])))
     res = ingest("trtllm", [tmp_path / "iter.json"], tmp_path / "iter")
     c = load_units(res.out)
     tok = figure(c, "tokens_per_step")
-    assert tok.value == (3 + 4) / 3 and tok.cluster_sd is None and res.telemetry.clusters is None
+    assert tok.value == (3 + 4) / 3 and tok.cluster_se is None and res.telemetry.clusters is None
 
 
 # --- llama.cpp / ik_llama.cpp ------------------------------------------------------------------
@@ -198,14 +198,14 @@ def test_vllm_counters_before_after(tmp_path):
     assert t.grain == "counters" and t.clusters is None and "cluster_sd" in t.not_available
     c = load_units(res.out)
     p1, p2, cond = figure(c, "p1"), figure(c, "p2"), figure(c, "p2_cond")
-    assert (p1.value, p1.n) == (0.8, 1000) and p1.iid_sd == pytest.approx(math.sqrt(0.8 * 0.2 / 1000))
-    assert p1.cluster_sd is None and p2.value == 0.5 and cond.value == 500 / 800
+    assert (p1.value, p1.n) == (0.8, 1000) and p1.iid_se == pytest.approx(math.sqrt(0.8 * 0.2 / 1000))
+    assert p1.cluster_se is None and p2.value == 0.5 and cond.value == 500 / 800
     assert figure(c, "tokens_per_step").value == 1 + 1300 / 1000
     # a second arm: binomial sd only, no cluster sd, no bootstrap
     (tmp_path / "b.prom").write_text(vllm_prom(1000, 2000, 1400, [850, 550]))
     b = load_units(ingest("prometheus", [tmp_path / "b.prom"], tmp_path / "b").out)
     d = exact_difference(c, b, "p2")
-    assert d.cluster_sd is None and d.bootstrap is None and d.sd == pytest.approx(
+    assert d.cluster_se is None and d.bootstrap is None and d.se == pytest.approx(
         math.hypot(math.sqrt(0.25 / 1000), math.sqrt(0.55 * 0.45 / 1000)))
 
 

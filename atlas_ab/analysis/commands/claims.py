@@ -20,7 +20,7 @@ def run(args) -> int:
     mismatches = check_code(runs, args.allow_mismatch)
     for m in mismatches:
         cli.warn(m + " (allowed by --allow-mismatch)")
-    data = build_claims(runs, Path(args.out), B=args.bootstrap, seed=args.seed, mismatches=tuple(mismatches))
+    data = build_claims(runs, Path(args.out), n_boot=args.bootstrap, seed=args.seed, mismatches=tuple(mismatches))
     if args.json:
         cli.emit_json(data)
     else:

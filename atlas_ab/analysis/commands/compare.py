@@ -10,7 +10,7 @@ from atlas_ab.analysis.load import check_distinct
 def run(args) -> int:
     runs, mismatches = cli.load_runs([args.run_a, args.run_b], args)
     check_distinct(runs)
-    comp = compare_runs(runs[0], runs[1], args.metric, B=args.bootstrap, seed=args.seed,
+    comp = compare_runs(runs[0], runs[1], args.metric, n_boot=args.bootstrap, seed=args.seed,
                         mismatches=tuple(mismatches))
     return cli.emit(args, {**comp.to_dict(), "code": code_json(runs)}, code_header(runs) + "\n" + comp.summary())
 

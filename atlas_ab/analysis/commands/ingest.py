@@ -36,7 +36,7 @@ def run_pairs(args) -> int:
     if texts.note:
         cli.warn(texts.note)
     a, b = without_units(a, texts.differ), without_units(b, texts.differ)
-    res = pairs(a, b, args.metric, B=args.bootstrap, seed=args.seed)
+    res = pairs(a, b, args.metric, n_boot=args.bootstrap, seed=args.seed)
     return cli.emit(args, {**res.to_dict(), "code": code_json([a, b]), "texts": texts.to_dict()},
                     top_lines([a, b], mismatches) + "\n" + res.summary()
                     + (f"\n{texts.note}" if texts.differ else ""))

@@ -29,7 +29,7 @@ def check(args) -> None:
 
 def run(args) -> int:
     check(args)
-    res = sizing.solve(args.p, args.delta, sd=args.sd, alpha=args.alpha, power=args.power,
+    res = sizing.solve(args.p, args.delta, threshold_sd=args.sd, alpha=args.alpha, power=args.power,
                        icc=args.icc, m=args.m, n=args.n)
     return cli.emit(args, res.to_dict(), res.summary())
 

@@ -7,58 +7,22 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
-from atlas_ab.analysis import cli, criteria
-from atlas_ab.analysis.code_check import check_code, code_header, warning_lines
-from atlas_ab.analysis.load import check_provenance
+from atlas_ab.analysis import cli, units
+from atlas_ab.analysis.code_check import code_header, warning_lines
 from atlas_ab.analysis.report import build_report
 from atlas_ab.config.paths import resolve_path
-from atlas_ab.config.prereg import registrations
 
 NO_VERDICT = 1
-
-
-def _grain_report(args, paths, out, prereg) -> int:
-    """Engine runs without a step table: every run as its per-unit table, what its grain makes exact."""
-    from atlas_ab.analysis.grain_report import grain_report
-    from atlas_ab.analysis.units import load_units
-
-    runs = [load_units(p, args.allow_incomplete) for p in paths]
-    mismatches = check_provenance(runs, args.allow_mismatch) + check_code(runs, args.allow_mismatch) \
-        if len(runs) > 1 else []
-    reg = registrations({r.arm: r.manifest for r in runs}, prereg)[0] if prereg else None
-    judged = reg is not None and (reg.status == "locked" or (reg.status == "unlocked" and args.evaluate_unlocked)
-                                  or (reg.status == "changed" and args.evaluate_edited))
-    warning = None
-    if reg is not None and reg.status != "locked":
-        none = criteria.changed(reg.locked, reg.prereg) if reg.status == "changed" else criteria.unlocked(reg)
-        warning = (f"**WARNING: {none.status} PRE-REGISTRATION, JUDGED AT THE USER'S REQUEST.** {none.reason}"
-                   if judged else f"**{none.status}: NO VERDICT.** {none.reason}")
-        print(f"WARNING: {none.status} pre-registration {reg.prereg.path.name}, judged at the user's request"
-              if judged else none.summary())
-    rep = grain_report(runs, out, prereg=reg.prereg if judged else None, B=args.bootstrap, seed=args.seed,
-                       mismatches=tuple(mismatches), warning=warning)
-    if args.json:
-        cli.emit_json(rep.data)
-    else:
-        for w in warning_lines(mismatches):
-            print(w)
-        if rep.verdict:
-            print(rep.verdict.summary())
-        print(code_header(runs))
-        print(f"report: {rep.path}")
-    return NO_VERDICT if reg is not None and not judged else 0
 
 
 def run(args) -> int:
     out = Path(args.out) if args.out else Path("analysis/reports") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     prereg = resolve_path(args.prereg) if args.prereg else None
     paths = cli.expand(args.runs)
-    from atlas_ab.analysis import units
-
-    if any(units.needs_units(p, args.allow_incomplete) for p in paths):
-        return _grain_report(args, paths, out, prereg)
-    runs, mismatches = cli.load_runs(paths, args, optional=("oracle_hit2", "position"))
-    rep = build_report(runs, out, prereg=prereg, B=args.bootstrap, seed=args.seed, mismatches=tuple(mismatches),
+    # a run without a step table is read at its per-unit grain, and so is every run beside it
+    per_unit = any(units.needs_units(p, args.allow_incomplete) for p in paths)
+    runs, mismatches = cli.load_runs(paths, args, optional=("oracle_hit2", "position"), per_unit=per_unit)
+    rep = build_report(runs, out, prereg=prereg, n_boot=args.bootstrap, seed=args.seed, mismatches=tuple(mismatches),
                        evaluate_edited=args.evaluate_edited, allow_ungated=args.allow_ungated,
                        evaluate_unlocked=args.evaluate_unlocked)
     if args.json:
