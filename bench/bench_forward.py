@@ -67,12 +67,13 @@ def sync(dev):
         torch.cuda.synchronize(dev)
 
 
-def graphed(f, dev) -> StaticStep:
+def graphed(f, dev):
     """f warmed up and captured in one CUDA graph (runtime/graphs.py); eager on the CPU."""
     with torch.no_grad():
         if dev.type != "cuda":
             f()                                  # the interpreter's first call builds the kernels
-        return StaticStep(f, [], capture=dev.type == "cuda")
+            return f
+        return StaticStep(f, [])
 
 
 def graphed_ms(f, dev, reps: int) -> float:
