@@ -22,6 +22,13 @@ from tests.helpers.cli import cli as run_cli, env_with as _env
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = [c for c in faults.CASES.values() if c.argv is not None]
+# A run case costs a whole Hydra main(); the fast tier runs one per check the CLI makes (the arm, a key,
+# a type, a lever rule, the workload, a checkpoint, the run directory, resume) and the whole suite the rest.
+FAST_RUN_CASES = {"run.unknown-arm", "run.typo-runner", "run.wrong-type-bool", "run.refeed-without-catchup",
+                  "run.gen-tokens-1", "run.missing-checkpoint", "run.corrupt-checkpoint", "run.unwritable-parent",
+                  "run.resume-missing"}
+TABLE_PARAMS = [pytest.param(c, id=c.id, marks=[pytest.mark.slow] if c.argv[0] == "atlas_ab"
+                             and c.id not in FAST_RUN_CASES else []) for c in TABLE]
 
 
 def cli(*args, env=None, wait=True):
@@ -90,7 +97,7 @@ def paths(tmp_path_factory):
             "prereg": prereg, **locked}
 
 
-@pytest.mark.parametrize("case", TABLE, ids=[c.id for c in TABLE])
+@pytest.mark.parametrize("case", TABLE_PARAMS)
 def test_every_bad_input_prints_its_line(case, paths):
     program, *argv = [a.format(**paths) for a in case.argv]
     run_dir = paths["tmp"] / f"run-{case.id}"

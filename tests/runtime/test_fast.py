@@ -86,6 +86,7 @@ def test_fast_forward_equals_torch(variant):
         torch.testing.assert_close(got_kv.v[:, s], ref_kv.v[:, s], **TOL)
 
 
+@pytest.mark.slow        # the model through the skinny Triton matmul; test_kernels.py checks the kernel fast
 def test_fast_forward_with_skinny_matmuls_equals_torch():
     from atlas_ab.runtime.kernels.matmul import use_matmul
     trunk, _ = build(args())
