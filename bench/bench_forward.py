@@ -68,7 +68,7 @@ def sync(dev):
 
 
 def graphed(f, dev):
-    """f warmed up and captured in one CUDA graph (runtime/graphs.py); eager on the CPU."""
+    """f warmed up and captured in one CUDA graph (runtime/graphs.py); f itself on the CPU."""
     with torch.no_grad():
         if dev.type != "cuda":
             f()                                  # the interpreter's first call builds the kernels

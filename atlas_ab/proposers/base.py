@@ -92,6 +92,19 @@ def head_outputs(logits: torch.Tensor, topk: int):
     return conf, draft, ids, p
 
 
+@torch.no_grad()
+def plan_and_draft(proposer, history, last_tokens, target_hidden, positions, num_drafts, active, topk=0,
+                   draws=None) -> Proposal:
+    """A proposer's `propose`: plan_propose then draft, in one call (for callers outside the loop,
+    which runs the two apart, the draft inside its step's graph)."""
+    plan, lengths = proposer.plan_propose(history, positions, num_drafts, active)
+    dev = last_tokens.device
+    prop = proposer.draft({k: torch.as_tensor(v, device=dev) for k, v in plan.items()}, last_tokens,
+                          target_hidden, num_drafts, topk, draws, lengths)
+    prop.row0_slot = proposer.row0_slot
+    return prop
+
+
 @dataclass
 class RowsWritten:
     """What a context/catch-up write did, for fingerprint events and tests."""

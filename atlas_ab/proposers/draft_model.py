@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from atlas_ab.proposers.base import DraftChain, Proposal, RowFeed, RowsWritten, drawn, head_outputs
+from atlas_ab.proposers.base import DraftChain, Proposal, RowFeed, RowsWritten, drawn, head_outputs, plan_and_draft
 from atlas_ab.runtime.batch import ragged_window
 from atlas_ab.runtime.graphs import bucket
 
@@ -27,14 +27,15 @@ class DraftModelProposer:
 
     def alloc(self, budgets: np.ndarray) -> None:
         caps = np.asarray(budgets, dtype=np.int64) + _SLACK
-        self.kv = self.model.new_kv(caps.tolist())
+        if getattr(self, "kv", None) is None or self.kv.capacities != caps.tolist():
+            self.kv = self.model.new_kv(caps.tolist())   # else the last wave's: a step graph reads it by address
         B = len(caps)
         self.seen = np.zeros(B, dtype=np.int64)       # positions the draft LM has processed
         self.base = np.zeros(B, dtype=np.int64)       # propose position of the last propose
         self.last_drafted = np.zeros(B, dtype=np.int64)
 
     def free(self) -> None:
-        self.kv = None
+        """Kept: the next wave of the same shape reuses the KV pool (and the step graphs that read it)."""
 
     def _head(self, h, topk, logits: bool = False):
         z = self.model.logits(h[:, None])[:, 0]
@@ -90,15 +91,7 @@ class DraftModelProposer:
                 conf, draft, ids, p, *z = self._head(h, topk, sampled)
         return chain.proposal()
 
-    @torch.no_grad()
-    def propose(self, history, last_tokens, target_hidden, positions, num_drafts, active, topk=0, draws=None):
-        """plan_propose then draft, for callers outside the loop."""
-        plan, lengths = self.plan_propose(history, positions, num_drafts, active)
-        dev = last_tokens.device
-        prop = self.draft({k: torch.as_tensor(v, device=dev) for k, v in plan.items()}, last_tokens,
-                          target_hidden, num_drafts, topk, draws, lengths)
-        prop.row0_slot = self.row0_slot
-        return prop
+    propose = plan_and_draft
 
     def after_verify(self, num_accepted: np.ndarray, active: np.ndarray) -> None:
         # Processed positions n .. n+K-1 stay valid up to the last accepted one.

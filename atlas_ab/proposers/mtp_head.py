@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from atlas_ab.proposers.base import DraftChain, Proposal, RowFeed, RowsWritten, drawn, head_outputs
+from atlas_ab.proposers.base import DraftChain, Proposal, RowFeed, RowsWritten, drawn, head_outputs, plan_and_draft
 from atlas_ab.proposers.layout import pad_layout
 from atlas_ab.proposers.rowspace import rope_of, rows_to_trim
 from atlas_ab.runtime.graphs import bucket
@@ -48,7 +48,8 @@ class MTPProposer:
     # -- state -------------------------------------------------------------
     def alloc(self, budgets: np.ndarray) -> None:
         caps = np.asarray(budgets, dtype=np.int64) + _SLACK
-        self.kv = self.mtp.new_kv(caps.tolist())
+        if getattr(self, "kv", None) is None or self.kv.capacities != caps.tolist():
+            self.kv = self.mtp.new_kv(caps.tolist())     # else the last wave's: a step graph reads it by address
         B = len(caps)
         self.rows = np.zeros(B, dtype=np.int64)
         self.row_key = np.full((B, int(caps.max())), -1, dtype=np.int64)
@@ -57,7 +58,7 @@ class MTPProposer:
         self.row0_slot = np.full(B, -1, dtype=np.int64)
 
     def free(self) -> None:
-        self.kv = None
+        """Kept: the next wave of the same shape reuses the KV pool (and the step graphs that read it)."""
 
     def drafter_rows(self) -> np.ndarray:
         return self.rows.copy()
@@ -172,15 +173,7 @@ class MTPProposer:
             tok, hid = draft, out   # the recycled hidden: the drafter's own feeds draft i+2
         return chain.proposal()
 
-    @torch.no_grad()
-    def propose(self, history, last_tokens, target_hidden, positions, num_drafts, active, topk=0, draws=None):
-        """plan_propose then draft, for callers outside the loop."""
-        plan, lengths = self.plan_propose(history, positions, num_drafts, active)
-        dev = target_hidden.device
-        prop = self.draft({k: torch.as_tensor(v, device=dev) for k, v in plan.items()}, last_tokens,
-                          target_hidden, num_drafts, topk, draws, lengths)
-        prop.row0_slot = self.row0_slot
-        return prop
+    propose = plan_and_draft
 
     def plan_oracle(self, positions, active) -> tuple[dict, dict]:
         """Host: ORACLE_P2's row (draft 2's own slot) and its RoPE position, [B] int64 each."""

@@ -19,9 +19,11 @@ import torch
 
 
 class Ring:
-    def __init__(self, batch: int, capacity: int, hidden: int, device, dtype):
+    def __init__(self, batch: int, capacity: int, hidden: int, device, dtype, hiddens=None):
+        """hiddens: a [batch, capacity+1, hidden] buffer to use (a step graph reads it by address)."""
         self.capacity = capacity
-        self.hiddens = torch.zeros(batch, capacity + 1, hidden, device=device, dtype=dtype)   # + the dump slot
+        self.hiddens = torch.zeros(batch, capacity + 1, hidden, device=device, dtype=dtype) if hiddens is None \
+            else hiddens   # + the dump slot
         self.labels = np.full((batch, capacity), -1, dtype=np.int64)
 
     def live(self, seq, label):

@@ -114,6 +114,10 @@ class Runner:
         bw = runner.batch_width
         self.waves = [[d.doc_id for d in docs[i:i + bw]] for i in range(0, len(docs), bw)]
         self._docs = {d.doc_id: d for d in docs}
+        # with graphs, every wave runs at the run's widest token budget: one static shape, so one
+        # wave's step graphs serve the next (captured once per run, not per wave)
+        self.capacity = reach + 1 if self.graphs else None
+        self._live = None
         self.mode = runner.mode
         replay = self._trajectories(ck, runner) if self.mode == "replay" else None
         trunk_n, mtp_n = n_params(self.trunk), n_params(ck.mtp)
@@ -190,7 +194,13 @@ class Runner:
             from atlas_ab.telemetry.fingerprint import fingerprint_rows
             fp = fingerprint_rows
         return Wave(target, self.proposer, self.arm, docs, self.workload.gen_tokens,
-                    fingerprint_rows=fp, on_step=on_step, plan=self.plan).run()
+                    fingerprint_rows=fp, on_step=on_step, plan=self.plan, capacity=self.capacity).run()
+
+    def _live_target(self) -> LiveTarget:
+        """The run's one live target: its KV pool and step graphs serve every wave."""
+        if self._live is None:
+            self._live = LiveTarget(self.trunk, self.graphs)
+        return self._live
 
     def _pit_gate(self, docs, trace) -> dict:
         """A sampled wave's gate: KS of its PITs, at the run's alpha split over its waves."""
@@ -209,7 +219,7 @@ class Runner:
         docs = self.docs_of(i)
         if self.mode == "replay":
             return self._replay_wave(i, docs, on_step)
-        trace = self._wave(LiveTarget(self.trunk, self.graphs), docs, on_step)
+        trace = self._wave(self._live_target(), docs, on_step)
         return WaveResult(steps=trace.steps.table(),
                           events=trace.events.table() if trace.events is not None else None,
                           gate=self._live_gate(docs, trace), n_tokens=trace.n_tokens)
@@ -229,7 +239,7 @@ class Runner:
         if self.plan is not None:     # the stored trajectory's own draws, in distribution
             gate = aggregate_gate([gate, self._pit_gate(docs, trace)])
         if i < self.cfg.replay_check_waves:
-            live = self._wave(LiveTarget(self.trunk, self.graphs), docs)
+            live = self._wave(self._live_target(), docs)
             if self.plan is None:     # sampled: live and replay draw different texts; equal in law (docs/sampling.md)
                 checked = compare_live(traj, steps, live.steps.table(), live.generated)
             gate = aggregate_gate([gate, self._live_gate(docs, live)])

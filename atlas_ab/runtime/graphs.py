@@ -84,6 +84,16 @@ class Steps:
         self.capture = capture
         self._steps: dict = {}
         self._seen: set = set()
+        self._bound: tuple = ()
+
+    def bind(self, state: list[torch.Tensor]) -> None:
+        """The tensors the steps read and write beyond their inputs (KV pools, a wave's state). A
+        graph stays valid while they are the same memory of the same shapes, so one wave's graphs
+        serve the next; other memory drops every graph."""
+        sig = tuple((t.data_ptr(), tuple(t.shape), t.dtype) for t in state)
+        if sig != self._bound:
+            self.clear()
+            self._bound = sig
 
     def __call__(self, key, fn, inputs: list[torch.Tensor], length, full_length, state=()):
         """fn(*inputs, length=L) -> outputs (L: `length`, or `full_length` at static shapes; any
@@ -103,3 +113,17 @@ class Steps:
     def clear(self) -> None:
         self._steps.clear()
         self._seen.clear()
+
+
+class StaticBuffers:
+    """Named device tensors that outlive a wave (a step graph reads them by address): the same
+    tensor again while the shape and dtype match, new zeros otherwise."""
+
+    def __init__(self):
+        self._bufs: dict = {}
+
+    def get(self, name: str, shape: tuple, dtype, device) -> torch.Tensor:
+        t = self._bufs.get(name)
+        if t is None or tuple(t.shape) != tuple(shape) or t.dtype != dtype or t.device != torch.device(device):
+            t = self._bufs[name] = torch.zeros(shape, dtype=dtype, device=device)
+        return t

@@ -40,7 +40,6 @@ import torch
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.base import RowFeed
 from atlas_ab.proposers.ring import Ring, gap_keys
-from atlas_ab.runtime.graphs import Steps
 from atlas_ab.speculative.host_io import StepRead, pack_plan, pack_read, unpack_plan, unpack_read
 from atlas_ab.speculative.sampling import SamplingPlan
 from atlas_ab.speculative.timing import StepTimer
@@ -78,7 +77,9 @@ class Wave:
     sampled run verifies (None: greedy verification)."""
 
     def __init__(self, target, proposer, arm: ArmConfig, docs: list[Document], gen_tokens: int,
-                 fingerprint_rows=None, on_step=None, plan: SamplingPlan | None = None):
+                 fingerprint_rows=None, on_step=None, plan: SamplingPlan | None = None, capacity: int | None = None):
+        """capacity: every sequence's token budget (at least its own), for a run whose waves share
+        one static shape, so its step graphs serve every wave; None: each sequence's own."""
         self.target = target
         self.proposer, self.arm = proposer, arm
         self.docs, self.G = docs, gen_tokens
@@ -89,6 +90,8 @@ class Wave:
         self.doc_ids = np.array([d.doc_id for d in docs], dtype=np.int64)
         budgets = np.array([sum(len(c) for c in d.chunks) + self.turns * gen_tokens + self.K + 2
                             for d in docs], dtype=np.int64)
+        if capacity is not None:
+            budgets = np.full(B, max(int(capacity), int(budgets.max())), dtype=np.int64)
         self.device, self.dtype = self.target.device, self.target.dtype
         self.target.alloc(budgets)
         proposer.alloc(budgets)
@@ -96,18 +99,24 @@ class Wave:
         self.n_tok = np.zeros(B, dtype=np.int64)     # tokens in history (last one not yet processed)
         self.kv_len = np.zeros(B, dtype=np.int64)    # positions the target has processed
         H = self.target.hidden_size
-        self.last_hidden = torch.zeros(B, H, device=self.device, dtype=self.dtype)  # hidden of kv_len-1
-        self.ring = Ring(B, arm.ring_size, H, self.device, self.dtype) if arm.has_ring else None
+        bufs = self.target.buffers        # the state a step graph reads, kept for the next wave
+        self.last_hidden = bufs.get("last_hidden", (B, H), self.dtype, self.device).zero_()  # hidden of kv_len-1
+        R = arm.ring_size
+        self.ring = Ring(B, R, H, self.device, self.dtype, bufs.get("ring", (B, R + 1, H), self.dtype, self.device)
+                         .zero_()) if arm.has_ring else None
         self.ev = EventLog(fingerprint_rows) if arm.fingerprints_on else None
         self.trace = WaveTrace(StepBlocks(self.K, arm.shadow_topk), self.ev, [[] for _ in range(B)])
         self.timer = StepTimer(self.target.live)   # step_ms, with each kind's warm-up kept apart
-        self.steps = Steps(self.target.graphs, self.target.capture)   # the device step, one graph per shape
+        self.steps = self.target.steps    # the device step, one graph per shape
         self.full = {"verify": self.target.full_length(), **proposer.full_lengths()}
         # FINGERPRINTS at static shapes: the step hashes its event rows itself, in its graph
         self.fp_in_step = self.ev is not None and self.steps.graphs
         self._feed_plan = None
+        self._pending = None       # the last step's telemetry rows, written while the device runs the next
         self.turn = 0
-        self.verifier = verifier(plan, self.target, self._t(self.doc_ids), self.K)
+        doc = bufs.get("doc", (B,), torch.long, self.device).copy_(self._t(self.doc_ids))
+        self.verifier = verifier(plan, self.target, doc, self.K)
+        self.steps.bind(self._graph_state(doc))
         self.step_no = np.zeros(B, dtype=np.int64)
         self.gen = np.zeros(B, dtype=np.int64)
 
@@ -119,6 +128,7 @@ class Wave:
             self._prefill_turn(t)
             while (self.gen < self.G).any():
                 self._step(self.gen < self.G)
+            self._flush()
             for b in range(self.B):
                 n = self.n_tok[b]
                 self.trace.generated[b].append(self.history[b, n - self.G:n].tolist())
@@ -128,6 +138,13 @@ class Wave:
 
     def _t(self, x) -> torch.Tensor:
         return torch.as_tensor(x, device=self.device)
+
+    def _graph_state(self, doc: torch.Tensor) -> list[torch.Tensor]:
+        """Every tensor a step graph reads or writes by address besides its input: the KV pools and
+        this wave's state (the graphs of an earlier wave serve this one while these are the same)."""
+        pools = [p for p in (getattr(self.target, "kv", None), getattr(self.proposer, "kv", None)) if p is not None]
+        return ([t for p in pools for t in (p.k, p.v, p.base, p.capacity)] + [self.last_hidden, doc]
+                + ([self.ring.hiddens] if self.ring is not None else []))
 
     # -------------------------------------------------------- turn prefill
     def _prefill_turn(self, t: int) -> None:
@@ -234,12 +251,24 @@ class Wave:
             all_gated = False
             out = self.steps(("step",) + key, functools.partial(self._device_step, layout=layout), [x], lengths,
                              self.full, state)
+        self._flush()                               # the previous step's rows, while the device runs this one
         packed, read_layout, vh = out
         h = unpack_read(packed.cpu().numpy(), read_layout)   # the step's one device->host read
         if self.fp_in_step:
             self._pre_events(active, n, h.fp)
         self._commit(h, vh, n, active)
-        self._record(h, np.nonzero(active)[0], n, h.committed, rows_at_propose, fed, all_gated)
+        act = np.nonzero(active)[0]
+        timing = self.timer.stop("serial" if all_gated else "verify")
+        self._pending = (h, act, n, rows_at_propose, fed, timing, self.step_no[act].copy(), self.turn)
+        self.step_no[act] += 1
+        self.trace.n_tokens += int(h.committed.sum())
+        if self.on_step is not None:
+            self.on_step(int(h.committed.sum()), np.where(h.gated[act], 0, K), h.acc[act])
+
+    def _flush(self) -> None:
+        if self._pending is not None:
+            self._record(*self._pending)
+            self._pending = None
 
     def _commit(self, h: StepRead, vh: torch.Tensor, n: np.ndarray, active: np.ndarray) -> None:
         """The host half of the commit: accepted drafts + the target's token after them, cut at the
@@ -316,9 +345,10 @@ class Wave:
                                         accept_prob=v.accept_prob, alpha1=v.alpha1, pit=v.pit, fp=fp)
         return packed, read_layout, v.vh
 
-    def _record(self, h: StepRead, act, n, c, rows_at_propose, fed, serial: bool) -> None:
-        """The step's telemetry rows (active sequences) and the running counts."""
-        step_ms, warmup_ms = self.timer.stop("serial" if serial else "verify")
+    def _record(self, h: StepRead, act, n, rows_at_propose, fed, timing, step_no, turn) -> None:
+        """A step's telemetry rows (active sequences)."""
+        step_ms, warmup_ms = timing
+        c = h.committed
         k = np.where(h.gated[act], 0, self.K)
         extra = {}
         if h.oracle is not None:
@@ -329,15 +359,11 @@ class Wave:
             extra.update(accept_prob=h.accept_prob[act], alpha1=h.alpha1[act], pit=h.pit[act])
             self.trace.pit.append(h.pit[act][np.arange(self.K + 1)[None, :] < c[act][:, None]])
         self.trace.steps.add(
-            doc_id=self.doc_ids[act], turn=np.full(len(act), self.turn), step=self.step_no[act], k=k,
+            doc_id=self.doc_ids[act], turn=np.full(len(act), turn), step=step_no, k=k,
             accept_len=h.acc[act], arm=[self.arm.name], seq=act, position=n[act], drafts=h.drafts[act],
             target=h.target[act], conf=h.conf[act], gated=h.gated[act], n_committed=c[act],
             step_ms=np.full(len(act), step_ms), warmup_ms=np.full(len(act), warmup_ms),
             drafter_rows=rows_at_propose[act], fed_rows=fed[act], **extra)
-        self.step_no[act] += 1
-        self.trace.n_tokens += int(c.sum())
-        if self.on_step is not None:
-            self.on_step(int(c.sum()), k, h.acc[act])
 
     # ------------------------------------------------------------- levers
     def _all_gated(self, gated: torch.Tensor, active: np.ndarray) -> bool:

@@ -32,6 +32,7 @@ import torch
 
 from atlas_ab import AtlasError
 from atlas_ab.runtime.batch import ragged_window
+from atlas_ab.runtime.graphs import StaticBuffers, Steps
 
 #: The argmax replay writes where the live verify's was conditioned on a rejected draft.
 UNKNOWN = -1
@@ -51,13 +52,20 @@ class LiveTarget:
         self.hidden_size = trunk.args.hidden_size
         self.graphs = graphs
         self.capture = graphs and self.device.type == "cuda" if capture is None else capture
+        # one target serves a run's waves: its step graphs, the KV pool and the waves' state
+        # buffers they read are kept while the next wave's shapes match (Wave binds them)
+        self.steps = Steps(graphs, self.capture)
+        self.buffers = StaticBuffers()
         self.kv = None
 
     def alloc(self, budgets: np.ndarray) -> None:
-        self.kv = self.trunk.new_kv(np.asarray(budgets).tolist())
+        caps = np.asarray(budgets).tolist()
+        if self.kv is None or self.kv.capacities != caps:
+            self.kv = self.trunk.new_kv(caps)
 
     def free(self) -> None:
-        self.kv = None
+        if not self.graphs:          # kept at static shapes: the next wave's graphs read it
+            self.kv = None
 
     def full_length(self) -> int:
         return self.kv.max_capacity
@@ -104,6 +112,8 @@ class ReplayTarget:
 
     def __init__(self, traj, device, logits=None):
         """logits: the trunk's head (hidden [..., H] -> logits [..., V]), for a sampled trajectory."""
+        self.steps = Steps(False)
+        self.buffers = StaticBuffers()
         self.traj = traj
         self.logits = logits
         self.device = torch.device(device)

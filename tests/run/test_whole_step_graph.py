@@ -62,3 +62,32 @@ def test_captured_step_equals_the_eager_static_step(models, name, temperature):
         ints = {pa.int64(): pd.Int64Dtype()}.get
         pd.testing.assert_frame_equal(eager.events.table().to_pandas(types_mapper=ints),
                                       captured.events.table().to_pandas(types_mapper=ints), check_exact=True)
+
+
+@pytest.mark.parametrize("name,temperature", [("refeed_on", None), ("refeed_on", 1.0), ("draft_conf_066", None)],
+                         ids=["refeed_on", "refeed_on_t1", "draft_conf_066"])
+def test_a_waves_graphs_serve_the_next_wave(models, name, temperature):
+    """The run's target keeps its graphs: a second wave of the same shape replays the first wave's
+    graphs (the same objects) and gives exactly the rows it gives on fresh objects (other
+    documents, so other doc keys under sampling: the doc buffer is read by address)."""
+    trunk, mtp = models
+    arm = arm_config(name)
+    if "draft_conf" in name:
+        arm.draft_conf = 0.2
+    plan = plan_of(arm, SamplingConfig(temperature=temperature, seed=5)) if temperature else None
+    fp = fingerprint_rows if arm.fingerprints_on else None
+    first = tiny_docs(n=8, turns=3, chunk=12, seed=1)
+    second = [d.__class__(doc_id=d.doc_id + 100, name=d.name, chunks=d.chunks) for d in tiny_docs(n=8, turns=3,
+                                                                                                chunk=12, seed=2)]
+
+    def run(target, prop, docs):
+        t = Wave(target, prop, arm, docs, G, fingerprint_rows=fp, plan=plan, capacity=120).run()
+        return t.steps.table().to_pandas().drop(columns=list(TIMING_COLUMNS))
+
+    target, prop = LiveTarget(trunk, graphs=True), MTPProposer(trunk, mtp, arm.row_space, arm.refeed)
+    run(target, prop, first)
+    kept = dict(target.steps._steps)
+    again = run(target, prop, second)
+    assert kept and all(target.steps._steps.get(k) is g for k, g in kept.items()), "the graphs were dropped"
+    fresh = run(LiveTarget(trunk, graphs=True), MTPProposer(trunk, mtp, arm.row_space, arm.refeed), second)
+    pd.testing.assert_frame_equal(again, fresh, check_exact=True)

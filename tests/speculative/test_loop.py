@@ -144,3 +144,30 @@ def test_static_shape_steps_match_dynamic_ones(models, arm):
         t = Wave(LiveTarget(trunk, graphs), prop, arm, docs, G).run().steps.table().to_pandas()
         out.append(t.drop(columns=list(TIMING_COLUMNS)))
     pd.testing.assert_frame_equal(out[0], out[1], check_exact=False, atol=1e-5)
+
+
+@pytest.mark.parametrize("arm", [ArmConfig(num_drafts=2), ArmConfig(catchup=True, refeed=True, num_drafts=3)],
+                         ids=["baseline", "refeed"])
+def test_one_target_and_proposer_serve_consecutive_waves(models, arm):
+    """A run's waves share its target, its proposer and (at static shapes) their KV pools, the
+    wave's state buffers and the step graphs: a wave after another gives exactly the rows it gives
+    alone, though the pools still hold the last wave's rows."""
+    from atlas_ab.telemetry.fingerprint import fingerprint_rows
+    trunk, mtp = models
+    first, second = tiny_docs(n=3, turns=2, chunk=10, seed=1), tiny_docs(n=3, turns=2, chunk=10, seed=2)
+    cap = 80
+
+    def wave(target, prop, docs):
+        t = Wave(target, prop, arm, docs, G, fingerprint_rows=fingerprint_rows, capacity=cap).run()
+        ev = t.events.table().to_pandas() if t.events is not None else None
+        return t.steps.table().to_pandas().drop(columns=list(TIMING_COLUMNS)), ev
+
+    shared_t, shared_p = LiveTarget(trunk, graphs=True), MTPProposer(trunk, mtp, arm.row_space, arm.refeed)
+    wave(shared_t, shared_p, first)
+    kv = shared_t.kv
+    after, after_ev = wave(shared_t, shared_p, second)
+    assert shared_t.kv is kv, "the second wave of the same shape reuses the pool"
+    alone, alone_ev = wave(LiveTarget(trunk, graphs=True), MTPProposer(trunk, mtp, arm.row_space, arm.refeed), second)
+    pd.testing.assert_frame_equal(after, alone, check_exact=True)
+    if alone_ev is not None:
+        pd.testing.assert_frame_equal(after_ev, alone_ev, check_exact=True)
