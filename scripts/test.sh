@@ -2,9 +2,12 @@
 # The test command. GPU tests skip themselves without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Passive OpenMP waits, for pytest and every run it starts: spinning threads on a shared machine cost
+# several times the run.
+export OMP_WAIT_POLICY=PASSIVE
 # The whole suite, slow end-to-end tests included, at one torch thread; the edit-test loop: pytest -m "not slow".
 python3 -m pytest -q -p no:cacheprovider "$@"
 # The float_sensitive tests again at two threads (a GEMM splits its sums by thread count, so they must hold
-# at any). Passive OpenMP waits: spinning threads on a shared machine cost several times the run. 5 = none selected.
-ATLAS_AB_TEST_THREADS=2 OMP_WAIT_POLICY=PASSIVE python3 -m pytest -q -p no:cacheprovider "$@" -m float_sensitive \
+# at any). 5 = none selected.
+ATLAS_AB_TEST_THREADS=2 python3 -m pytest -q -p no:cacheprovider "$@" -m float_sensitive \
   || [ $? -eq 5 ]

@@ -2,6 +2,7 @@
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -125,36 +126,39 @@ def test_power_json(capsys):
     assert d["z_at_n"] == pytest.approx(0.723, abs=0.001)
 
 
-def _imported(*argv) -> tuple[subprocess.CompletedProcess, set[str]]:
-    """`python -X importtime -m atlas_ab.analysis ARGV` in a fresh interpreter: the result and the
-    top-level packages it imported."""
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "atlas_ab.analysis", *map(str, argv)], cwd=ROOT,
-                       capture_output=True, text=True)
-    lines = [line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")]
-    return r, {m.split(".")[0] for m in lines} | set(lines)
+def _imported(*argvs) -> list[tuple[subprocess.CompletedProcess, set[str]]]:
+    """`python -X importtime -m atlas_ab.analysis ARGV` for each ARGV, each in a fresh interpreter, side
+    by side (two cores: a test's interpreters need not wait on each other): each one's result and the
+    top-level packages and modules it imported."""
+    def one(argv):
+        r = subprocess.run([sys.executable, "-X", "importtime", "-m", "atlas_ab.analysis", *map(str, argv)],
+                           cwd=ROOT, capture_output=True, text=True)
+        lines = [line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")]
+        return r, {m.split(".")[0] for m in lines} | set(lines)
+    with ThreadPoolExecutor(len(argvs)) as pool:
+        return list(pool.map(one, argvs))
 
 
 def test_python_m_and_no_torch(seeds_runs):
     """The real entry point in a fresh interpreter: exit 2 and the one line; and no module of any
     verb (--help imports them all to list them) pulls in torch."""
-    r, imported = _imported("compare", seeds_runs[0], "/nonexistent/run")
+    (r, _), (h, imported) = _imported(["compare", seeds_runs[0], "/nonexistent/run"], ["--help"])
     assert r.returncode == 2
     errors = [l for l in r.stderr.splitlines() if not l.startswith("import time:")]
     assert errors == [f"{ERR}/nonexistent/run: run directory does not exist"]
-    r, imported = _imported("--help")
-    assert r.returncode == 0 and "fingerprints" in r.stdout
+    assert h.returncode == 0 and "fingerprints" in h.stdout
     assert "atlas_ab.analysis.plots" in imported and "statsmodels" in imported  # every verb's module loaded
     assert "torch" not in imported
 
 
 def test_each_verb_imports_only_what_it_uses(seeds_runs):
     """A closed form loads no plotting or regression library, a comparison no plotting one."""
-    r, imported = _imported("power", "--p", "0.42", "--delta", "0.015", "--sd", "3")
+    (r, imported), (c, compared) = _imported(["power", "--p", "0.42", "--delta", "0.015", "--sd", "3"],
+                                             ["compare", *seeds_runs, "--bootstrap", "50"])
     assert r.returncode == 0 and "steps per arm needed: 32,099" in r.stdout
     assert not imported & {"matplotlib", "statsmodels", "pandas", "pyarrow", "torch"}, imported
-    r, imported = _imported("compare", *seeds_runs, "--bootstrap", "50")
-    assert r.returncode == 0 and "+0.027 (3.9 sd)" in r.stdout
-    assert not imported & {"matplotlib", "torch"}, imported
+    assert c.returncode == 0 and "+0.027 (3.9 sd)" in c.stdout
+    assert not compared & {"matplotlib", "torch"}, compared
 
 
 # --- bad input: one line naming the file and the problem, exit 2 -----------------------------

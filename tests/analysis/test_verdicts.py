@@ -12,28 +12,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import synth
 from atlas_ab.analysis.__main__ import main as analysis_main
 from atlas_ab.analysis.load import load_run
 from atlas_ab.analysis.report import build_report
-from atlas_ab.config.paths import CONF_DIR, PACKAGE_ROOT
+from atlas_ab.config.paths import PACKAGE_ROOT
 from atlas_ab.config.store import check_keys
 from atlas_ab.errors import one_line
 from atlas_ab.run.session import run
 from atlas_ab.run.store import RunStore
 from atlas_ab.telemetry.schema import TIMING_COLUMNS
+from tests.helpers.compose import cfg_of
 
 FAKE = "runner.engine._target_=tests.helpers.fakerunner.FakeRunner"
 BASE = [FAKE, "workload=tiny", "runner.device=cpu", "runner.batch_width=2", "runner.progress=false"]
 PREREG = PACKAGE_ROOT / "analysis/prereg/refeed_p2_uncond.yaml"
-
-
-def cfg_of(*overrides):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 def manifest(d: Path) -> dict:
@@ -72,6 +67,7 @@ def test_every_arm_of_a_study_carries_the_hash_locked_before_its_first_job(tmp_p
     assert (sweep / "prereg" / prereg.name).read_bytes() != prereg.read_bytes()
 
 
+@pytest.mark.slow        # a study end to end: both arms run, four reports (the lock itself: the tests around)
 def test_report_judges_the_locked_text_and_an_edited_file_is_prereg_changed(tmp_path, prereg, capsys):
     sweep = _study(tmp_path, prereg)
     runs = [load_run(d) for d in sorted(sweep.glob("*_*"))]
@@ -132,6 +128,7 @@ def test_arms_of_two_sweeps_whose_locked_texts_differ_are_refused(tmp_path, prer
     assert "MET" not in out and not (tmp_path / "rep").exists()
 
 
+@pytest.mark.slow        # a study end to end: both arms run, four reports through the CLI
 def test_an_edited_copy_under_a_new_name_is_unlocked_not_met(tmp_path, prereg, capsys):
     sweep = _study(tmp_path, prereg)
     arms = [str(sweep / "0_catchup_on"), str(sweep / "1_refeed_on")]
@@ -398,6 +395,7 @@ def test_thread_count_does_not_change_the_numbers():
 # -- the newcomer's path -----------------------------------------------------------------
 
 def test_a_refused_rerun_leaves_nothing_in_the_run_it_refused(tmp_path):
+    # the fast tier's real `python -m atlas_ab` processes (tests/run/test_cli.py's are all slow)
     env = {**__import__("os").environ, "PYTHONPATH": str(PACKAGE_ROOT)}
     d = tmp_path / "r"
     cmd = [sys.executable, "-m", "atlas_ab", *BASE, "+arm=baseline", f"hydra.run.dir={d}"]

@@ -15,8 +15,8 @@ from atlas_ab import AtlasError
 from atlas_ab.config.levers import (
     LEVERS,
     arm_from_env,
+    arm_of,
     arm_to_env,
-    compose_arm,
     env_draft_conf,
     env_lines,
     env_num_drafts,
@@ -28,6 +28,7 @@ from atlas_ab.config.levers import (
 )
 from atlas_ab.config.paths import CONF_DIR
 from atlas_ab.config.structured import ArmConfig, validate_arm
+from tests.helpers.compose import cfg_of
 
 ARMS = sorted(p.stem for p in (CONF_DIR / "arm").glob("*.yaml"))
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,7 +104,7 @@ def test_env_path_clamps_where_hydra_path_refuses():
 
 @pytest.mark.parametrize("name", ARMS)
 def test_every_arm_round_trips_through_env(name):
-    arm = compose_arm([f"+arm={name}"])
+    arm = arm_of(cfg_of(f"+arm={name}"))           # what compose_arm gives (the `env` CLI test below runs it)
     back = arm_from_env(arm_to_env(arm), name=name)
     for lv in LEVERS:
         if lv.env is not None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -189,7 +188,8 @@ class FakeEngine:
     prompts (an arm that decoded other text); perf_delay (trtllm): the first N GETs of
     /perf_metrics after an answer find nothing yet (a streamed request's metrics recorded after
     [DONE]); models_raw: (bytes, content type) served for /v1/models instead of JSON;
-    hang_after: POSTs after this many hang for `hang_s` seconds before answering; sglang_stream_400:
+    hang_after: POSTs after this many hang for `hang_s` seconds (or until the server closes) before
+    answering; sglang_stream_400:
     SGLang's refusal of return_meta_info with stream=true."""
 
     def __init__(self, engine="vllm", K=2, p_cond=(0.6, 0.7), mode="detailed", fail_first=0, vary_k=False,
@@ -205,6 +205,7 @@ class FakeEngine:
         self.requests, self.perf, self.next_id, self.lock = [], [], 0, threading.Lock()
         self.sampling, self.text_salt, self.perf_delay, self.models_raw = sampling, text_salt, perf_delay, models_raw
         self.hang_after, self.hang_s, self.perf_hidden = hang_after, hang_s, 0
+        self.closing = threading.Event()     # a hung handler stops hanging when the test is done with it
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -253,7 +254,7 @@ class FakeEngine:
                                                 "return_meta_info=true.", "code": 400})
                     code, obj, raw = outer.answer(body)
                 if hang:
-                    time.sleep(outer.hang_s)
+                    outer.closing.wait(outer.hang_s)
                 if raw is not None:
                     return self._send(code, raw=raw, ctype="text/event-stream")
                 return self._send(code, obj)
@@ -263,7 +264,9 @@ class FakeEngine:
         # (a broken pipe) prints nothing into the next test's stderr
         self.server.daemon_threads = False
         self.server.handle_error = lambda request, client_address: None
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # shutdown() waits up to one poll interval: the default 0.5 s was most of a short test
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02},
+                                       daemon=True)
 
     @property
     def url(self) -> str:
@@ -274,6 +277,7 @@ class FakeEngine:
         return self
 
     def __exit__(self, *exc):
+        self.closing.set()
         self.server.shutdown()
         self.server.server_close()
         self.thread.join()

@@ -48,9 +48,10 @@ def free_port() -> int:
 def llama_server(log: Path, *model_args: str, timeout: float = 120.0):
     """llama-server on a free loopback port; yields its /v1 URL; stopped (and reaped) on exit."""
     port = free_port()
-    # one slot, one request at a time: two sequences decoded in one batch take other ggml kernels
+    # one slot, one request at a time: two sequences decoded in one batch take other ggml kernels;
+    # no polling: ggml's spinning threads beside a busy core cost several times the run
     cmd = [BUILT["server"], *model_args, "--host", "127.0.0.1", "--port", str(port), "--temp", "0",
-           "--threads", "2", "--parallel", "1", "--ctx-size", "4096"]
+           "--threads", "2", "--poll", "0", "--parallel", "1", "--ctx-size", "4096"]
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
     try:

@@ -3,6 +3,7 @@ the same per-unit table and go through the same estimate; ingest imports none of
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -22,23 +23,24 @@ METRICS = ("p1", "p2_uncond", "p2_cond", "tokens_per_step", "draft_acceptance_ra
 def test_ingest_imports_no_analysis():
     """The import graph: ingest (every source, the writer, the collector) loads nothing of the
     analysis and none of its statistics libraries, so analysis -> ingest is the only direction."""
-    code = ("import sys, importlib\n"
-            "from atlas_ab.ingest import SOURCES\n"
-            "for m in list(SOURCES.values()) + ['atlas_ab.ingest', 'atlas_ab.ingest.tables', 'atlas_ab.ingest.write',"
-            " 'atlas_ab.ingest.collect', 'atlas_ab.ingest.jsonio']:\n"
-            "    importlib.import_module(m)\n"
-            "bad = sorted(m for m in sys.modules if m.startswith(('atlas_ab.analysis', 'scipy', 'statsmodels')))\n"
-            "print(','.join(bad))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
+    ingest = ("import sys, importlib\n"
+              "from atlas_ab.ingest import SOURCES\n"
+              "for m in list(SOURCES.values()) + ['atlas_ab.ingest', 'atlas_ab.ingest.tables', 'atlas_ab.ingest.write',"
+              " 'atlas_ab.ingest.collect', 'atlas_ab.ingest.jsonio']:\n"
+              "    importlib.import_module(m)\n"
+              "bad = sorted(m for m in sys.modules if m.startswith(('atlas_ab.analysis', 'scipy', 'statsmodels')))\n"
+              "print(','.join(bad))\n")
     # and the analysis reads runs, engine runs included, without the ingest (only the CLI verb
     # `ingest` calls into it)
-    code = ("import sys\n"
-            "import atlas_ab.analysis.units, atlas_ab.analysis.export\n"
-            "import atlas_ab.analysis.report, atlas_ab.analysis.criteria\n"
-            "print(','.join(sorted(m for m in sys.modules if m.startswith('atlas_ab.ingest'))))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
+    analysis = ("import sys\n"
+                "import atlas_ab.analysis.units, atlas_ab.analysis.export\n"
+                "import atlas_ab.analysis.report, atlas_ab.analysis.criteria\n"
+                "print(','.join(sorted(m for m in sys.modules if m.startswith('atlas_ab.ingest'))))\n")
+    # two fresh interpreters, side by side (neither waits on the other's imports)
+    with ThreadPoolExecutor(2) as pool:
+        outs = list(pool.map(lambda code: subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                                         text=True, check=True), (ingest, analysis)))
+    assert [out.stdout.strip() for out in outs] == ["", ""]
 
 
 def same(r1, r2) -> bool:

@@ -11,7 +11,8 @@ from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.proposers.rowspace import rows_to_trim
 from tests.helpers.tiny import tiny_models
 
-pytestmark = pytest.mark.float_sensitive
+# Not float_sensitive: rows and keys are host bookkeeping of the accept pattern; no test here reads
+# a drafted value, so scripts/test.sh's two-thread rerun has nothing to check in this file.
 
 
 def test_seed_examples_of_the_compact_trim():
@@ -43,7 +44,7 @@ def _prefilled(models, row_space, refeed, P=6):
 
 @pytest.mark.parametrize("row_space", ["compact", "dense"])
 @pytest.mark.parametrize("refeed", [False, True])
-@pytest.mark.parametrize("K", [1, 2, 3])
+@pytest.mark.parametrize("K", [1, 2, pytest.param(3, marks=pytest.mark.slow)])   # K=3's 64 patterns: whole suite
 def test_rows_and_keys_after_every_accept_pattern(models, row_space, refeed, K):
     H = models[0].args.hidden_size
     active = np.array([True])

@@ -1,8 +1,9 @@
 """`python -m atlas_ab` as a user runs it: subprocesses, one-line errors, kill -9 + resume, joblib sweeps.
 
-Fast tests fail before any model loads. The ones marked `slow` run the CLI end to end: the fake
-runner (tests/helpers/fakerunner.py) or the real runner on a tiny checkpoint written to a temp
-dir; `pytest -m "not slow"` leaves them out.
+Every test here is `slow` (`pytest -m "not slow"` leaves them out): each runs the CLI end to end,
+with the fake runner (tests/helpers/fakerunner.py) or the real runner on a tiny checkpoint written
+to a temp dir. The fast tier's one `python -m atlas_ab` subprocess is
+tests/analysis/test_verdicts.py::test_a_refused_rerun_leaves_nothing_in_the_run_it_refused.
 """
 import json
 import os
@@ -74,6 +75,7 @@ def _bad_inputs_are_one_line_and_leave_no_data(tmp_path, names):
             assert not (run_dir / "steps").exists() or not any((run_dir / "steps").iterdir()), name
 
 
+@pytest.mark.slow        # six CLI processes; tests/run/test_faults.py runs each case in-process through main()
 def test_bad_inputs_are_one_line_and_leave_no_data(tmp_path):
     _bad_inputs_are_one_line_and_leave_no_data(tmp_path, [n for n in BAD if "checkpoint" not in n])
 

@@ -1,9 +1,10 @@
 """Every fault and bad input of docs/faults.md, with the line the user sees (tests/helpers/faults.py).
 
-The table's commands run in-process through `main()`; the faults a user causes to a run
-directory run as subprocesses. A read-only directory and a full disk are real: a read-only bind
-mount and a small tmpfs, each in a private mount namespace (`unshare -m`, which needs root or
-CAP_SYS_ADMIN; the tests skip without it).
+The table's commands run in-process through `main()`, as do the faults a user causes to a run
+directory where one process suffices; two runs racing, a read-only directory and a full disk run
+the CLI as subprocesses (`slow`). The read-only directory and the full disk are real: a read-only
+bind mount and a small tmpfs, each in a private mount namespace (`unshare -m`, which needs root
+or CAP_SYS_ADMIN; the tests skip without it).
 """
 import ast
 import hashlib
@@ -21,6 +22,13 @@ from tests.helpers.cli import cli as run_cli, env_with as _env
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = [c for c in faults.CASES.values() if c.argv is not None]
+# A run case costs a whole Hydra main(); the fast tier runs one per check the CLI makes (the arm, a key,
+# a type, a lever rule, the workload, a checkpoint, the run directory, resume) and the whole suite the rest.
+FAST_RUN_CASES = {"run.unknown-arm", "run.typo-runner", "run.wrong-type-bool", "run.refeed-without-catchup",
+                  "run.gen-tokens-1", "run.missing-checkpoint", "run.corrupt-checkpoint", "run.unwritable-parent",
+                  "run.resume-missing"}
+TABLE_PARAMS = [pytest.param(c, id=c.id, marks=[pytest.mark.slow] if c.argv[0] == "atlas_ab"
+                             and c.id not in FAST_RUN_CASES else []) for c in TABLE]
 
 
 def cli(*args, env=None, wait=True):
@@ -89,7 +97,7 @@ def paths(tmp_path_factory):
             "prereg": prereg, **locked}
 
 
-@pytest.mark.parametrize("case", TABLE, ids=[c.id for c in TABLE])
+@pytest.mark.parametrize("case", TABLE_PARAMS)
 def test_every_bad_input_prints_its_line(case, paths):
     program, *argv = [a.format(**paths) for a in case.argv]
     run_dir = paths["tmp"] / f"run-{case.id}"
@@ -109,6 +117,7 @@ def test_every_bad_input_prints_its_line(case, paths):
 
 # -- faults a user causes to a run directory -------------------------------------------------
 
+@pytest.mark.slow        # two CLI processes racing for one run directory, end to end
 def test_two_runs_started_together_one_completes_the_other_touches_nothing(tmp_path):
     d = tmp_path / "r"
     args = ["+arm=baseline", "runner.batch_width=1", f"hydra.run.dir={d}"]
@@ -165,6 +174,7 @@ def _atlas(args: str, out: Path) -> str:
     return f'"{sys.executable}" -m atlas_ab {fake} {args} 2>"{out}" >/dev/null; echo $? > "{out}.rc"\n'
 
 
+@pytest.mark.slow        # the CLI end to end (three runs) in a mount namespace
 @needs_namespace
 def test_a_read_only_run_directory_is_one_line(tmp_path):
     d = tmp_path / "r"
@@ -184,6 +194,7 @@ def test_a_read_only_run_directory_is_one_line(tmp_path):
     assert files_of(d) == before
 
 
+@pytest.mark.slow        # the CLI end to end on a full tmpfs in a mount namespace
 @needs_namespace
 def test_a_full_disk_at_the_start_names_the_directory(tmp_path):
     mnt = tmp_path / "disk"
@@ -199,6 +210,7 @@ def test_a_full_disk_at_the_start_names_the_directory(tmp_path):
     faults.check("run.disk-full-at-start", errors(err)[0], run=d)
 
 
+@pytest.mark.slow        # the CLI end to end, 64 waves twice, on a tmpfs that fills up
 @needs_namespace
 def test_a_disk_that_fills_up_fails_the_run_and_resume_completes_it(tmp_path):
     mnt = tmp_path / "disk"
@@ -226,16 +238,19 @@ def test_a_disk_that_fills_up_fails_the_run_and_resume_completes_it(tmp_path):
     assert m["status"] == "complete" and [s["wave"] for s in m["shards"]] == list(range(64))
 
 
-def test_resume_of_a_complete_run_rebuilds_a_missing_shard(tmp_path):
+def test_resume_of_a_complete_run_rebuilds_a_missing_shard(tmp_path, capsys):
     from atlas_ab.analysis.load import load_run
 
     d = tmp_path / "r"
-    args = ["+arm=refeed_on", "runner.batch_width=1"]
-    assert cli(*args, f"hydra.run.dir={d}")[0] == 0
+    args = [*faults.FAKE, "+arm=refeed_on", "runner.batch_width=1"]
+    code, err = faults.main_of("atlas_ab", [*args, f"hydra.run.dir={d}"])
+    assert code == 0, err
     full = manifest(d)
     shard = (d / "steps" / "part-00001.parquet").read_bytes()
     (d / "steps" / "part-00001.parquet").unlink()
-    code, out, err = cli(*args, f"runner.resume={d}")
+    capsys.readouterr()
+    code, err = faults.main_of("atlas_ab", [*args, f"runner.resume={d}"])
+    out = capsys.readouterr().out
     assert code == 0, err
     warned = [ln for ln in (out + err).splitlines() if "WARNING" in ln]
     assert len(warned) == 1, out + err

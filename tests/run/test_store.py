@@ -15,14 +15,10 @@ from atlas_ab.config.paths import CONF_DIR, PACKAGE_ROOT, resolve_path
 from atlas_ab.run.session import acceptance_summary, run
 from atlas_ab.run.store import RunStore, aggregate_gate, config_diff
 from atlas_ab.telemetry.schema import TIMING_COLUMNS
+from tests.helpers.compose import cfg_of
 
 FAKE = "runner.engine._target_=tests.helpers.fakerunner.FakeRunner"
 BASE = [FAKE, "workload=tiny", "runner.device=cpu", "runner.batch_width=1", "runner.progress=false"]
-
-
-def cfg_of(*overrides):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 def steps_of(run_dir: Path) -> pa.Table:

@@ -63,7 +63,10 @@ def run(trunk, backend, caps, steps, seed=1):
     return out, kv, n
 
 
-@pytest.mark.parametrize("variant", ["llama_gqa", "mha", "qwen2_bias", "qwen3_qk_norm", "mistral_window"])
+# llama_gqa (two layers, four ragged steps) in the fast tier, the other architectures in the whole suite;
+# test_kernels.py's fast tests reach what they add (one query head per KV head, q/k norm, a window, bias)
+@pytest.mark.parametrize("variant", ["llama_gqa", *(pytest.param(v, marks=pytest.mark.slow) for v in
+                                                    ("mha", "qwen2_bias", "qwen3_qk_norm", "mistral_window"))])
 def test_fast_forward_equals_torch(variant):
     a = {"llama_gqa": args(), "mha": args(num_key_value_heads=4, num_hidden_layers=1),
          "qwen2_bias": args(model_type="qwen2", attention_bias=True, num_hidden_layers=1),
@@ -83,6 +86,7 @@ def test_fast_forward_equals_torch(variant):
         torch.testing.assert_close(got_kv.v[:, s], ref_kv.v[:, s], **TOL)
 
 
+@pytest.mark.slow        # the model through the skinny Triton matmul; test_kernels.py checks the kernel fast
 def test_fast_forward_with_skinny_matmuls_equals_torch():
     from atlas_ab.runtime.kernels.matmul import use_matmul
     trunk, _ = build(args())

@@ -12,9 +12,10 @@ import torch
 from omegaconf import OmegaConf
 
 from atlas_ab import AtlasError
-from atlas_ab.config.levers import BY_NAME, arm_from_env, arm_to_env, compose_arm
+from atlas_ab.config.levers import BY_NAME, arm_from_env, arm_of, arm_to_env
 from atlas_ab.config.structured import ArmConfig, validate_arm
 from atlas_ab.runtime import checkpoint
+from tests.helpers.compose import cfg_of
 from tests.helpers.mtp_reference import DEEPSEEK, MIMO, deepseek_checkpoint, mimo_checkpoint
 from tests.runtime.test_layouts import PROMPTS, compare, our_drafts
 
@@ -59,7 +60,7 @@ def test_uniform_final_norms_hide_the_difference(tmp_path):
 def test_the_levers_compose_validate_and_round_trip_the_env():
     for name, field, value in (("handoff_post", "handoff_norm", "post"), ("recycle_post", "recycle_norm", "post"),
                                ("handoff_pre", "handoff_norm", "pre"), ("recycle_pre", "recycle_norm", "pre")):
-        arm = compose_arm([f"+arm={name}"])
+        arm = arm_of(cfg_of(f"+arm={name}"))
         assert getattr(arm, field) == value and arm.name == name
         back = arm_from_env(arm_to_env(arm))
         assert getattr(back, field) == value
@@ -91,14 +92,10 @@ def mimo_dir(tmp_path_factory):
 @pytest.mark.parametrize("arm,in_effect", [(None, ("pre", "post")), ("handoff_post", ("post", "post")),
                                            ("recycle_pre", ("pre", "pre"))])
 def test_the_manifest_records_the_declared_and_the_run_handoff(tmp_path, mimo_dir, arm, in_effect):
-    from hydra import compose, initialize_config_dir
-
-    from atlas_ab.config.paths import CONF_DIR
     from atlas_ab.run.session import run
     over = ["model=path", f"model.path={mimo_dir}", "workload=tiny", "workload.n_docs=2", "runner.device=cpu",
             "runner.progress=false", "runner.threads=1"] + ([f"+arm={arm}"] if arm else [])   # conftest's one thread
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=over)
+    cfg = cfg_of(*over)
     m = run(cfg, tmp_path / "run", out=open("/dev/null", "w"))
     assert m["status"] == "complete" and m["gate"]["passed"]
     assert m["model"]["mtp_layout"] == "mimo"

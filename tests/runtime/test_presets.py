@@ -22,11 +22,8 @@ SHAPES = {"llama1b": (2048, 16, 16, 8, 5632, 0.77e9), "llama8b": (4096, 32, 32, 
 
 
 def model_cfg(*overrides):
-    from hydra import compose, initialize_config_dir
-
-    from atlas_ab.config.store import CONF_DIR  # (registers the schema)
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return OmegaConf.to_object(compose(config_name="config", overrides=list(overrides)).model)
+    from tests.helpers.compose import cfg_of
+    return OmegaConf.to_object(cfg_of(*overrides).model)
 
 
 @pytest.mark.parametrize("name", sorted(SHAPES))

@@ -60,6 +60,11 @@ ARMS = {
     "draft_model_k1": ArmConfig(name="draft_model_k1", proposer="draft_model", num_drafts=1),
     "draft_model_k3": ArmConfig(name="draft_model_k3", proposer="draft_model", num_drafts=3, shadow_topk=2),
 }
+# The fast tier replays the compound arms, which between them turn on every lever and both row spaces and
+# proposers; the arms of one lever each (whose levers those cover) run in the whole suite.
+SINGLE = {"k1", "k3", "catchup_on", "refeed_on", "shift_p1", "ring_prefill_on", "draft_conf_099", "dense",
+          "draft_model_k1"}
+ARM_PARAMS = [pytest.param(n, marks=pytest.mark.slow) if n in SINGLE else n for n in sorted(ARMS)]
 FLOATS = ["conf", "topk_probs"]
 FINGERPRINTS = ["fp", "fp2"]
 # fp32 hiddens of other shapes: rounding grows with the value (the trunk's residual stream reaches ~20)
@@ -159,7 +164,7 @@ def lives(models, draft, docs):
     return live
 
 
-@pytest.mark.parametrize("name", sorted(ARMS))
+@pytest.mark.parametrize("name", ARM_PARAMS)
 def test_replay_of_the_live_runs_own_target_is_bit_identical(models, draft, docs, lives, name):
     """The state machine: fed the very hiddens and argmaxes its live run computed, replay
     gives the same steps and events, floats and fingerprints included, bit for bit."""
@@ -180,7 +185,7 @@ def replayed(models, draft, docs, lives, name, stored):
     return dict(lives(name), rep=rep, rep_ev=rep_ev, trace=trace, rep_rows=rows.rows if rep_ev is not None else None)
 
 
-@pytest.mark.parametrize("name", sorted(ARMS))
+@pytest.mark.parametrize("name", ARM_PARAMS)
 def test_replay_of_the_stored_trajectory_equals_live(models, draft, docs, stored, lives, name):
     """Every arm over the one built trajectory: all integer columns (drafts, accept_len,
     positions, rows, gating, oracle hits, top-k ids, commits) and the events' bookkeeping equal

@@ -10,22 +10,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from atlas_ab import AtlasError
-from atlas_ab.config.paths import CONF_DIR
 from atlas_ab.run.session import run
 from atlas_ab.speculative.trajectory import Trajectory
 from atlas_ab.speculative.trajectory_store import TrajectoryStore, wave_file
 from atlas_ab.telemetry.schema import TIMING_COLUMNS
+from tests.helpers.compose import cfg_of
 
 # one torch thread, as tests/conftest.py sets for every test: the default (every core) spins on a shared machine
 BASE = ["workload=tiny", "runner.device=cpu", "runner.batch_width=2", "runner.progress=false", "runner.threads=1"]
-
-
-def cfg_of(*overrides):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 def steps_of(d: Path) -> pa.Table:
@@ -44,6 +38,7 @@ def replay(arm, cache, d, *extra):
     return run(cfg_of(*BASE, f"+arm={arm}", "runner.mode=replay", f"runner.trajectories={cache}", *extra), d)
 
 
+@pytest.mark.slow        # three runs of the real runner end to end (replay, live, a second arm's replay)
 def test_replay_runs_record_their_trajectory_and_equal_live(tmp_path, cache):
     m = replay("refeed_on", cache, tmp_path / "a")
     assert m["status"] == "complete" and m["mode"] == "replay"
@@ -70,6 +65,7 @@ def test_replay_runs_record_their_trajectory_and_equal_live(tmp_path, cache):
     assert m2["gate"]["by"] == "replay" and m2.get("replay_check") is None
 
 
+@pytest.mark.slow        # three runs of the real runner end to end (whole, crashed, resumed)
 def test_replay_resumes_by_wave(tmp_path, cache, monkeypatch):
     from atlas_ab.run.runner import Runner
     full = tmp_path / "full"

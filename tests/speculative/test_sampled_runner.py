@@ -74,7 +74,8 @@ def test_bad_sampling_is_refused(case):
     (["+arm=baseline", "workload.sampling.temperature=1", "arm.draft_policy=nucleus"], "draft_policy='nucleus'"),
 ], ids=["draft policy at greedy", "unknown policy"])
 def test_bad_sampling_is_one_line(tmp_path, args, must):
+    from tests.helpers.faults import main_of
     d = tmp_path / "run"
-    rc, out, err = cli(*args, f"hydra.run.dir={d}", "runner.device=cpu")
+    rc, err = main_of("atlas_ab", [*args, f"hydra.run.dir={d}", "runner.device=cpu"])    # python -m, in-process
     assert rc == 2 and must in err and len(err.strip().splitlines()) == 1, err
     assert not (d / "steps").exists()

@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
+from atlas_ab.runtime import kernels
 from atlas_ab.telemetry.fingerprint import (
     FNV_OFFSET,
     fingerprint_reference,
@@ -98,10 +98,8 @@ def test_fallback_shapes_dtypes_and_strides():
     assert fingerprint_rows(torch.zeros(3, 0)).tolist() == [to_signed(FNV_OFFSET)] * 3
 
 
-INTERPRETER_SCRIPT = textwrap.dedent("""
-    import torch
-    from atlas_ab.telemetry.fingerprint import fingerprint_reference, fingerprint_rows, to_signed
-    from tests.telemetry.test_fingerprint import random_rows, special_rows
+def check_triton_in_interpreter():
+    """The Triton kernel, run by Triton's interpreter on CPU tensors, equals the reference."""
     # 40 + 16 rows: two programs of 32, the second one masked; H odd
     x = torch.cat([random_rows(40, 19, seed=4), special_rows(19)])
     got = fingerprint_rows(x, backend="triton").tolist()
@@ -110,18 +108,22 @@ INTERPRETER_SCRIPT = textwrap.dedent("""
     wide = random_rows(3, 30, seed=5)[:, 5:17]   # row stride != H
     got = fingerprint_rows(wide, backend="triton").tolist()
     assert got == [to_signed(v) for v in fingerprint_reference(wide.contiguous())]
-    print("OK", len(x))
-""")
+    return len(x)
 
 
 def test_triton_kernel_in_interpreter_matches_reference():
     pytest.importorskip("triton")
+    if kernels.interpreting():
+        # conftest set TRITON_INTERPRET=1 before anything imported triton (no GPU): this process interprets
+        assert check_triton_in_interpreter() == 56
+        return
     # TRITON_INTERPRET is read when the kernel is decorated, so it must be set
     # before anything imports the kernel: hence a fresh interpreter.
     env = dict(os.environ, TRITON_INTERPRET="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", INTERPRETER_SCRIPT], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    script = "from tests.telemetry.test_fingerprint import check_triton_in_interpreter as c; print('OK', c())"
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["OK", "56"]
 
