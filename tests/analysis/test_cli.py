@@ -151,6 +151,7 @@ def test_python_m_and_no_torch(seeds_runs):
     assert "torch" not in imported
 
 
+@pytest.mark.slow          # a fresh interpreter per verb (~3 s); test_python_m_and_no_torch keeps one fast
 def test_each_verb_imports_only_what_it_uses(seeds_runs):
     """A closed form loads no plotting or regression library, a comparison no plotting one."""
     (r, imported), (c, compared) = _imported(["power", "--p", "0.42", "--delta", "0.015", "--sd", "3"],

@@ -20,6 +20,7 @@ from tests.helpers.engine_fixtures import greedy_positions
 METRICS = ("p1", "p2_uncond", "p2_cond", "tokens_per_step", "draft_acceptance_rate")
 
 
+@pytest.mark.slow          # fresh interpreters (~1.5 s)
 def test_ingest_imports_no_analysis():
     """The import graph: ingest (every source, the writer, the collector) loads nothing of the
     analysis and none of its statistics libraries, so analysis -> ingest is the only direction."""
