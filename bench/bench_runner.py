@@ -67,12 +67,15 @@ def docs_for(n, turns, chunk, gen):
                           DEFAULT_TOKENIZER).docs
 
 
-def run_wave(trunk, proposer, arm, docs, gen):
+def run_wave(trunk, proposer, arm, docs, gen, target=None):
+    """One wave; `target` (with the same proposer) kept across calls keeps its step graphs, as the
+    runner keeps them across a run's waves."""
     dev = next(trunk.parameters()).device
     sync(dev)
     t0 = time.perf_counter()
     fp = fingerprint_rows if arm.fingerprints_on else None
-    trace = Wave(LiveTarget(trunk, GRAPHS), proposer, arm, docs, gen, fingerprint_rows=fp).run()
+    target = target if target is not None else LiveTarget(trunk, GRAPHS)
+    trace = Wave(target, proposer, arm, docs, gen, fingerprint_rows=fp).run()
     sync(dev)
     t1 = time.perf_counter()
     if trace.events is not None:
@@ -246,18 +249,19 @@ def main(argv=None):
         docs = docs_all[:Bl]
 
         def ratio(on_arm, off_arm, reps=2 if smoke else 5, trunk=trunk, mtp=mtp, docs=docs):
-            """Throughput with a lever on / off at the widest batch, after a warm-up of
-            each (Triton's JIT, graph captures), alternating so drift hits both alike;
-            medians of `reps` runs (one run is ~0.3 s on the GPU: noisy alone)."""
-            def prop(arm):
-                return MTPProposer(trunk, mtp, arm.row_space, arm.refeed)
+            """Throughput with a lever on / off at the widest batch, each arm on its own target and
+            proposer kept across its waves (as a run keeps its step graphs), after a warm-up wave of
+            each (Triton's JIT, the graph captures), alternating so drift hits both alike; medians
+            of `reps` runs (one run is ~0.3 s on the GPU: noisy alone)."""
             wide = docs_all[:widths[-1]]
-            for arm in (on_arm, off_arm):
-                run_wave(trunk, prop(arm), arm, docs[:8], 4)
+            kept = {key: (LiveTarget(trunk, GRAPHS), MTPProposer(trunk, mtp, arm.row_space, arm.refeed))
+                    for key, arm in (("on", on_arm), ("off", off_arm))}
+            for key, arm in (("on", on_arm), ("off", off_arm)):
+                run_wave(trunk, kept[key][1], arm, wide, gen, target=kept[key][0])
             rates, step_ms, events_s = {"on": [], "off": []}, {"on": [], "off": []}, []
             for _ in range(reps):
                 for key, arm in (("off", off_arm), ("on", on_arm)):
-                    r = run_wave(trunk, prop(arm), arm, wide, gen)[0]
+                    r = run_wave(trunk, kept[key][1], arm, wide, gen, target=kept[key][0])[0]
                     rates[key].append(r["rows_per_s"])
                     step_ms[key].append(r["step_ms_median"])
                     if key == "on":

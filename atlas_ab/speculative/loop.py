@@ -113,6 +113,7 @@ class Wave:
         self.fp_in_step = self.ev is not None and self.steps.graphs
         self._feed_plan = None
         self._pending = None       # the last step's telemetry rows, written while the device runs the next
+        self._later: list = []     # and its fingerprint events (hashed in the step), the same way
         self.turn = 0
         doc = bufs.get("doc", (B,), torch.long, self.device).copy_(self._t(self.doc_ids))
         self.verifier = verifier(plan, self.target, doc, self.K)
@@ -274,6 +275,10 @@ class Wave:
         return (*self.steps(("verify", serial) + key, verify, [x], lengths, self.full, state), serial)
 
     def _flush(self) -> None:
+        """The last step's telemetry: its fingerprint events hashed in the step, then its rows."""
+        for kind, fields in self._later:
+            self.ev.add(kind, **fields)
+        self._later.clear()
         if self._pending is not None:
             self._record(*self._pending)
             self._pending = None
@@ -429,8 +434,9 @@ class Wave:
             return
         dst = self.ring.book(seq, ring_label[seq, j])
         if fp is not None:
-            self.ev.add("ring_write", doc_id=self.doc_ids[seq], turn=self.turn, step=self.step_no[seq], seq=seq,
-                        fp=fp[seq, j], fp2=fp[seq, self.K + 1 + j], label=ring_label[seq, j])
+            self._later.append(("ring_write", dict(doc_id=self.doc_ids[seq], turn=self.turn, step=self.step_no[seq],
+                                                   seq=seq, fp=fp[seq, j], fp2=fp[seq, self.K + 1 + j],
+                                                   label=ring_label[seq, j])))
         elif self.ev is not None:
             src = self._t(np.stack([seq, j]))
             self.ev.add("ring_write", doc_id=self.doc_ids[seq], turn=self.turn, step=self.step_no[seq],
@@ -467,9 +473,10 @@ class Wave:
         if fp is not None:
             if self._feed_plan is not None and len(self._feed_plan[0]):
                 w, j = self._feed_plan
-                self.ev.add("feed", doc_id=self.doc_ids[w.seq], turn=self.turn, step=self.step_no[w.seq],
-                            seq=w.seq, fp=fp[w.seq, 2 + j], label=w.label, key=w.key, rope=w.rope, slot=w.slot)
-            self.ev.add("propose", fp=fp[act, 0], fp2=fp[act, 1], **meta)
+                self._later.append(("feed", dict(doc_id=self.doc_ids[w.seq], turn=self.turn, step=self.step_no[w.seq],
+                                                 seq=w.seq, fp=fp[w.seq, 2 + j], label=w.label, key=w.key,
+                                                 rope=w.rope, slot=w.slot)))
+            self._later.append(("propose", dict(fp=fp[act, 0], fp2=fp[act, 1], **meta)))
             return
         if self.ring is not None:
             idx = self.ring.index(act, n[act])          # one copy serves both gathers
