@@ -407,6 +407,7 @@ def test_a_refused_rerun_leaves_nothing_in_the_run_it_refused(tmp_path):
     assert sorted(p.relative_to(d) for p in d.rglob("*")) == before      # no .hydra/resume-* left
 
 
+@pytest.mark.slow          # a whole sweep directory reported (~1.7 s)
 def test_report_on_a_sweep_glob_skips_what_is_not_a_run(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     for i, arm in enumerate(("catchup_on", "refeed_on")):

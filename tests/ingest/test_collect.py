@@ -3,6 +3,8 @@ the A/B end to end (two arms -> report --prereg, mcnemar), each engine's format,
 resume, and the refusals (one line, exit 2)."""
 import json
 
+import pytest
+
 from atlas_ab.analysis.__main__ import main as analysis
 from atlas_ab.analysis.load import load_run
 from atlas_ab.analysis.units import figure, load_units
@@ -25,6 +27,7 @@ def one_error(capsys, code, must=()):
     return err[0]
 
 
+@pytest.mark.slow          # two collections against a stand-in server, then the report (~1.9 s)
 def test_vllm_ab_end_to_end(tmp_path, capsys):
     with FakeEngine("vllm", p_cond=(0.55, 0.6), fail_first=2) as fe:
         assert run(fe, tmp_path, "catchup_on", "--concurrency", "3") == 0

@@ -117,6 +117,7 @@ def test_a_server_that_answers_something_else_is_named(tmp_path, capsys):
                                *SMALL]), ["cannot reach the server"])
 
 
+@pytest.mark.slow          # waits out the collector's timeout (~1.3 s)
 def test_a_hung_server_fails_after_one_wait_and_shows_it(tmp_path, capsys):
     with FakeEngine("vllm", hang_after=2, hang_s=2.5) as fe:     # the probe answers, then nothing does
         code = collect(["--url", fe.url, "--arm", "a", "--out", str(tmp_path / "a"), "--workload", "tiny",
@@ -140,6 +141,7 @@ def test_auto_recognises_tensorrt_llm(tmp_path, capsys):
     assert m["engine"]["name"] == "trtllm" and m["engine"]["owned_by"] == "tensorrt_llm"
 
 
+@pytest.mark.slow          # waits for the streamed metrics (~1.9 s)
 def test_streamed_tensorrt_llm_metrics_are_waited_for(tmp_path, capsys, monkeypatch):
     # tensorrt_llm/serve/openai_server.py, chat_stream_generator: `yield "data: [DONE]\n\n"` and only
     # then `await self._extract_metrics(res, raw_request)`, which appends the /perf_metrics entry

@@ -95,6 +95,7 @@ def test_trained_on_this_interpreters_corpus():
         assert rec["corpus"]["sha256"] == build_corpus().info.sha256
 
 
+@pytest.mark.slow          # loads transformers (~2.1 s); the outside check of the trunk
 def test_transformers_reads_the_same_trunk(ck, snippet):
     transformers = pytest.importorskip("transformers")
 
