@@ -21,12 +21,12 @@ workload and two arms, for CI.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
 
 import torch
+from common import dump_json  # bench/common.py (this folder is on sys.path)
 
 from atlas_ab.config.levers import compose_arm
 from atlas_ab.config.structured import ModelConfig, RunnerConfig, WorkloadConfig
@@ -130,9 +130,7 @@ def main(argv=None) -> int:
     print(f"sweep of {len(arms)} arms: live {live_s:.2f}s (loop {live_loop_s:.2f}s + gate), replay {replay_s:.2f}s "
           f"(build {build_s:.2f}s once)  replay/live {res['ratio']:.3f} ({res['ratio_vs_loop_only']:.3f} against the "
           f"live loop alone)")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=2)
+    dump_json(a.json, res)
     return 0
 
 

@@ -11,15 +11,13 @@ gated), and the acceptance summary `python -m atlas_ab +arm=NAME` prints.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 
 import pyarrow as pa
-import torch
+from common import acceptance_line, arm_study_args, dump_json  # bench/common.py (this folder is on sys.path)
 
 from atlas_ab.config.levers import compose_arm
-from atlas_ab.config.structured import ModelConfig, RunnerConfig, WorkloadConfig
+from atlas_ab.config.structured import ModelConfig, RunnerConfig
 from atlas_ab.run.runner import Runner
 from atlas_ab.run.session import acceptance_summary
 
@@ -39,15 +37,7 @@ def hole_turns(proposer, docs, G) -> list[tuple[int, int]]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--arms", default=",".join(ARMS))
-    p.add_argument("--smoke", action="store_true", help="the tiny workload, catchup_on vs ring_prefill_on (CI)")
-    p.add_argument("--json")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    a = p.parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    wl = WorkloadConfig(n_docs=4, turns=2, chunk_tokens=16, gen_tokens=8) if a.smoke else WorkloadConfig()
+    a, wl = arm_study_args(__doc__, ARMS, argv, smoke_help="the tiny workload, catchup_on vs ring_prefill_on (CI)")
     arms = ARMS[:2] if a.smoke else a.arms.split(",")
     res = {}
     for name in arms:
@@ -66,11 +56,8 @@ def main(argv=None) -> int:
                      **acceptance_summary(st)}
         s = res[name]
         print(f"{name:22s} turns {s['turns']}  with the hole {s['hole_turns']}  first step rejected {rejected}  "
-              f"p1 {s['p1']:.4f}  p2_uncond {s['p2_uncond']:.4f}  p2_cond {s['p2_cond']:.4f}  "
-              f"tokens/step {s['tokens_per_step']:.3f}  n {s['n_steps']}", flush=True)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=2)
+              f"{acceptance_line(s)}", flush=True)
+    dump_json(a.json, res)
     return 0
 
 
