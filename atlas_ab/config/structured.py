@@ -294,5 +294,15 @@ def validate_runner(r: RunnerConfig) -> RunnerConfig:
     return r
 
 
+def validate_run(arm: ArmConfig, model: ModelConfig, workload: WorkloadConfig, runner: RunnerConfig) -> None:
+    """Every check of a run's four configs, in the order their errors are reported: the session
+    runs it before any model loads, and the Runner again for callers that build it directly."""
+    validate_arm(arm)
+    validate_model(model)
+    validate_workload(workload)
+    validate_arm_sampling(arm, workload.sampling)
+    validate_runner(runner)
+
+
 def field_names(cls) -> list[str]:
     return [f.name for f in fields(cls)]

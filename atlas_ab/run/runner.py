@@ -25,11 +25,7 @@ from atlas_ab.config.structured import (
     ModelConfig,
     RunnerConfig,
     WorkloadConfig,
-    validate_arm,
-    validate_arm_sampling,
-    validate_model,
-    validate_runner,
-    validate_workload,
+    validate_run,
 )
 from atlas_ab.run.engine import RunInfo, WaveResult
 from atlas_ab.run.store import aggregate_gate
@@ -73,12 +69,9 @@ class Runner:
         from atlas_ab.runtime import checkpoint
         from atlas_ab.workload.documents import build_workload
 
-        self.arm = validate_arm(arm)
-        validate_model(model)
-        validate_workload(workload)
-        validate_arm_sampling(self.arm, workload.sampling)
+        validate_run(arm, model, workload, runner)
+        self.arm, self.cfg = arm, runner
         self.plan = plan_of(self.arm, workload.sampling)     # None: greedy verification
-        self.cfg = validate_runner(runner)
         self.device = resolve_device(runner.device)
         if self.device.type == "cuda":
             if self.device.index is None:

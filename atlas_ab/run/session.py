@@ -32,11 +32,7 @@ from atlas_ab.config.structured import (
     RunnerConfig,
     StudyConfig,
     WorkloadConfig,
-    validate_arm,
-    validate_arm_sampling,
-    validate_model,
-    validate_runner,
-    validate_workload,
+    validate_run,
 )
 from atlas_ab.errors import one_line
 from atlas_ab.run.device import DeviceClaim, set_threads, thread_count
@@ -79,11 +75,7 @@ def configs(cfg: DictConfig, out=None) -> Configs:
         c.arm = arm_from_env(os.environ, name="env")
         for line in env_report(os.environ):
             print(line, file=sys.stderr if out is None else out)
-    validate_arm(c.arm)
-    validate_model(c.model)
-    validate_workload(c.workload)
-    validate_arm_sampling(c.arm, c.workload.sampling)
-    validate_runner(c.runner)
+    validate_run(c.arm, c.model, c.workload, c.runner)
     if c.study.arms and c.arm.name not in c.study.arms:
         raise AtlasError(f"arm {c.arm.name!r} is not in study {c.study.name!r} (arms: {', '.join(c.study.arms)})")
     return c
