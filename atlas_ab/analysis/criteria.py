@@ -483,28 +483,28 @@ def _item(pr: Prereg, label: str, delta: float, se: float | None, status: str, *
 
 # ---- the kinds -------------------------------------------------------------------------------
 
-def judge_difference(pr: Prereg, runs: list[Run], n_boot: int, seed: int) -> Judgement:
+def _judge_pair(pr: Prereg, runs: list[Run], n_boot: int, seed: int, verdict, label: str, **item) -> Judgement:
+    """A control/treatment kind: measure the pair, decide with `verdict(pr, spec, measured)`, and
+    the same decision under the other estimand (the sensitivity line)."""
     spec = pr.spec
     control = _run(runs, spec.arms.control, "control", pr)
     treatment = _run(runs, spec.arms.treatment, "treatment", pr)
     m = measure(pr, control, treatment, n_boot, seed)
-    v = _difference_verdict(pr, spec, m)
-    sens = _sensitivity(pr, lambda p, s, ms: _difference_verdict(p, s, ms[0]), [m])
+    v = verdict(pr, spec, m)
+    sens = _sensitivity(pr, lambda p, s, ms: verdict(p, s, ms[0]), [m])
     details = {**m.details(), "estimand": spec.estimand.value, "sensitivity": sens.to_dict()}
-    return Judgement(v, details, (_item(pr, f"{spec.arms.treatment} - {spec.arms.control}", v.delta, v.se, v.status,
-                                        min_effect=spec.min_effect, direction=spec.direction.value),), sens)
+    return Judgement(v, details, (_item(pr, f"{spec.arms.treatment} - {spec.arms.control}{label}", v.delta, v.se,
+                                        v.status, **item),), sens)
+
+
+def judge_difference(pr: Prereg, runs: list[Run], n_boot: int, seed: int) -> Judgement:
+    spec = pr.spec
+    return _judge_pair(pr, runs, n_boot, seed, _difference_verdict, "", min_effect=spec.min_effect,
+                       direction=spec.direction.value)
 
 
 def judge_equivalence(pr: Prereg, runs: list[Run], n_boot: int, seed: int) -> Judgement:
-    spec = pr.spec
-    control = _run(runs, spec.arms.control, "control", pr)
-    treatment = _run(runs, spec.arms.treatment, "treatment", pr)
-    m = measure(pr, control, treatment, n_boot, seed)
-    v = _equivalence_verdict(pr, spec, m)
-    sens = _sensitivity(pr, lambda p, s, ms: _equivalence_verdict(p, s, ms[0]), [m])
-    details = {**m.details(), "estimand": spec.estimand.value, "sensitivity": sens.to_dict()}
-    return Judgement(v, details, (_item(pr, f"{spec.arms.treatment} - {spec.arms.control} (equivalence)", v.delta,
-                                        v.se, v.status, margin=spec.margin),), sens)
+    return _judge_pair(pr, runs, n_boot, seed, _equivalence_verdict, " (equivalence)", margin=pr.spec.margin)
 
 
 def _maximum_verdict(pr: Prereg, spec, ms: list[Measured], fp: dict | None = None) -> Verdict:
