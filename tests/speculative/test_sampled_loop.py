@@ -7,14 +7,13 @@ import numpy as np
 import pytest
 
 from atlas_ab.config.structured import ArmConfig, SamplingConfig
-from atlas_ab.proposers.draft_model import DraftModelProposer
-from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.speculative import pit_gate, sampling
 from atlas_ab.speculative.loop import Wave
 from atlas_ab.speculative.replay_check import replay_gate
 from atlas_ab.speculative.sampling import plan_of
 from atlas_ab.speculative.targets import LiveTarget, ReplayTarget
 from atlas_ab.speculative.trajectory import EXTEND, sampled
+from tests.helpers.replay_tools import proposer
 from tests.helpers.tiny import tiny_docs, tiny_draft, tiny_models
 from tests.speculative.test_loop import HostReads
 
@@ -32,11 +31,6 @@ def models():
 def draft(models):
     return tiny_draft(models[0])
 
-
-def proposer(models, arm, draft=None):
-    if arm.proposer == "draft_model":
-        return DraftModelProposer(draft)
-    return MTPProposer(models[0], models[1], arm.row_space, arm.refeed)
 
 
 def wave(models, arm, docs, target=None, draft=None, temperature=1.0, seed=3, gen=G, **kw):
