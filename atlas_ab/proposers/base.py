@@ -29,7 +29,6 @@ class Proposal:
     topk_ids: Optional[torch.Tensor]     # [B, K, k] (SHADOW_TOPK) or None
     topk_probs: Optional[torch.Tensor]
     q: Optional[torch.Tensor] = None     # [B, K, V] float32: the draft distributions (drawn drafts only)
-    row0_slot: Optional[np.ndarray] = None  # [B] host: slot of the propose's first row (-1 inactive), from `propose`
 
     @property
     def chain_conf(self) -> torch.Tensor:
@@ -99,10 +98,8 @@ def plan_and_draft(proposer, history, last_tokens, target_hidden, positions, num
     which runs the two apart, the draft inside its step's graph)."""
     plan, lengths = proposer.plan_propose(history, positions, num_drafts, active)
     dev = last_tokens.device
-    prop = proposer.draft({k: torch.as_tensor(v, device=dev) for k, v in plan.items()}, last_tokens,
+    return proposer.draft({k: torch.as_tensor(v, device=dev) for k, v in plan.items()}, last_tokens,
                           target_hidden, num_drafts, topk, draws, lengths)
-    prop.row0_slot = proposer.row0_slot
-    return prop
 
 
 @dataclass
@@ -148,9 +145,6 @@ class DraftProposer(Protocol):
 
     def prefill_drafter(self, rows: "RowFeed") -> RowsWritten:
         """Write drafter context rows over a turn's prompt (DRAFTER_PREFILL)."""
-
-    def catchup_drafter(self, rows: "RowFeed") -> RowsWritten:
-        """Append gap rows from (token, ring hidden) pairs (the catch-up feed)."""
 
     def plan_rows(self, feed: "RowFeed", width: Optional[int] = None) -> tuple[RowsWritten, Optional[dict]]:
         """Host: book catch-up rows (hiddens to come from the ring) and lay them out as [B, T]

@@ -50,7 +50,6 @@ class DraftModelProposer:
     def prefill_drafter(self, feed: RowFeed) -> RowsWritten:
         return RowsWritten.empty()     # it reads tokens, and catches up on them in propose
 
-    catchup_drafter = prefill_drafter
 
     def plan_rows(self, feed: RowFeed, static: bool = False):
         return RowsWritten.empty(), None   # no pair-keyed rows to feed
@@ -67,7 +66,6 @@ class DraftModelProposer:
         self.seen[act] = positions[act] + num_drafts       # t_n, d1 .. d_{K-1} processed
         self.base[act] = positions[act]
         self.last_drafted[act] = num_drafts
-        self.row0_slot = np.where(active, self.base, -1)
         return plan, {"window": length, "next": int(p_all.max()) + 1}
 
     def full_lengths(self) -> dict:

@@ -123,7 +123,6 @@ class MTPProposer:
         return w
 
     prefill_drafter = _write_rows
-    catchup_drafter = _write_rows
 
     # -- propose: planned on the host, drafted on the device ---------------
     def _draft_step(self, tok, hid, rope, slot, length, topk: int, first: bool, logits: bool):

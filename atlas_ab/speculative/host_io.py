@@ -91,8 +91,3 @@ def unpack_read(host: np.ndarray, layout: Layout) -> StepRead:
         out[name] = col.reshape((len(host),) + shape)
     return StepRead(**out)
 
-
-def read_step(**values: Optional[torch.Tensor]) -> StepRead:
-    """One host read of the named device tensors (each [B, ...]; see StepRead)."""
-    packed, layout = pack_read(**values)
-    return unpack_read(packed.cpu().numpy(), layout)
