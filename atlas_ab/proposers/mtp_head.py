@@ -107,8 +107,9 @@ class MTPProposer:
         self.row_target[s, slots] = True
         return RowsWritten(s, keys, slots, ropes, feed.label[order], None), {"order": order, "s": s, "j": j, **batch}
 
-    def _write_rows(self, feed: RowFeed) -> RowsWritten:
-        """Plan and write rows whose hiddens are on hand (the turn prefill's context rows)."""
+    def prefill_drafter(self, feed: RowFeed) -> RowsWritten:
+        """Plan and write rows whose hiddens are on hand: a turn prefill's context rows
+        (DRAFTER_PREFILL; the catch-up's are written inside the step, from the ring)."""
         if len(feed) == 0:
             return RowsWritten.empty()
         w, b = self.plan_rows(feed)
@@ -121,8 +122,6 @@ class MTPProposer:
         self.write_rows(idx[0], hid, idx[1], idx[2], int(b["slot"].max()) + 1)
         w.hiddens = hidden_rows
         return w
-
-    prefill_drafter = _write_rows
 
     # -- propose: planned on the host, drafted on the device ---------------
     def _draft_step(self, tok, hid, rope, slot, length, topk: int, first: bool, logits: bool):
