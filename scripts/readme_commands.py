@@ -91,7 +91,12 @@ def main() -> int:
     ap.add_argument("--as-written", action="store_true", help="no tiny-workload overrides: the real workloads")
     args = ap.parse_args()
     if args.workdir:
-        return run_all(Path(args.workdir), tiny=not args.as_written)
+        workdir = Path(args.workdir)
+        try:
+            workdir.mkdir(parents=True, exist_ok=True)      # a new directory is the usual ask
+        except OSError as e:
+            ap.error(f"--workdir {workdir}: {e.strerror}")
+        return run_all(workdir, tiny=not args.as_written)
     with tempfile.TemporaryDirectory(prefix="atlas_ab-readme-") as d:
         rc = run_all(Path(d), tiny=not args.as_written)
         if args.keep:
