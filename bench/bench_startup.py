@@ -1,11 +1,13 @@
 """Start-up of a run before its first step, by phase (issue: speed), in one process.
 
-    python bench/bench_startup.py [--model llama8b] [--json OUT]
+    python bench/bench_startup.py [--model llama8b] [--json OUT] [--profile]
 
-Phases: importing the runner; composing the config (Hydra); building the Runner (weights on the
-device); the first wave (its first steps capture the step graphs, and on a cold cache Triton
-compiles its kernels); the same wave again (the run's graphs kept: no capture). Run it twice on
-one machine to see a cold and a warm Triton cache.
+Phases: the interpreter's own start (from the kernel's record of the process); importing the
+runner; composing the config (Hydra); building the Runner (weights on the device); the first wave
+(its first steps capture the step graphs, and on a cold cache Triton compiles its kernels); the
+same wave again (the run's graphs kept: no capture). Each wave's lossless gate is timed on its
+own. Run it twice on one machine to see a cold and a warm Triton cache. --profile prints where
+the Runner's build spends its time (cProfile, cumulative).
 """
 from __future__ import annotations
 
@@ -15,7 +17,23 @@ import sys
 import time
 from pathlib import Path
 
+from goals import startup_goals, table as goals_table  # bench/goals.py (this folder is on sys.path)
+
 T0 = time.perf_counter()
+
+
+def _since_process_start() -> float | None:
+    """Seconds since the kernel started this process (Linux /proc), else None."""
+    import os
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+BEFORE_T0 = _since_process_start()
 
 
 def main(argv=None):
@@ -23,13 +41,18 @@ def main(argv=None):
     ap.add_argument("--model", default="llama8b")
     ap.add_argument("--docs", type=int, default=16)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="the CI smoke: the default model, 2 documents")
     a = ap.parse_args(argv)
-    out = {}
+    if a.smoke:
+        a.model, a.docs = "default", 2
+    out = {"interpreter_s": BEFORE_T0, "smoke": a.smoke}
     t = time.perf_counter()
     import torch  # noqa: F401
 
     from atlas_ab.run.runner import Runner
     out["import_s"] = time.perf_counter() - t
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     t = time.perf_counter()
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
@@ -41,21 +64,49 @@ def main(argv=None):
                                                        f"runner.batch_width={a.docs}"])
     arm, model, workload, runner = (OmegaConf.to_object(cfg[k]) for k in ("arm", "model", "workload", "runner"))
     out["compose_s"] = time.perf_counter() - t
+    prof = None
+    if a.profile:
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
     t = time.perf_counter()
     r = Runner(arm, model, workload, runner)
-    torch.cuda.synchronize()
+    sync()
     out["runner_init_s"] = time.perf_counter() - t
+    if prof is not None:
+        import pstats
+        prof.disable()
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(30)
+    out["before_first_step_s"] = (BEFORE_T0 or 0.0) + time.perf_counter() - T0
+    import atlas_ab.run.runner as runner_module
+    gate_s = []
+    check = runner_module.check
+
+    def timed_check(*args, **kw):
+        sync()
+        t0 = time.perf_counter()
+        res = check(*args, **kw)
+        sync()
+        gate_s.append(time.perf_counter() - t0)
+        return res
+    runner_module.check = timed_check
     for name in ("first_wave", "same_wave_again"):
         t = time.perf_counter()
+        gate_s.clear()
         res = r.run_wave(0)
-        torch.cuda.synchronize()
+        sync()
         steps = res.steps.to_pandas()
         per_step = steps.groupby(["turn", "step"]).agg(step_ms=("step_ms", "first"), warmup_ms=("warmup_ms", "first"))
         out[name] = dict(wall_s=time.perf_counter() - t, steps=len(per_step),
                          step_ms_sum=float(per_step.step_ms.sum()), warmup_ms_sum=float(per_step.warmup_ms.sum()),
+                         gate_s=sum(gate_s), gate_checked_tokens=res.gate.get("checked_tokens"),
                          gate_passed=bool(res.gate.get("passed")))
-    out["process_to_first_wave_end_s"] = time.perf_counter() - T0
+        out[name]["gate_over_steps"] = out[name]["gate_s"] / (out[name]["step_ms_sum"] / 1e3)
+    out["process_to_first_wave_end_s"] = (BEFORE_T0 or 0.0) + time.perf_counter() - T0
+    goals = startup_goals(out)
+    out["goals"] = [g.as_dict() for g in goals]
     print(json.dumps(out, indent=1))
+    print(goals_table(goals), file=sys.stderr)
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))
 

@@ -80,3 +80,15 @@ def forward_goals(grid: list[dict], rated_grid: list[dict] | None = None) -> lis
     return [replace(shown, target=float("nan")),
             Goal("forward / bound at the rated bandwidth, 5.7B shape, B=16,64 K=1-3", 1.3, at(rated_grid),
                  detail="worst of the shapes measured: the verdict")]
+
+
+def startup_goals(out: dict) -> list[Goal]:
+    """From bench_startup's phases: the time before the first step (the process's start to a
+    built Runner), and each wave's gate over its steps' time (the worse of the two waves)."""
+    waves = [out[k] for k in ("first_wave", "same_wave_again") if k in out]
+    return [
+        Goal("start-up before the first step (warm machine)", 5.0, out.get("before_first_step_s"),
+             detail="interpreter + imports + config + Runner build"),
+        Goal("lossless gate / the steps' time", 0.10, worst([w["gate_over_steps"] for w in waves]),
+             detail="worse of the two waves"),
+    ]

@@ -204,8 +204,7 @@ class Runner:
         if self.plan is not None:
             return self._pit_gate(docs, trace)
         n_gate = min(self.cfg.gate_sequences, len(docs))
-        gate = check(self.trunk, docs, trace.generated, self.workload.gen_tokens, list(range(n_gate)),
-                     graphs=self.graphs)
+        gate = check(self.trunk, docs, trace.generated, self.workload.gen_tokens, list(range(n_gate)))
         return {**gate.to_dict(), "by": "live"}
 
     def run_wave(self, i: int, on_step=None) -> WaveResult:

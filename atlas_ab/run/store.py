@@ -54,7 +54,7 @@ def shard_name(i: int) -> str:
 def aggregate_gate(gates: Iterable[Optional[dict]]) -> dict:
     """The lossless gate over shards: counts summed; failed if any shard failed, passed only
     if some shard checked a sequence and none failed, else `not run`. `by` says how it was
-    checked: `live` (a target-only replay), `replay` (replay mode committed the stored
+    checked: `live` (a teacher-forced target-only check), `replay` (replay mode committed the stored
     target-only trajectory), or both joined with `+`."""
     out = {"checked_sequences": 0, "checked_tokens": 0, "divergences": 0, "near_ties": 0, "arbitrated": 0,
            "passed": None, "margins": [], "arbitrations": [], "first_divergence": None}

@@ -1,7 +1,7 @@
 """Ragged token windows as the runtime's padded batch (tokens, positions, slots, length).
 
 The runtime's forward takes [B, T] tokens, positions and KV slots, with padding rows at slot
--1 (see kv.py). The turn prefill, the gate's target-only replay and the draft model's
+-1 (see kv.py). The turn prefill, the target-only greedy decode and the draft model's
 catch-up all hand it each sequence's own window of its token history.
 """
 from __future__ import annotations

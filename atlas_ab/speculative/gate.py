@@ -1,13 +1,16 @@
 """The lossless gate: speculative greedy output must equal target-only greedy.
 
-A sample of each wave's sequences is replayed with the target alone over the same documents
-and turns, all sampled sequences together: each turn's new context in one forward, then one
-token per forward (replayed from a CUDA graph on the GPU, no host sync until the turn ends),
-and compared token for token with what the speculative loop committed. After a divergence the
-two trajectories differ, so that sequence is not compared further.
+A sample of each wave's sequences is checked TEACHER-FORCED: one uncached causal forward of the
+target alone (`forward_train`, no KV cache, none of the loop's code) over each sequence's whole
+committed text, and at every generated position the target's argmax given the committed text
+before it must be the token the loop committed there. Greedy decoding commits exactly the tokens
+that pass this test, so up to the first mismatch the committed text IS the target-only greedy text,
+and the first mismatch is where a one-token-per-forward replay would diverge: the two checks agree
+in exact arithmetic, and this one costs one forward per sequence instead of one per token. After a
+divergence the sequence is not compared further (as a replay, whose text differs from there on).
 
 On the CPU in fp32 the two agree exactly (the tests hold it to 0 divergences). In bf16 a
-multi-token verify and a one-token decode round differently, so a divergence at a near-tie is
+multi-token verify and a whole-text forward round differently, so a divergence at a near-tie is
 not a bug and one at a clear margin is. Every divergence is therefore ARBITRATED: the disputed
 position's logits are recomputed in fp32 from the same context (the committed prefix up to it,
 on which both paths agree), and the divergence passes only if both disputed tokens are within
@@ -70,25 +73,43 @@ class GateResult:
 
 
 @dataclass
-class Replay:
-    tokens: np.ndarray      # [S, turns, G] target-only greedy tokens
-    margins: np.ndarray     # [S, turns, G] top-1 minus top-2 logit (in the run's dtype)
-    history: np.ndarray     # [S, L] every sequence's tokens (context chunks and generated)
-    gen_start: np.ndarray   # [S, turns] index in `history` of each turn's first generated token
+class Forced:
+    tokens: np.ndarray        # [S, turns, G] the target's argmax before each committed generated token
+    margins: np.ndarray       # [S, turns, G] its top-1 minus top-2 logit (in the run's dtype)
+    history: list             # [S] -> int64 [L_s]: the sequence's committed text (chunks and generated)
+    gen_start: np.ndarray     # [S, turns] index in `history` of each turn's first generated token
 
 
-def replay_greedy(trunk, docs, gen_tokens: int, graphs: bool = False) -> Replay:
-    """Target-only greedy over docs x turns, batched: `trajectory.greedy`, the one decode (replay
-    mode builds its trajectories with it too), viewed as the gate compares it."""
-    from atlas_ab.speculative.trajectory import greedy
-
-    traj = greedy(trunk, docs, gen_tokens, graphs=graphs)
-    G = gen_tokens
-    at = traj.gen_start[:, :, None] + np.arange(G)[None, None, :]        # [S, turns, G] positions
-    rows = np.arange(traj.batch)[:, None, None]
-    return Replay(tokens=traj.tokens[rows, at].astype(np.int64),
-                  margins=traj.margins[rows, at - 1, 0].astype(np.float64),
-                  history=traj.tokens.astype(np.int64), gen_start=traj.gen_start)
+@torch.no_grad()
+def teacher_forced(trunk, docs, generated, gen_tokens: int, group: int = 4) -> Forced:
+    """The target's greedy choice at every generated position of `docs` given the committed text
+    before it (`generated[s][turn]`: the loop's G tokens), `group` sequences per forward."""
+    G, S, turns = gen_tokens, len(docs), len(docs[0].chunks)
+    dev = next(trunk.parameters()).device
+    history, gen_start = [], np.zeros((S, turns), dtype=np.int64)
+    for s, d in enumerate(docs):
+        parts, n = [], 0
+        for t, c in enumerate(d.chunks):
+            gen_start[s, t] = n + len(c)
+            parts += [np.asarray(c, dtype=np.int64), np.asarray(generated[s][t][:G], dtype=np.int64)]
+            n += len(c) + len(parts[-1])
+        history.append(np.concatenate(parts))
+    tokens = np.zeros((S, turns, G), dtype=np.int64)
+    margins = np.zeros((S, turns, G), dtype=np.float64)
+    for lo in range(0, S, group):
+        part = range(lo, min(lo + group, S))
+        L = max(len(history[s]) for s in part)
+        tok = torch.zeros(len(part), L, dtype=torch.long)        # right-padded: a causal forward never reads ahead
+        for j, s in enumerate(part):
+            tok[j, :len(history[s])] = torch.as_tensor(history[s])
+        h = trunk.forward_train(tok.to(dev))                        # [P, L, H] pre-norm
+        rows = torch.arange(len(part), device=dev)[:, None]
+        for t in range(turns):
+            at = np.minimum(gen_start[list(part), t, None] - 1 + np.arange(G)[None, :], L - 1)   # [P, G]
+            top2 = trunk.logits(h[rows, torch.as_tensor(at, device=dev)]).float().topk(2, dim=-1)  # [P, G, 2]
+            tokens[lo:lo + len(part), t] = top2.indices[..., 0].cpu().numpy()
+            margins[lo:lo + len(part), t] = (top2.values[..., 0] - top2.values[..., 1]).cpu().numpy()
+    return Forced(tokens=tokens, margins=margins, history=history, gen_start=gen_start)
 
 
 @contextlib.contextmanager
@@ -133,13 +154,13 @@ def fp32_logits(t32, contexts: list[np.ndarray], chunk: int = 4) -> torch.Tensor
     return torch.cat(rows)
 
 
-def check(trunk, docs, generated, gen_tokens: int, seqs, graphs: bool = False) -> GateResult:
-    """Compare the speculative loop's generated[seq][turn] with a target-only replay of `seqs`,
-    arbitrating every divergence in fp32."""
+def check(trunk, docs, generated, gen_tokens: int, seqs) -> GateResult:
+    """Check the speculative loop's generated[seq][turn] of `seqs` against the target's greedy
+    choice given the committed text (`teacher_forced`), arbitrating every divergence in fp32."""
     if len(seqs) == 0:
         return GateResult()
     dtype = next(trunk.parameters()).dtype
-    ref = replay_greedy(trunk, [docs[s] for s in seqs], gen_tokens, graphs)
+    ref = teacher_forced(trunk, [docs[s] for s in seqs], [generated[s] for s in seqs], gen_tokens)
     res = GateResult(checked_sequences=len(seqs), passed=True)
     disputes = []       # (i, seq, turn, token index, speculative token, target-only token)
     for i, s in enumerate(seqs):
@@ -155,7 +176,7 @@ def check(trunk, docs, generated, gen_tokens: int, seqs, graphs: bool = False) -
     if not disputes:
         return res
     t32 = trunk_in(trunk, torch.float32)
-    z = fp32_logits(t32, [ref.history[i, :ref.gen_start[i, t] + g] for i, _, t, g, _, _ in disputes])
+    z = fp32_logits(t32, [ref.history[i][:ref.gen_start[i, t] + g] for i, _, t, g, _, _ in disputes])
     del t32
     for (i, s, t, g, a, b), zi in zip(disputes, z):
         top1 = float(zi.max())

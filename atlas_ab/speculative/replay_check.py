@@ -1,7 +1,7 @@
 """How a replay run checks itself.
 
 * The lossless gate by replay: the committed text must be exactly the stored
-  target-only greedy trajectory (gate.py's own decode built it), so a replay run is
+  target-only greedy trajectory (trajectory.greedy built it), so a replay run is
   lossless by construction; `replay_gate` checks that it committed those tokens and
   records the gate with `"by": "replay"`.
 * Replay against live (`runner.replay_check_waves`): the same wave also runs live;

@@ -2,9 +2,9 @@
 
 `greedy` is THE target-only greedy decode: over B documents and all their turns,
 batched, one token per forward (each turn's first forward is the prefill of its
-new chunk). The lossless gate replays sequences with it (gate.replay_greedy),
-and replay mode builds its trajectories with it, so the text a replay run
-commits is, by construction, the text the gate would accept.
+new chunk). Replay mode builds its trajectories with it, so the text a replay
+run commits is, by construction, target-only greedy text (the lossless gate
+checks live runs teacher-forced instead: gate.teacher_forced).
 
 For replay it also keeps, at every position, the hidden the drafter is handed
 (the trunk's last-layer output, pre final norm: the prefill's `hid` rows, the
@@ -111,7 +111,7 @@ def greedy(trunk, docs, gen_tokens: int, extend: int = 0, keep_hiddens: bool = F
     `extend` more tokens are decoded past each turn's end without being committed
     (the next turn's prefill starts again from the turn's last token, overwriting
     their KV). `graphs`: replay the one-token forwards from a CUDA graph (the
-    prefill stays eager); the gate passes False, so its replay is unchanged."""
+    prefill stays eager)."""
     return _decode(trunk, docs, gen_tokens, extend, keep_hiddens, graphs, None, 0)
 
 

@@ -51,6 +51,19 @@ def test_bench_forward_smoke(tmp_path):
 
 
 @needs_default
+def test_bench_startup_smoke(tmp_path):
+    """The start-up bench times each phase and each wave's gate, and judges both goals."""
+    res = smoke("bench_startup.py", tmp_path)
+    assert res["smoke"] and res["runner_init_s"] > 0 and res["before_first_step_s"] > res["runner_init_s"]
+    for wave in ("first_wave", "same_wave_again"):
+        w = res[wave]
+        assert w["gate_passed"] and w["gate_s"] > 0 and w["gate_checked_tokens"] > 0
+        assert w["gate_over_steps"] == w["gate_s"] / (w["step_ms_sum"] / 1e3)
+    assert [g["name"] for g in res["goals"]] == ["start-up before the first step (warm machine)",
+                                                 "lossless gate / the steps' time"]
+
+
+@needs_default
 def test_bench_replay_smoke(tmp_path):
     res = smoke("bench_replay.py", tmp_path)
     assert res["smoke"] and res["arms"] == ["catchup_on", "refeed_on"]

@@ -174,7 +174,7 @@ def test_fused_weights_are_the_parameters():
 @pytest.mark.slow        # a whole wave twice through Triton's interpreter; the fast tier keeps the per-forward tests
 def test_wave_with_fast_kernels_equals_torch_wave():
     """A whole runner wave (verify, MTP drafts, catch-up, re-feed, the oracle's snapshot/restore,
-    the gate's replay) gives the same steps on the Triton path as on the torch path, with the
+    the gate's check) gives the same steps on the Triton path as on the torch path, with the
     static full-capacity shapes that the CUDA graphs capture (graphs=True, run eagerly here)."""
     import pandas as pd
 

@@ -1,4 +1,4 @@
-"""The lossless gate (gate.py): the batched, graphable target-only replay; fp32 arbitration of every
+"""The lossless gate (gate.py): the teacher-forced check equals a target-only greedy replay; fp32 arbitration of every
 divergence, passing a near-tie within what the run's dtype can resolve and failing a clear margin;
 a bug injected into the loop fails the gate in bf16 as in fp32; the bf16 error bound holds."""
 import copy
@@ -9,9 +9,10 @@ import torch
 
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.mtp_head import MTPProposer
-from atlas_ab.speculative.gate import FORWARD_ERROR, check, forward_error, replay_greedy, resolution, trunk_in
+from atlas_ab.speculative.gate import FORWARD_ERROR, check, forward_error, resolution, teacher_forced, trunk_in
 from atlas_ab.speculative.loop import Wave
 from atlas_ab.speculative.targets import LiveTarget
+from atlas_ab.speculative.trajectory import greedy
 from tests.helpers.tiny import tiny_docs, tiny_models
 
 pytestmark = pytest.mark.float_sensitive
@@ -29,14 +30,27 @@ def test_static_replay_equals_the_dynamic_one(models):
     eagerly and must give the very same tokens."""
     trunk, _ = models
     docs = tiny_docs(n=3, turns=2, chunk=10)
-    a, b = replay_greedy(trunk, docs, G, graphs=False), replay_greedy(trunk, docs, G, graphs=True)
-    assert np.array_equal(a.tokens, b.tokens) and np.allclose(a.margins, b.margins, atol=1e-5)
-    # the history interleaves every turn's context and generated tokens
+    a, b = greedy(trunk, docs, G, graphs=False), greedy(trunk, docs, G, graphs=True)
+    assert np.array_equal(a.tokens, b.tokens) and np.allclose(a.margins, b.margins, atol=1e-5, equal_nan=True)
+
+
+def test_teacher_forcing_a_greedy_text_finds_the_greedy_tokens(models):
+    """On target-only greedy text, the target's argmax given each committed prefix is the token
+    greedy committed there (at every position, every turn), with the decode's margins; and the
+    history interleaves every turn's context and generated tokens."""
+    trunk, _ = models
+    docs = tiny_docs(n=3, turns=2, chunk=10)
+    traj = greedy(trunk, docs, G)
+    gen = traj.generated()
+    forced = teacher_forced(trunk, docs, gen, G, group=2)       # two forwards: a group of 2, then 1
+    assert np.array_equal(forced.tokens, np.array(gen))
+    at = traj.gen_start[:, :, None] - 1 + np.arange(G)                        # [S, turns, G]
+    assert np.allclose(forced.margins, traj.margins[np.arange(3)[:, None, None], at, 0], atol=1e-4)
     for i, d in enumerate(docs):
         for t in range(2):
-            s = a.gen_start[i, t]
-            assert list(a.history[i, s - len(d.chunks[t]):s]) == d.chunks[t]
-            assert list(a.history[i, s:s + G]) == list(a.tokens[i, t])
+            s = forced.gen_start[i, t]
+            assert list(forced.history[i][s - len(d.chunks[t]):s]) == d.chunks[t]
+            assert list(forced.history[i][s:s + G]) == gen[i][t]
 
 
 def test_the_bf16_error_bound_holds_on_the_tiny_model(models):
@@ -59,8 +73,7 @@ def _dispute_at_first_token(trunk32, docs, gap):
         a, b = int(z.argmax()), int(z.argmin())
         t.lm_head.weight[b] = t.lm_head.weight[a] - gap * hn / hn.dot(hn)
     t16 = trunk_in(t, torch.bfloat16)
-    ref = replay_greedy(t16, docs, G)
-    gen = [[list(map(int, ref.tokens[i, k])) for k in range(len(d.chunks))] for i, d in enumerate(docs)]
+    gen = greedy(t16, docs, G).generated()
     picked = gen[0][0][0]
     assert picked in (a, b)
     gen[0][0][0] = b if picked == a else a
