@@ -78,30 +78,42 @@ def main(argv=None):
         prof.disable()
         pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(30)
     out["before_first_step_s"] = (BEFORE_T0 or 0.0) + time.perf_counter() - T0
+    out["sympy_imported_by_then"] = "sympy" in sys.modules      # (it costs ~2 s to import there)
     import atlas_ab.run.runner as runner_module
-    gate_s = []
-    check = runner_module.check
+    import atlas_ab.speculative.gate as gate_module
+    spent: dict[str, float] = {}
 
-    def timed_check(*args, **kw):
-        sync()
-        t0 = time.perf_counter()
-        res = check(*args, **kw)
-        sync()
-        gate_s.append(time.perf_counter() - t0)
-        return res
-    runner_module.check = timed_check
+    def timed(module, fn: str, key: str):
+        """Time every call of module.fn (synchronised) into spent[key]."""
+        inner = getattr(module, fn)
+
+        def wrapper(*args, **kw):
+            sync()
+            t0 = time.perf_counter()
+            res = inner(*args, **kw)
+            sync()
+            spent[key] = spent.get(key, 0.0) + time.perf_counter() - t0
+            return res
+        setattr(module, fn, wrapper)
+    timed(runner_module, "check", "gate_s")                     # the whole gate ...
+    timed(gate_module, "teacher_forced", "gate_forward_s")      # ... its one forward per sequence group
+    timed(gate_module, "trunk_in", "gate_fp32_copy_s")          # ... and the arbitration's fp32 copy
+    timed(gate_module, "fp32_logits", "gate_fp32_forward_s")    # ... and its fp32 forwards
     for name in ("first_wave", "same_wave_again"):
         t = time.perf_counter()
-        gate_s.clear()
+        spent.clear()
         res = r.run_wave(0)
         sync()
         steps = res.steps.to_pandas()
         per_step = steps.groupby(["turn", "step"]).agg(step_ms=("step_ms", "first"), warmup_ms=("warmup_ms", "first"))
         out[name] = dict(wall_s=time.perf_counter() - t, steps=len(per_step),
                          step_ms_sum=float(per_step.step_ms.sum()), warmup_ms_sum=float(per_step.warmup_ms.sum()),
-                         gate_s=sum(gate_s), gate_checked_tokens=res.gate.get("checked_tokens"),
+                         **{k: spent.get(k, 0.0) for k in ("gate_s", "gate_forward_s", "gate_fp32_copy_s",
+                                                           "gate_fp32_forward_s")},
+                         gate_checked_tokens=res.gate.get("checked_tokens"), gate_arbitrated=res.gate.get("arbitrated"),
                          gate_passed=bool(res.gate.get("passed")))
         out[name]["gate_over_steps"] = out[name]["gate_s"] / (out[name]["step_ms_sum"] / 1e3)
+    out["sympy_imported_by_the_end"] = "sympy" in sys.modules
     out["process_to_first_wave_end_s"] = (BEFORE_T0 or 0.0) + time.perf_counter() - T0
     goals = startup_goals(out)
     out["goals"] = [g.as_dict() for g in goals]

@@ -5,7 +5,7 @@ is the embedded default's, so workloads are the same token streams.
 
 The weights are made where they will live, in the run's dtype: the modules are
 built on the meta device, given uninitialised storage on `device` in `dtype`
-(`to_empty`), then filled by `init_weights`. Nothing is materialised on the
+(`_on_device`), then filled by `init_weights`. Nothing is materialised on the
 CPU and nothing in fp32 first, so a 5.7B-parameter trunk costs its bf16 bytes
 (11.4 GB) on the GPU and a few fills, not a 23 GB fp32 copy and a cast.
 """
@@ -36,8 +36,23 @@ def args_of(cfg) -> ModelArgs:
 
 
 def _on_device(module: torch.nn.Module, device, dtype) -> torch.nn.Module:
-    """A meta-built module given storage on `device` in `dtype`, then initialised there."""
-    module = module.to(dtype).to_empty(device=device)
+    """A meta-built module given storage on `device` in `dtype`, then initialised there.
+
+    Each parameter is replaced by a `torch.empty` of its shape rather than by `Module.to_empty`:
+    that runs `empty_like` on meta tensors through torch's Python reference path, which imports
+    sympy (2.2 s of a 2.8 s Runner build at 5.7B: bench/results/startup_warm_h200_2026-12-01b.json)."""
+    made = {}
+    for m in module.modules():
+        for name, p in list(m._parameters.items()):
+            if p is not None:
+                if id(p) not in made:
+                    made[id(p)] = torch.nn.Parameter(
+                        torch.empty(p.shape, device=device, dtype=dtype if p.is_floating_point() else p.dtype),
+                        requires_grad=p.requires_grad)
+                m._parameters[name] = made[id(p)]
+        for name, b in list(m._buffers.items()):
+            if b is not None:
+                m._buffers[name] = torch.empty(b.shape, device=device, dtype=dtype if b.is_floating_point() else b.dtype)
     init_weights(module)
     return module
 

@@ -139,6 +139,7 @@ def _imported(*argvs) -> list[tuple[subprocess.CompletedProcess, set[str]]]:
         return list(pool.map(one, argvs))
 
 
+@pytest.mark.slow        # fresh interpreters in subprocesses: the whole suite runs it, the fast tier does not
 def test_python_m_and_no_torch(seeds_runs):
     """The real entry point in a fresh interpreter: exit 2 and the one line; and no module of any
     verb (--help imports them all to list them) pulls in torch."""

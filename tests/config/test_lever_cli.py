@@ -111,6 +111,7 @@ def test_every_arm_round_trips_through_env(name):
             assert resolved_levers(back)[lv.name] == resolved_levers(arm)[lv.name], lv.name
 
 
+@pytest.mark.slow        # a subprocess CLI; the in-process round trip above stays fast
 def test_levers_env_cli_prints_sourceable_lines():
     r = subprocess.run([sys.executable, "-m", "atlas_ab.config.levers", "env", "+arm=shift_m1"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)

@@ -99,6 +99,7 @@ def test_fast_forward_with_skinny_matmuls_equals_torch():
             torch.testing.assert_close(g, r, **TOL)
 
 
+@pytest.mark.slow        # a greedy decode through Triton's interpreter; the per-forward tests above stay fast
 def test_fast_greedy_tokens_and_logits_equal_torch():
     trunk, _ = build(args())
     prompt = torch.randint(0, 61, (2, 6), generator=torch.Generator().manual_seed(4)).to(DEV)

@@ -50,6 +50,7 @@ def test_save_load_roundtrip(tmp_path, own_head, tied, dtype):
     assert ck2.mtp is None and ck2.args.num_nextn_predict_layers == 0 and ck2.tokenizer_path is None
 
 
+@pytest.mark.slow        # imports transformers (~2 s); the whole suite runs it with the other transformers checks
 def test_transformers_loads_trunk_of_mtp_checkpoint(tmp_path, caplog):
     transformers = pytest.importorskip("transformers")
     args, trunk, mtp = models()

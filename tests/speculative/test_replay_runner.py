@@ -115,6 +115,7 @@ def _ensure(root, marks, out):
     out.put(TrajectoryStore(root, {"model_hash": "m", "workload_hash": "w"}).ensure(2, build))
 
 
+@pytest.mark.slow        # concurrent processes
 def test_jobs_starting_together_build_once_and_read_the_same(tmp_path):
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
