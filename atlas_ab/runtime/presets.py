@@ -41,18 +41,18 @@ def _on_device(module: torch.nn.Module, device, dtype) -> torch.nn.Module:
     Each parameter is replaced by a `torch.empty` of its shape rather than by `Module.to_empty`:
     that runs `empty_like` on meta tensors through torch's Python reference path, which imports
     sympy (2.2 s of a 2.8 s Runner build at 5.7B: bench/results/startup_warm_h200_2026-12-01b.json)."""
+    def empty(t):
+        return torch.empty(t.shape, device=device, dtype=dtype if t.is_floating_point() else t.dtype)
     made = {}
     for m in module.modules():
         for name, p in list(m._parameters.items()):
             if p is not None:
-                if id(p) not in made:
-                    made[id(p)] = torch.nn.Parameter(
-                        torch.empty(p.shape, device=device, dtype=dtype if p.is_floating_point() else p.dtype),
-                        requires_grad=p.requires_grad)
+                if id(p) not in made:       # a parameter shared by two modules stays shared
+                    made[id(p)] = torch.nn.Parameter(empty(p), requires_grad=p.requires_grad)
                 m._parameters[name] = made[id(p)]
         for name, b in list(m._buffers.items()):
             if b is not None:
-                m._buffers[name] = torch.empty(b.shape, device=device, dtype=dtype if b.is_floating_point() else b.dtype)
+                m._buffers[name] = empty(b)
     init_weights(module)
     return module
 
