@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One device call for start-up and the gate at the 5.7B shape: the gate's GPU tests, then
-# bench_startup twice (cold, then warm Triton cache) with the Runner build profiled.
+# One device call for start-up and the gate at the 5.7B shape: the gate's GPU tests, where the
+# interpreter's bytecode comes from, then bench_startup (RUNS: cold = a fresh Triton cache,
+# warm = kept; warm_pyc = kept and Python's bytecode cached under PYTHONPYCACHEPREFIX).
 #   device run (carry .whl_gpu): WHL=.whl_gpu bash scripts/gpu_startup.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -8,11 +9,22 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 if [ "${TESTS:-1}" = 1 ]; then
-  timeout 300 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/speculative/test_gpu_gate.py tests/run/test_gpu_runner.py 2>&1 | tail -25
+  timeout 300 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/speculative/test_gpu_gate.py 2>&1 | grep -v "^$" | tail -12
 fi
-python3 -X importtime -c "import torch, atlas_ab.run.runner" 2> $OUT/importtime.txt
-sort -t'|' -k2 -n $OUT/importtime.txt | tail -12
-for run in ${RUNS:-cold warm}; do
-  timeout 200 python3 bench/bench_startup.py --model ${MODEL:-llama8b} --profile --json $OUT/startup_$run.json 2> $OUT/startup_$run.err | tail -30
-  grep -A40 "Ordered by" $OUT/startup_$run.err | head -45; tail -4 $OUT/startup_$run.err
+python3 - <<'PY'
+import os, sys, sysconfig, importlib.util
+spec = importlib.util.find_spec("torch"); d = os.path.dirname(spec.origin)
+print("torch dir", d, "writable", os.access(d, os.W_OK), "dont_write_bytecode", sys.flags.dont_write_bytecode,
+      "pycache there", os.path.isdir(os.path.join(d, "__pycache__")), "PYTHONDONTWRITEBYTECODE", os.environ.get("PYTHONDONTWRITEBYTECODE"))
+PY
+for i in 1 2; do /usr/bin/time -f "import torch: %e s" python3 -c "import torch"; done
+for i in 1 2; do PYTHONPYCACHEPREFIX=/tmp/pyc /usr/bin/time -f "import torch, PYTHONPYCACHEPREFIX run $i: %e s" python3 -c "import torch"; done
+for run in ${RUNS:-cold warm warm_pyc}; do
+  pre=""; [ "$run" = warm_pyc ] && pre="env PYTHONPYCACHEPREFIX=/tmp/pyc"
+  timeout 200 $pre python3 bench/bench_startup.py --model ${MODEL:-llama8b} --profile --json $OUT/startup_$run.json 2> $OUT/startup_$run.err >/dev/null
+  echo "== $run"; python3 -c "
+import json; j = json.load(open('$OUT/startup_$run.json'))
+print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in j.items() if not isinstance(v, (dict, list))})
+for w in ('first_wave', 'same_wave_again'): print(w, {k: (round(v, 3) if isinstance(v, float) else v) for k, v in j[w].items()})"
+  tail -4 $OUT/startup_$run.err
 done
