@@ -40,12 +40,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="llama8b")
     ap.add_argument("--docs", type=int, default=16)
+    ap.add_argument("--turns", type=int, default=8, help="turns per document (8: the default workload's)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="the CI smoke: the default model, 2 documents")
     a = ap.parse_args(argv)
     if a.smoke:
-        a.model, a.docs = "default", 2
+        a.model, a.docs, a.turns = "default", 2, 2
     out = {"interpreter_s": BEFORE_T0, "smoke": a.smoke}
     t = time.perf_counter()
     import torch  # noqa: F401
@@ -60,7 +61,7 @@ def main(argv=None):
     from atlas_ab.config.store import CONF_DIR
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"model={a.model}", "+arm=refeed_on",
-                                                       f"workload.n_docs={a.docs}", "workload.turns=2",
+                                                       f"workload.n_docs={a.docs}", f"workload.turns={a.turns}",
                                                        f"runner.batch_width={a.docs}"])
     arm, model, workload, runner = (OmegaConf.to_object(cfg[k]) for k in ("arm", "model", "workload", "runner"))
     out["compose_s"] = time.perf_counter() - t
