@@ -28,8 +28,8 @@ def main(argv=None):
     ap.add_argument("--model", default="default")
     ap.add_argument("--batch", type=int, default=256)
     a = ap.parse_args(argv)
-    dev = torch.device("cuda")
-    ck = load_models(a.model, dev, torch.bfloat16)
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    ck = load_models(a.model, dev, torch.bfloat16 if dev.type == "cuda" else torch.float32)
     trunk, mtp = ck.trunk.eval(), ck.mtp.eval()
     H = trunk.args.hidden_size
     out = {"model": a.model, "hidden": H, "kernel_us": {}, "waves": {}}
@@ -39,7 +39,10 @@ def main(argv=None):
     docs = docs_for(a.batch, 2, 64, 32)
     for name, fp in (("off", False), ("on", True)):
         arm = ArmConfig(name=f"refeed_fp_{name}", catchup=True, refeed=True, fingerprints=fp)
-        out["waves"][name] = profile_wave(trunk, mtp, arm, docs, 32, top=8)
+        out["waves"][name] = w = profile_wave(trunk, mtp, arm, docs, 32, top=8)
+        print(f"{name}: step {w['unprofiled_step_ms_median']:.3f} ms, device {w['device_ms_per_step']:.3f} ms/step, "
+              f"events table {w['events_table_ms']:.1f} ms/wave; host by stage: "
+              + ", ".join(f"{k} {v:.3f}" for k, v in w["host_split_ms_per_step"].items()), file=sys.stderr)
     print(json.dumps(out, indent=1))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))

@@ -93,23 +93,73 @@ def run_wave(trunk, proposer, arm, docs, gen, target=None):
                 mean_position=float(steps.position.mean())), trace
 
 
+class HostSplit:
+    """Where the host's part of a step goes: wall time inside the loop's named parts (Wave._plan,
+    _run: the plan's copy in and the graph's launch, _commit, _flush: the last step's telemetry,
+    _pre_events: FINGERPRINTS' metadata) and the rest of `_step` (the read, which waits for the
+    device, and the step's own bookkeeping), summed over a wave's steps. Patches Wave while active."""
+    PARTS = ("_plan", "_run", "_commit", "_flush", "_pre_events")
+
+    def __enter__(self):
+        self.spent = dict.fromkeys(self.PARTS + ("_step",), 0.0)
+        self.saved = {name: getattr(Wave, name) for name in self.spent}
+        self.stack: list[str] = []
+        for name, fn in self.saved.items():
+            setattr(Wave, name, self._timed(name, fn))
+        return self
+
+    def _timed(self, name, fn):
+        """Counted only as _step itself or as a part called by it directly (no double counting of a
+        part inside another, nor of a part called outside the steps, as _flush at a turn's end)."""
+        def wrapper(*args, **kw):
+            counted = (name == "_step") if not self.stack else self.stack == ["_step"]
+            self.stack.append(name)
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kw)
+            finally:
+                self.stack.pop()
+                if counted:
+                    self.spent[name] += time.perf_counter() - t0
+        return wrapper
+
+    def __exit__(self, *exc):
+        for name, fn in self.saved.items():
+            setattr(Wave, name, fn)
+
+    def per_step_ms(self, steps: int) -> dict:
+        """ms per batched step; `read_and_rest`: _step minus its timed parts."""
+        inner = sum(self.spent[p] for p in self.PARTS)
+        out = {p.lstrip("_"): self.spent[p] * 1e3 / steps for p in self.PARTS}
+        out["read_and_rest"] = (self.spent["_step"] - inner) * 1e3 / steps
+        out["step"] = self.spent["_step"] * 1e3 / steps
+        return out
+
+
 def profile_wave(trunk, mtp, arm, docs, gen, top=12):
-    """Where a step's time goes, from a torch.profiler trace of one wave (after a warm-up one):
-    the device's kernel time per step, and the host's biggest ops (the rest is Python)."""
+    """Where a step's time goes, in steady state: one target and proposer serve a warm-up wave (it
+    captures the step graphs), a profiled wave (torch.profiler: the device's kernel time per step,
+    the host's biggest ops) and a wave timed by HostSplit (the host's part by loop stage), as a
+    run's waves share them. Prefills and the turns' drafter work are in the per-step averages too."""
     from torch.profiler import ProfilerActivity, profile
-    run_wave(trunk, MTPProposer(trunk, mtp, arm.row_space, arm.refeed), arm, docs, gen)
+    target, proposer = LiveTarget(trunk, GRAPHS), MTPProposer(trunk, mtp, arm.row_space, arm.refeed)
+    run_wave(trunk, proposer, arm, docs, gen, target=target)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     with profile(activities=acts) as prof:
-        r, _ = run_wave(trunk, MTPProposer(trunk, mtp, arm.row_space, arm.refeed), arm, docs, gen)
+        r, _ = run_wave(trunk, proposer, arm, docs, gen, target=target)
     ev = prof.key_averages()
     steps = r["batched_steps"]
     device_us = sum(e.self_device_time_total for e in ev if e.device_type == torch.autograd.DeviceType.CUDA) \
         if hasattr(ev[0], "self_device_time_total") else sum(e.self_cuda_time_total for e in ev)
     host = sorted(ev, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    with HostSplit() as split:
+        r2, _ = run_wave(trunk, proposer, arm, docs, gen, target=target)
     return dict(step_ms_median=r["step_ms_median"], wall_ms_per_step=r["wall_s"] * 1e3 / steps,
                 device_ms_per_step=device_us / 1e3 / steps, batched_steps=steps,
                 host_top=[dict(op=e.key, calls_per_step=e.count / steps,
-                               self_cpu_ms_per_step=e.self_cpu_time_total / 1e3 / steps) for e in host])
+                               self_cpu_ms_per_step=e.self_cpu_time_total / 1e3 / steps) for e in host],
+                unprofiled_step_ms_median=r2["step_ms_median"], events_table_ms=r2["events_table_s"] * 1e3,
+                host_split_ms_per_step=split.per_step_ms(r2["batched_steps"]))
 
 
 def bare_forward_ms(trunk, B, K, kv_len, dev, reps):
@@ -243,6 +293,8 @@ def main(argv=None):
             for h in prof["host_top"]:
                 print(f"   {h['self_cpu_ms_per_step']:7.3f} ms/step {h['calls_per_step']:6.1f} calls  {h['op']}",
                       file=sys.stderr)
+            print("   host by loop stage, ms/step (unprofiled wave): " + ", ".join(
+                f"{k} {v:.3f}" for k, v in prof["host_split_ms_per_step"].items()), file=sys.stderr)
         if name != "default" or a.only_grid:
             continue
         Bl = widths[-1] if smoke else 64
