@@ -48,7 +48,6 @@ from atlas_ab.telemetry.events import EventLog
 from atlas_ab.telemetry.records import StepBlocks
 from atlas_ab.workload.documents import Document
 
-
 #: The step as two graphs launched back to back (propose, then verify), no read between: the
 #: verify's launch, host time that grows with its node count, then runs while the device runs the
 #: drafts, instead of before any of the step's work.
