@@ -48,11 +48,6 @@ from atlas_ab.telemetry.events import EventLog
 from atlas_ab.telemetry.records import StepBlocks
 from atlas_ab.workload.documents import Document
 
-#: The step as two graphs launched back to back (propose, then verify), no read between: the
-#: verify's launch, host time that grows with its node count, then runs while the device runs the
-#: drafts, instead of before any of the step's work.
-SPLIT_STEP = False
-
 
 def commit_counts(accepted: torch.Tensor, left: torch.Tensor) -> torch.Tensor:
     """[B] tokens each sequence commits: its accepted drafts and the token after them (the target's,
@@ -268,14 +263,14 @@ class Wave:
         x = self._t(x)                              # the step's one host->device copy
         key = (layout, self.turn if self.verifier.sampled else None)   # sampled: the uniforms' keys hold the turn
         state = [self.last_hidden] + ([self.ring.hiddens] if self.ring is not None else [])
-        if self.arm.draft_conf <= 0 and not SPLIT_STEP:
+        if self.arm.draft_conf <= 0:
             step = functools.partial(self._device_step, layout=layout)
             return (*self.steps(("step",) + key, step, [x], lengths, self.full, state), False)
-        # Two graphs, propose then verify. DRAFT_CONF: a chain below tau is dropped; when all are,
-        # the step decodes serially, which is the host's decision, read between the two.
+        # DRAFT_CONF: a chain below tau is dropped; when all are, the step decodes serially,
+        # which is the host's decision: propose and verify are two graphs with a read between.
         propose = functools.partial(self._propose, layout=layout)
         prop, gated, fp = self.steps(("propose",) + key, propose, [x], lengths, self.full, state)
-        serial = self._all_gated(gated, active) if self.arm.draft_conf > 0 else False
+        serial = self._all_gated(gated, active)
         verify = functools.partial(self._verify, layout=layout, prop=prop, gated=gated, all_gated=serial, fp=fp)
         return (*self.steps(("verify", serial) + key, verify, [x], lengths, self.full, state), serial)
 
