@@ -152,12 +152,17 @@ def profile_wave(trunk, mtp, arm, docs, gen, top=12):
     device_us = sum(e.self_device_time_total for e in ev if e.device_type == torch.autograd.DeviceType.CUDA) \
         if hasattr(ev[0], "self_device_time_total") else sum(e.self_cuda_time_total for e in ev)
     host = sorted(ev, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    dev_t = (lambda e: e.self_device_time_total) if hasattr(ev[0], "self_device_time_total") \
+        else (lambda e: e.self_cuda_time_total)
+    kernels = sorted((e for e in ev if dev_t(e) > 0), key=dev_t, reverse=True)[:top]
     with HostSplit() as split:
         r2, _ = run_wave(trunk, proposer, arm, docs, gen, target=target)
     return dict(step_ms_median=r["step_ms_median"], wall_ms_per_step=r["wall_s"] * 1e3 / steps,
                 device_ms_per_step=device_us / 1e3 / steps, batched_steps=steps,
                 host_top=[dict(op=e.key, calls_per_step=e.count / steps,
                                self_cpu_ms_per_step=e.self_cpu_time_total / 1e3 / steps) for e in host],
+                device_top=[dict(kernel=e.key[:90], calls_per_step=e.count / steps,
+                                 device_ms_per_step=dev_t(e) / 1e3 / steps) for e in kernels],
                 unprofiled_step_ms_median=r2["step_ms_median"], events_table_ms=r2["events_table_s"] * 1e3,
                 host_split_ms_per_step=split.per_step_ms(r2["batched_steps"]))
 
@@ -246,8 +251,9 @@ def main(argv=None):
     ap.add_argument("--models", default="default,gpu")
     ap.add_argument("--widths", default=None, help="batch widths (default 1,16,64,256)")
     ap.add_argument("--only-grid", action="store_true", help="the steps/s grid only (no lever ratios, peer, 10k)")
-    ap.add_argument("--profile", default=None, metavar="B,K",
-                    help="also profile one wave per model at this batch width and K (where a step's time goes)")
+    ap.add_argument("--profile", default=None, metavar="B,K[,refeed]",
+                    help="also profile one wave per model at this batch width and K (where a step's time goes); "
+                         "refeed: the arm with CATCHUP and REFEED instead of the plain one")
     a = ap.parse_args(argv)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
@@ -285,13 +291,19 @@ def main(argv=None):
                       f"draft={draft:6.3f}ms glue={r['glue_ms']:6.3f}ms "
                       f"p1={r['p1']:.3f}", file=sys.stderr)
         if a.profile:
-            Bp, Kp = (int(v) for v in a.profile.split(","))
-            prof = profile_wave(trunk, mtp, ArmConfig(name=f"k{Kp}", num_drafts=Kp), docs_all[:Bp], gen)
-            out.setdefault("profile", {})[name] = dict(B=Bp, K=Kp, **prof)
-            print(f"{name} profile B={Bp} K={Kp}: step {prof['step_ms_median']:.3f} ms, device "
+            Bp, Kp, *lever = a.profile.split(",")
+            Bp, Kp, refeed = int(Bp), int(Kp), lever == ["refeed"]
+            arm = ArmConfig(name=f"k{Kp}" + ("_refeed" if refeed else ""), num_drafts=Kp, catchup=refeed, refeed=refeed)
+            prof = profile_wave(trunk, mtp, arm, docs_all[:Bp], gen)
+            out.setdefault("profile", {})[name] = dict(B=Bp, K=Kp, arm=arm.name, **prof)
+            print(f"{name} profile {arm.name} B={Bp} K={Kp}: step {prof['step_ms_median']:.3f} ms, device "
                   f"{prof['device_ms_per_step']:.3f} ms/step; host top ops:", file=sys.stderr)
             for h in prof["host_top"]:
                 print(f"   {h['self_cpu_ms_per_step']:7.3f} ms/step {h['calls_per_step']:6.1f} calls  {h['op']}",
+                      file=sys.stderr)
+            print("   device top kernels:", file=sys.stderr)
+            for k in prof["device_top"]:
+                print(f"   {k['device_ms_per_step']:7.3f} ms/step {k['calls_per_step']:6.1f} calls  {k['kernel']}",
                       file=sys.stderr)
             print("   host by loop stage, ms/step (unprofiled wave): " + ", ".join(
                 f"{k} {v:.3f}" for k, v in prof["host_split_ms_per_step"].items()), file=sys.stderr)
