@@ -306,8 +306,10 @@ class Wave:
 
     def _propose(self, x, layout, length):
         """Catch-up rows, then K drafts; returns the Proposal, DRAFT_CONF's gate [B] bool and
-        (FINGERPRINTS at static shapes) the fingerprints of the propose's and the feed's rows
-        [B, 2+W]: the propose's hidden, the ring's row of its label, each fed row."""
+        (FINGERPRINTS at static shapes) a copy of the propose's and the feed's rows [B, 2+W, H]: the
+        propose's hidden, the ring's row of its label, each fed row, hashed with the verify's rows
+        at the step's end (one hashing call a step: its time is one chain over a row's bytes,
+        whatever the rows)."""
         a = unpack_plan(x, layout)
         n = a["pos"][:, 0]
         fed = self._feed_rows(a, length["catchup"]) if "cu_tok" in a else None
@@ -316,8 +318,7 @@ class Wave:
             ar = torch.arange(self.B, device=x.device)
             ring_row = self.ring.hiddens[ar, n.remainder(self.ring.capacity)] if self.ring is not None \
                 else self.last_hidden
-            fp = self.ev.fingerprint_rows(torch.cat([self.last_hidden[:, None], ring_row[:, None]]
-                                                    + ([fed] if fed is not None else []), dim=1))
+            fp = torch.cat([self.last_hidden[:, None], ring_row[:, None]] + ([fed] if fed is not None else []), dim=1)
         draws = self.verifier.draws(self.target, self.turn, n)
         prop = self.proposer.draft(a, a["last_tok"], self.last_hidden, self.K, self.arm.shadow_topk, draws, length)
         tau = self.arm.draft_conf
@@ -346,11 +347,13 @@ class Wave:
         self.last_hidden.copy_(torch.where(active[:, None], v.vh[ar, a_eff], self.last_hidden))
         ring = self.ring is not None
         ring_label = self._ring_after_verify(active, a["pos"][:, 0], a_eff, gated, v.vh) if ring else None
-        if fp is not None and ring:        # ring writes: the row written and the ring's row after the write
-            slot = torch.where(ring_label >= 0, ring_label.remainder(self.ring.capacity),
-                               torch.full_like(ring_label, self.ring.capacity))
-            after = self.ring.hiddens[ar[:, None], slot]                                 # [B, K+1, H]
-            fp = torch.cat([fp, self.ev.fingerprint_rows(torch.cat([v.vh, after], dim=1))], dim=1)
+        if fp is not None:                 # the propose's rows [B, 2+W, H], hashed now with the ring writes'
+            if ring:                       # rows: the row written and the ring's row after the write
+                slot = torch.where(ring_label >= 0, ring_label.remainder(self.ring.capacity),
+                                   torch.full_like(ring_label, self.ring.capacity))
+                after = self.ring.hiddens[ar[:, None], slot]                             # [B, K+1, H]
+                fp = torch.cat([fp, v.vh, after], dim=1)
+            fp = self.ev.fingerprint_rows(fp)                                            # [B, S]
         oracle = self._oracle(prop, v, a, length) if self.arm.oracle_p2 else None
         packed, read_layout = pack_read(acc=v.accepted, gated=gated, drafts=prop.drafts, target=v.tokens,
                                         conf=prop.conf, committed=c, ring_label=ring_label, oracle=oracle,

@@ -127,25 +127,40 @@ def _triton_kernel():
     import triton.language as tl
 
     @triton.jit
-    def fnv1a64_rows(x_ptr, out_ptr, n_rows, H, row_stride, BLOCK_ROWS: tl.constexpr, UNROLL: tl.constexpr):
+    def fnv1a64_rows(x_ptr, out_ptr, n_rows, H, row_stride, BLOCK_ROWS: tl.constexpr, UNROLL: tl.constexpr,
+                     EVEN: tl.constexpr):
         # One lane per row: the hash is a strict chain over the row's bytes, so
         # rows are the only parallelism. x is the bf16 data viewed as int16.
         # UNROLL elements per iteration: their loads do not wait on the chain, so they
         # can all be in flight at once (a step hashes few rows: latency, not bandwidth).
+        # The 64-bit state is two uint32 words: the FNV prime is 2^40 + 0x1B3, so
+        # x * prime mod 2^64 = x * 0x1B3 + (x_lo << 40), and the chain through the low word is
+        # one xor and one 32-bit multiply a byte, where a uint64 multiply is an emulated
+        # sequence of them (bench/results/bench_fp_step_h200_2026-12-01c.json).
         rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
         live = rows < n_rows
         base = x_ptr + rows.to(tl.int64) * row_stride
-        h = tl.full([BLOCK_ROWS], 0xCBF29CE484222325, tl.uint64)
+        h_lo = tl.full([BLOCK_ROWS], 0x84222325, tl.uint32)
+        h_hi = tl.full([BLOCK_ROWS], 0xCBF29CE4, tl.uint32)
+        c = tl.full([BLOCK_ROWS], 0x1B3, tl.uint32)
         for j0 in range(0, H, UNROLL):
             for u in tl.static_range(UNROLL):
-                inside = (tl.zeros([BLOCK_ROWS], tl.int32) + j0 + u) < H   # a [BLOCK_ROWS] mask, as loads want
-                # int16 -> int32 sign-extends; the mask recovers the 16 raw bits.
-                bits = tl.load(base + j0 + u, mask=live & inside, other=0).to(tl.int32) & 0xFFFF
-                lo = (bits & 0xFF).to(tl.uint64)  # little-endian: low byte first
-                hi = ((bits >> 8) & 0xFF).to(tl.uint64)
-                g = (h ^ lo) * 0x100000001B3  # uint64 multiply wraps modulo 2^64
-                g = (g ^ hi) * 0x100000001B3
-                h = tl.where(inside, g, h)    # past the row's end: the hash stands
+                if EVEN:                  # H a multiple of UNROLL: no element past the row's end
+                    bits = tl.load(base + j0 + u, mask=live, other=0).to(tl.int32) & 0xFFFF
+                else:
+                    inside = (tl.zeros([BLOCK_ROWS], tl.int32) + j0 + u) < H   # a [BLOCK_ROWS] mask
+                    bits = tl.load(base + j0 + u, mask=live & inside, other=0).to(tl.int32) & 0xFFFF
+                # int16 -> int32 sign-extends; the mask recovers the 16 raw bits, low byte first
+                for byte in tl.static_range(2):
+                    b = ((bits >> (8 * byte)) & 0xFF).to(tl.uint32)
+                    x = h_lo ^ b
+                    g_lo = x * c                                      # uint32 multiplies wrap mod 2^32
+                    g_hi = h_hi * c + tl.umulhi(x, c) + (x << 8)
+                    if EVEN:
+                        h_lo, h_hi = g_lo, g_hi
+                    else:                 # past the row's end: the hash stands
+                        h_lo, h_hi = tl.where(inside, g_lo, h_lo), tl.where(inside, g_hi, h_hi)
+        h = (h_hi.to(tl.uint64) << 32) | h_lo.to(tl.uint64)
         tl.store(out_ptr + rows, h.to(tl.int64, bitcast=True), mask=live)
 
     return fnv1a64_rows
@@ -167,7 +182,8 @@ def _fingerprint_triton(rows: torch.Tensor) -> torch.Tensor:
     bits = rows.view(torch.int16)
     grid = (triton_cdiv(n, _BLOCK_ROWS),)
     with torch.cuda.device(rows.device) if rows.is_cuda else contextlib.nullcontext():   # (kernels.on_its_device)
-        _triton_kernel()[grid](bits, out, n, h, bits.stride(0), BLOCK_ROWS=_BLOCK_ROWS, UNROLL=_UNROLL, num_warps=1)
+        _triton_kernel()[grid](bits, out, n, h, bits.stride(0), BLOCK_ROWS=_BLOCK_ROWS, UNROLL=_UNROLL,
+                               EVEN=h % _UNROLL == 0, num_warps=1)
     return out
 
 
