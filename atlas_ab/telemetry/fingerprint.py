@@ -127,32 +127,40 @@ def _triton_kernel():
     import triton.language as tl
 
     @triton.jit
-    def fnv1a64_rows(x_ptr, out_ptr, n_rows, H, row_stride, BLOCK_ROWS: tl.constexpr, UNROLL: tl.constexpr,
-                     EVEN: tl.constexpr):
-        # One lane per row: the hash is a strict chain over the row's bytes, so
-        # rows are the only parallelism. x is the bf16 data viewed as int16.
-        # UNROLL elements per iteration: their loads do not wait on the chain, so they
-        # can all be in flight at once (a step hashes few rows: latency, not bandwidth).
+    def fnv1a64_rows(x_ptr, out_ptr, n_rows, W, row_stride, BLOCK_ROWS: tl.constexpr, UNROLL: tl.constexpr,
+                     BYTES: tl.constexpr, EVEN: tl.constexpr):
+        # One lane per row: the hash is a strict chain over the row's bytes, so rows are the
+        # only parallelism. x is the row data as W words of BYTES bytes (int16, or int64 where
+        # rows allow: 4 bf16 elements a load). UNROLL words per iteration: their loads do not
+        # wait on the chain, so they are all in flight at once (a step hashes few rows: load
+        # latency, not bandwidth; bench/results/bench_fp_step_h200_2026-12-01c.json).
         # The 64-bit state is two uint32 words: the FNV prime is 2^40 + 0x1B3, so
-        # x * prime mod 2^64 = x * 0x1B3 + (x_lo << 40), and the chain through the low word is
-        # one xor and one 32-bit multiply a byte, where a uint64 multiply is an emulated
-        # sequence of them (bench/results/bench_fp_step_h200_2026-12-01c.json).
+        # x * prime mod 2^64 = x * 0x1B3 + (x_lo << 40): one xor and 32-bit multiplies a byte.
         rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
         live = rows < n_rows
         base = x_ptr + rows.to(tl.int64) * row_stride
         h_lo = tl.full([BLOCK_ROWS], 0x84222325, tl.uint32)
         h_hi = tl.full([BLOCK_ROWS], 0xCBF29CE4, tl.uint32)
         c = tl.full([BLOCK_ROWS], 0x1B3, tl.uint32)
-        for j0 in range(0, H, UNROLL):
+        for j0 in range(0, W, UNROLL):
             for u in tl.static_range(UNROLL):
-                if EVEN:                  # H a multiple of UNROLL: no element past the row's end
-                    bits = tl.load(base + j0 + u, mask=live, other=0).to(tl.int32) & 0xFFFF
+                if EVEN:                  # W a multiple of UNROLL: no word past the row's end
+                    raw = tl.load(base + j0 + u, mask=live, other=0)
                 else:
-                    inside = (tl.zeros([BLOCK_ROWS], tl.int32) + j0 + u) < H   # a [BLOCK_ROWS] mask
-                    bits = tl.load(base + j0 + u, mask=live & inside, other=0).to(tl.int32) & 0xFFFF
-                # int16 -> int32 sign-extends; the mask recovers the 16 raw bits, low byte first
-                for byte in tl.static_range(2):
-                    b = ((bits >> (8 * byte)) & 0xFF).to(tl.uint32)
+                    inside = (tl.zeros([BLOCK_ROWS], tl.int32) + j0 + u) < W   # a [BLOCK_ROWS] mask
+                    raw = tl.load(base + j0 + u, mask=live & inside, other=0)
+                if BYTES == 2:            # int16 -> int32 sign-extends; the mask recovers the raw bits
+                    lo32 = (raw.to(tl.int32) & 0xFFFF).to(tl.uint32)
+                    hi32 = lo32
+                else:
+                    w64 = raw.to(tl.uint64, bitcast=True)
+                    lo32 = w64.to(tl.uint32)
+                    hi32 = (w64 >> 32).to(tl.uint32)
+                for byte in tl.static_range(BYTES):      # little-endian: memory order is low byte first
+                    if byte < 4:
+                        b = (lo32 >> (8 * byte)) & 0xFF
+                    else:
+                        b = (hi32 >> (8 * (byte - 4))) & 0xFF
                     x = h_lo ^ b
                     g_lo = x * c                                      # uint32 multiplies wrap mod 2^32
                     g_hi = h_hi * c + tl.umulhi(x, c) + (x << 8)
@@ -180,10 +188,16 @@ def _fingerprint_triton(rows: torch.Tensor) -> torch.Tensor:
     if rows.stride(-1) != 1:  # the kernel walks a row with unit stride
         rows = rows.contiguous()
     bits = rows.view(torch.int16)
+    # 8-byte loads where every row starts 8-byte aligned and holds whole words (4 bf16 elements)
+    if h % 4 == 0 and bits.stride(0) % 4 == 0 and bits.data_ptr() % 8 == 0:
+        words, nbytes = bits.view(torch.int64), 8
+    else:
+        words, nbytes = bits, 2
+    W = words.shape[1]
     grid = (triton_cdiv(n, _BLOCK_ROWS),)
     with torch.cuda.device(rows.device) if rows.is_cuda else contextlib.nullcontext():   # (kernels.on_its_device)
-        _triton_kernel()[grid](bits, out, n, h, bits.stride(0), BLOCK_ROWS=_BLOCK_ROWS, UNROLL=_UNROLL,
-                               EVEN=h % _UNROLL == 0, num_warps=1)
+        _triton_kernel()[grid](words, out, n, W, words.stride(0), BLOCK_ROWS=_BLOCK_ROWS, UNROLL=_UNROLL,
+                               BYTES=nbytes, EVEN=W % _UNROLL == 0, num_warps=1)
     return out
 
 

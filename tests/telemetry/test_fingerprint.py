@@ -108,8 +108,13 @@ def check_triton_in_interpreter():
     wide = random_rows(3, 30, seed=5)[:, 5:17]   # row stride != H
     got = fingerprint_rows(wide, backend="triton").tolist()
     assert got == [to_signed(v) for v in fingerprint_reference(wide.contiguous())]
-    even = torch.cat([random_rows(5, 48, seed=6), special_rows(48)])   # H a multiple of the unroll: no masks
-    assert fingerprint_rows(even, backend="triton").tolist() == [to_signed(v) for v in fingerprint_reference(even)]
+    # every load path: 8-byte words with and without a partial last block (H = 48, 64), 2-byte
+    # elements in whole blocks (H = 32 at a row stride of 34: rows not 8-byte aligned)
+    for rows in (torch.cat([random_rows(5, 48, seed=6), special_rows(48)]),
+                 torch.cat([random_rows(5, 64, seed=7), special_rows(64)]),
+                 random_rows(3, 34, seed=8)[:, 1:33]):
+        want = [to_signed(v) for v in fingerprint_reference(rows.contiguous())]
+        assert fingerprint_rows(rows, backend="triton").tolist() == want, rows.shape
     return len(x)
 
 
