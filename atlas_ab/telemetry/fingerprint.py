@@ -133,7 +133,8 @@ def _triton_kernel():
         # only parallelism. x is the row data as W words of BYTES bytes (int16, or int64 where
         # rows allow: 4 bf16 elements a load). UNROLL words per iteration: their loads do not
         # wait on the chain, so they are all in flight at once (a step hashes few rows: load
-        # latency, not bandwidth; bench/results/bench_fp_step_h200_2026-12-01c.json).
+        # latency, not bandwidth: 169 -> 98 us at H = 4096 with 8-byte loads,
+        # bench/results/bench_fp_step_8b_h200_2026-12-01[ef].json).
         # The 64-bit state is two uint32 words: the FNV prime is 2^40 + 0x1B3, so
         # x * prime mod 2^64 = x * 0x1B3 + (x_lo << 40): one xor and 32-bit multiplies a byte.
         rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
