@@ -9,10 +9,8 @@
 #   B. the GPU tests (GPU 0) | the 5.7B arm end to end, 64 documents x 8 turns (model=llama8b),
 #      then bench/bench_replay.py (the other GPU)
 set -uo pipefail
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-REPO=$PWD
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$REPO
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source scripts/gpu_env.sh
 NG=$(python3 -c "import torch; print(torch.cuda.device_count())")
 G1=$(( NG > 1 ? 1 : 0 ))
 W=/tmp/bench && mkdir -p $W

@@ -21,11 +21,8 @@
 # while GPU 1 trains), ONLY_SAMPLED=1 (stage 5 alone, over a $CLAIMS_DIR/large a previous call trained),
 # CLAIMS_OVERRIDES / TRAIN_OVERRIDES (tiny dry runs on the CPU), SKIP_WHEELS=1, CLAIMS_DIR.
 set -uo pipefail
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-REPO=$PWD
-[ -n "${SKIP_WHEELS:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$REPO
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source scripts/gpu_env.sh
 NG=$(python3 -c "import torch; print(torch.cuda.device_count())")
 LAST=$(( NG > 1 ? NG - 1 : 0 ))
 W=${CLAIMS_DIR:-/tmp/claims} && mkdir -p $W && cd $W

@@ -3,9 +3,7 @@
 #   device run (carry .whl_gpu): WHL=.whl_gpu bash scripts/gpu_quick.sh
 #   knobs: MODELS=gpu WIDTHS=64 PROFILE=64,2 TESTS=1 (0: skip the GPU tests) ONLY_GRID=--only-grid (empty: levers too)
 set -uo pipefail
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site ${WHL:-.whl}/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD
+source scripts/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 if [ "${TESTS:-1}" = 1 ]; then
   timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/ 2>&1 | tail -15

@@ -2,9 +2,7 @@
 # One device call: GPU tests, the front end's default run on the GPU, the runner bench.
 # Usage (device tool, carry .whl): bash scripts/gpu_session.sh
 set -uo pipefail
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD
+source scripts/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee $OUT/gpu.txt
 python3 -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)" | tee -a $OUT/gpu.txt
 python3 -m atlas_ab.run.provenance 2>&1 | tee -a $OUT/gpu.txt   # the code hash the runs' manifests record

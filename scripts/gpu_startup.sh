@@ -4,9 +4,7 @@
 # warm = kept; warm_pyc = kept and Python's bytecode cached under PYTHONPYCACHEPREFIX).
 #   device run (carry .whl_gpu): WHL=.whl_gpu bash scripts/gpu_startup.sh
 set -uo pipefail
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site ${WHL:-.whl}/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD
+source scripts/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 if [ "${TESTS:-1}" = 1 ]; then
   timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu ${GPU_TESTS:-tests/speculative/test_gpu_gate.py} 2>&1 | grep -v "^$" | tail -12
