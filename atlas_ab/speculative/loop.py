@@ -113,7 +113,7 @@ class Wave:
         self.fp_in_step = self.ev is not None and self.steps.graphs
         self._feed_plan = None
         self._pending = None       # the last step's telemetry rows, written while the device runs the next
-        self._later: list = []     # and its fingerprint events (hashed in the step), the same way
+        self._later: list = []     # and its fingerprint events (hashed in the step): calls, made the same way
         self.turn = 0
         doc = bufs.get("doc", (B,), torch.long, self.device).copy_(self._t(self.doc_ids))
         self.verifier = verifier(plan, self.target, doc, self.K)
@@ -276,8 +276,8 @@ class Wave:
 
     def _flush(self) -> None:
         """The last step's telemetry: its fingerprint events hashed in the step, then its rows."""
-        for kind, fields in self._later:
-            self.ev.add(kind, **fields)
+        for record in self._later:
+            record()
         self._later.clear()
         if self._pending is not None:
             self._record(*self._pending)
@@ -294,7 +294,7 @@ class Wave:
         self.n_tok = np.where(active, self.n_tok + c, self.n_tok)
         self.gen += c
         if self.ring is not None:
-            self._book_ring(h.ring_label, vh, None if h.fp is None else h.fp[:, -2 * (self.K + 1):])
+            self._book_ring(h.ring_label, vh, h.fp)
         # dropped (gated) drafts were never verified: their rows go as rejected ones do
         self.proposer.after_verify(np.where(h.gated, 0, a_eff), active)
 
@@ -430,21 +430,27 @@ class Wave:
         return torch.where(take, label, torch.full_like(label, -1))
 
     def _book_ring(self, ring_label: np.ndarray, vh: torch.Tensor, fp=None) -> None:
-        """Host: book the labels the step wrote (and their fingerprint events; fp [B, 2(K+1)]: hashed
-        in the step)."""
+        """Host: book the labels the step wrote (and their fingerprint events; fp [B, S]: the step's
+        fingerprints, hashed in it)."""
         seq, j = np.nonzero(ring_label >= 0)
         if len(seq) == 0:
             return
         dst = self.ring.book(seq, ring_label[seq, j])
-        if fp is not None:
-            self._later.append(("ring_write", dict(doc_id=self.doc_ids[seq], turn=self.turn, step=self.step_no[seq],
-                                                   seq=seq, fp=fp[seq, j], fp2=fp[seq, self.K + 1 + j],
-                                                   label=ring_label[seq, j])))
+        if fp is not None:       # recorded while the device runs the next step
+            self._later.append(functools.partial(self._ring_write_events, seq, j, ring_label, fp,
+                                                 self.step_no.copy(), self.turn))
         elif self.ev is not None:
             src = self._t(np.stack([seq, j]))
             self.ev.add("ring_write", doc_id=self.doc_ids[seq], turn=self.turn, step=self.step_no[seq],
                         seq=seq, rows=vh[src[0], src[1]], rows2=self.ring.hiddens[dst[0], dst[1]],
                         label=ring_label[seq, j])
+
+    def _ring_write_events(self, seq, j, ring_label, fp, step_no, turn) -> None:
+        """The ring writes' events of a step, from their fingerprints hashed in it (fp [B, S]: the
+        written rows, then the ring's rows after the writes, in its last 2(K+1) columns)."""
+        fp = fp[:, -2 * (self.K + 1):]
+        self.ev.add("ring_write", doc_id=self.doc_ids[seq], turn=turn, step=step_no[seq], seq=seq, fp=fp[seq, j],
+                    fp2=fp[seq, self.K + 1 + j], label=ring_label[seq, j])
 
     def _ring_prefill(self) -> None:
         """RING_PREFILL: ring the prefill's last hidden (position P-1, P = the turn's first
@@ -471,16 +477,12 @@ class Wave:
         propose's rows, 2.. the fed ones)."""
         act = np.nonzero(active)[0]
         live = self.ring.live(act, n[act]) if self.ring is not None else np.zeros(len(act), bool)
+        if fp is not None:       # the ring's state is read now; the events are recorded during the next step
+            self._later.append(functools.partial(self._step_events, act, n, live, fp, self._feed_plan,
+                                                 self.step_no.copy(), self.turn))
+            return
         meta = dict(doc_id=self.doc_ids[act], turn=self.turn, step=self.step_no[act], seq=act, fp2_valid=live,
                     position=n[act])
-        if fp is not None:
-            if self._feed_plan is not None and len(self._feed_plan[0]):
-                w, j = self._feed_plan
-                self._later.append(("feed", dict(doc_id=self.doc_ids[w.seq], turn=self.turn, step=self.step_no[w.seq],
-                                                 seq=w.seq, fp=fp[w.seq, 2 + j], label=w.label, key=w.key,
-                                                 rope=w.rope, slot=w.slot)))
-            self._later.append(("propose", dict(fp=fp[act, 0], fp2=fp[act, 1], **meta)))
-            return
         if self.ring is not None:
             idx = self.ring.index(act, n[act])          # one copy serves both gathers
             rows, ring_rows = self.last_hidden[idx[0]], self.ring.hiddens[idx[0], idx[1]]
@@ -488,4 +490,14 @@ class Wave:
             rows = self.last_hidden[self._t(act)]
             ring_rows = torch.zeros_like(rows)
         self.ev.add("propose", rows=rows, rows2=ring_rows, **meta)
+
+    def _step_events(self, act, n, live, fp, feed_plan, step_no, turn) -> None:
+        """A step's catch-up feed and propose events from their fingerprints hashed in it (fp [B, S]:
+        columns 0-1 the propose's rows, 2.. the fed ones)."""
+        if feed_plan is not None and len(feed_plan[0]):
+            w, j = feed_plan
+            self.ev.add("feed", doc_id=self.doc_ids[w.seq], turn=turn, step=step_no[w.seq], seq=w.seq,
+                        fp=fp[w.seq, 2 + j], label=w.label, key=w.key, rope=w.rope, slot=w.slot)
+        self.ev.add("propose", doc_id=self.doc_ids[act], turn=turn, step=step_no[act], seq=act, fp2_valid=live,
+                    position=n[act], fp=fp[act, 0], fp2=fp[act, 1])
 
