@@ -19,10 +19,14 @@ import torch
 from atlas_ab.telemetry.schema import EVENT_SCHEMA
 
 
+#: An event's integer fields, in the order each batch keeps them (one [len(FIELDS), n] block a batch).
+FIELDS = ("doc_id", "turn", "step", "seq", "label", "key", "rope", "slot", "position")
+
+
 class EventLog:
     def __init__(self, fingerprint_rows):
         self.fingerprint_rows = fingerprint_rows
-        self.meta: list[dict] = []      # one dict of equal-length numpy columns per batch
+        self.meta: list[tuple] = []     # per batch: (n, order of its first event, kind, its FIELDS block)
         self.rows: list[torch.Tensor] = []   # BF16 snapshots, hashed at the end
         self.rows2: list[torch.Tensor] = []
         self.fp2_valid: list[np.ndarray] = []
@@ -32,14 +36,17 @@ class EventLog:
     def add(self, kind: str, *, doc_id, turn, step, seq, rows: torch.Tensor | None = None,
             rows2: torch.Tensor | None = None, fp2_valid: np.ndarray | None = None,
             label=-1, key=-1, rope=-1, slot=-1, position=-1, fp=None, fp2=None) -> None:
-        """Record n events; fields are scalars or length-n arrays (expanded at the end:
-        the hot loop does no per-event work). Give the rows (snapshotted, hashed at the end) or
-        their fingerprints `fp` (and `fp2`) already hashed on the device."""
+        """Record n events; fields are scalars or length-n arrays, laid out here as one int64 block
+        (a loop step calls this while the device runs the next step, so the table at the wave's end
+        only joins the blocks). Give the rows (snapshotted, hashed at the end) or their fingerprints
+        `fp` (and `fp2`) already hashed on the device."""
         n = len(seq)
         if n == 0:
             return
-        self.meta.append((n, self.order, kind, dict(doc_id=doc_id, turn=turn, step=step, seq=seq, label=label,
-                                                     key=key, rope=rope, slot=slot, position=position)))
+        block = np.empty((len(FIELDS), n), dtype=np.int64)
+        for i, v in enumerate((doc_id, turn, step, seq, label, key, rope, slot, position)):
+            block[i] = v
+        self.meta.append((n, self.order, kind, block))
         self.order += n
         if fp is not None:
             self.fps.append((np.asarray(fp, dtype=np.int64), None if fp2 is None else np.asarray(fp2, dtype=np.int64)))
@@ -55,16 +62,10 @@ class EventLog:
     def table(self) -> pa.Table:
         if not self.meta:
             return EVENT_SCHEMA.empty_table()
-        N = sum(n for n, _, _, _ in self.meta)
-        # one preallocated column per field, each batch's scalar or array written into its slice
-        # (a broadcast and a concatenate per batch and field cost ~10x more: bench_fp_step)
-        cols = {k: np.empty(N, dtype=np.int64) for k in self.meta[0][3]}
-        at = 0
-        for n, _, _, f in self.meta:
-            for k, v in f.items():
-                cols[k][at:at + n] = v
-            at += n
-        cols["order"] = np.concatenate([np.arange(o, o + n) for n, o, _, _ in self.meta])
+        blocks = np.concatenate([b for _, _, _, b in self.meta], axis=1)          # [len(FIELDS), N]
+        cols = dict(zip(FIELDS, blocks))
+        N = blocks.shape[1]
+        cols["order"] = np.arange(N)            # batches are numbered in the order they were added
         kinds = [k for _, _, k, _ in self.meta]
         # one hashing call for every snapshotted row of the wave (second rows only where an event has them)
         first = [r for r in self.rows if r is not None]
