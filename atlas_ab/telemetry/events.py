@@ -18,7 +18,6 @@ import torch
 
 from atlas_ab.telemetry.schema import EVENT_SCHEMA
 
-
 #: An event's integer fields, in the order each batch keeps them (one [len(FIELDS), n] block a batch).
 FIELDS = ("doc_id", "turn", "step", "seq", "label", "key", "rope", "slot", "position")
 
