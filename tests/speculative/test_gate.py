@@ -101,6 +101,27 @@ def test_a_divergence_is_arbitrated_in_fp32(models, scale, passes):
     assert res.checked_tokens == 1 + 2 * G           # seq 0 stops at its divergence; seq 1 whole
 
 
+@pytest.mark.parametrize("turn,token", [(0, 0), (1, 3), (2, G - 1)])
+def test_a_wrong_token_is_found_where_it_is(models, turn, token):
+    """fp32, greedy text with one token replaced by the target's least likely one: the gate names
+    that sequence, turn and token (the history of later turns carries the earlier turns' generated
+    text), counts the tokens it checked up to it, and checks the other sequences whole."""
+    trunk, _ = models
+    docs = tiny_docs(n=3, turns=3, chunk=10)
+    gen = greedy(trunk, docs, G).generated()
+    forced = teacher_forced(trunk, docs, gen, G)
+    assert np.array_equal(forced.tokens, np.array(gen))                 # greedy text passes everywhere
+    with torch.no_grad():
+        ctx = torch.as_tensor(forced.history[2][:forced.gen_start[2, turn] + token])[None]
+        worst = int(trunk.logits(trunk.forward_train(ctx))[0, -1].argmin())
+    gen[2][turn][token] = worst
+    res = check(trunk, docs, gen, G, [0, 1, 2])
+    assert res.passed is False and res.divergences == 1
+    d = res.first_divergence
+    assert (d["doc_id"], d["turn"], d["token"], d["speculative"]) == (docs[2].doc_id, turn, token, worst)
+    assert res.checked_tokens == 2 * 3 * G + turn * G + token + 1
+
+
 def inject_lossy_commit(monkeypatch, at_step: int, seq: int = 1) -> None:
     """The bug: at one verify step of the loop, sequence `seq` commits the target's least likely
     token instead of its argmax (an off-by-one in the commit does the same kind of damage). It is
