@@ -28,6 +28,11 @@ def test_bench_runner_smoke(tmp_path):
     assert set(res["levers"]) == {"fingerprints", "shadow_topk_4"}
     assert res["ten_k"]["rows"] > 0
     assert res["peer"]["same_text"].split("/")[0] == res["peer"]["same_text"].split("/")[1]
+    prof = res["profile"]["default"]            # the steady-state profile and the host's split by loop stage
+    assert prof["arm"] == "k2_refeed" and prof["batched_steps"] > 0
+    split = prof["host_split_ms_per_step"]
+    assert set(split) == {"plan", "run", "commit", "flush", "pre_events", "read_and_rest", "step"}
+    assert split["step"] >= split["plan"] + split["run"] + split["commit"] > 0
 
 
 def test_bench_forward_smoke(tmp_path):
