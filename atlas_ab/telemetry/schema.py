@@ -156,8 +156,11 @@ TIMING_COLUMNS = ("step_ms", "warmup_ms")
 #: Columns every steps table must hold (the analysis needs nothing else).
 REQUIRED_STEP = tuple(c.name for c in STEP_COLUMNS if c.required)
 EVENT_NAMES = tuple(c.name for c in EVENT_COLUMNS)
-#: The integer type each required step column is read as.
-STEP_INT_TYPES = {c.name: c.type.to_pandas_dtype().__name__ for c in STEP_COLUMNS if c.required}
+#: The integer type each required step column is read as (Arrow's name of an integer type is numpy's;
+#: `DataType.to_pandas_dtype` would import pandas at start-up under some pyarrow versions: 0.3 s of the
+#: H200 image's start-up: bench/results/importtime_h200_2026-12-01b.txt, under atlas_ab.telemetry.schema).
+STEP_INT_TYPES = {c.name: str(c.type) for c in STEP_COLUMNS if c.required}
+assert all(pa.types.is_integer(c.type) for c in STEP_COLUMNS if c.required), "required step columns are integers"
 
 
 def step_type(name: str) -> pa.DataType | None:
