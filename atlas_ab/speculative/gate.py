@@ -80,10 +80,16 @@ class Forced:
     gen_start: np.ndarray     # [S, turns] index in `history` of each turn's first generated token
 
 
+#: Tokens per teacher-forced forward at most: long texts go fewer sequences at a time, so the
+#: uncached forward's activations stay bounded (its attention is quadratic in the text's length).
+GATE_TOKENS = 8192
+
+
 @torch.no_grad()
 def teacher_forced(trunk, docs, generated, gen_tokens: int, group: int = 4) -> Forced:
     """The target's greedy choice at every generated position of `docs` given the committed text
-    before it (`generated[s][turn]`: the loop's G tokens), `group` sequences per forward."""
+    before it (`generated[s][turn]`: the loop's G tokens), up to `group` sequences per forward
+    (fewer where they are long: GATE_TOKENS)."""
     G, S, turns = gen_tokens, len(docs), len(docs[0].chunks)
     dev = next(trunk.parameters()).device
     history, gen_start = [], np.zeros((S, turns), dtype=np.int64)
@@ -96,6 +102,7 @@ def teacher_forced(trunk, docs, generated, gen_tokens: int, group: int = 4) -> F
         history.append(np.concatenate(parts))
     tokens = np.zeros((S, turns, G), dtype=np.int64)
     margins = np.zeros((S, turns, G), dtype=np.float64)
+    group = max(1, min(group, GATE_TOKENS // max(len(h) for h in history)))
     for lo in range(0, S, group):
         part = range(lo, min(lo + group, S))
         L = max(len(history[s]) for s in part)

@@ -34,7 +34,7 @@ def test_static_replay_equals_the_dynamic_one(models):
     assert np.array_equal(a.tokens, b.tokens) and np.allclose(a.margins, b.margins, atol=1e-5, equal_nan=True)
 
 
-def test_teacher_forcing_a_greedy_text_finds_the_greedy_tokens(models):
+def test_teacher_forcing_a_greedy_text_finds_the_greedy_tokens(models, monkeypatch):
     """On target-only greedy text, the target's argmax given each committed prefix is the token
     greedy committed there (at every position, every turn), with the decode's margins; and the
     history interleaves every turn's context and generated tokens."""
@@ -44,6 +44,10 @@ def test_teacher_forcing_a_greedy_text_finds_the_greedy_tokens(models):
     gen = traj.generated()
     forced = teacher_forced(trunk, docs, gen, G, group=2)       # two forwards: a group of 2, then 1
     assert np.array_equal(forced.tokens, np.array(gen))
+    # a token budget below two texts: one sequence a forward, the same answer
+    monkeypatch.setattr("atlas_ab.speculative.gate.GATE_TOKENS", len(forced.history[0]) + 1)
+    one = teacher_forced(trunk, docs, gen, G)
+    assert np.array_equal(one.tokens, forced.tokens) and np.allclose(one.margins, forced.margins, atol=1e-5)
     at = traj.gen_start[:, :, None] - 1 + np.arange(G)                        # [S, turns, G]
     assert np.allclose(forced.margins, traj.margins[np.arange(3)[:, None, None], at, 0], atol=1e-4)
     for i, d in enumerate(docs):
