@@ -25,12 +25,11 @@ FIELDS = ("doc_id", "turn", "step", "seq", "label", "key", "rope", "slot", "posi
 class EventLog:
     def __init__(self, fingerprint_rows):
         self.fingerprint_rows = fingerprint_rows
-        self.meta: list[tuple] = []     # per batch: (n, order of its first event, kind, its FIELDS block)
+        self.meta: list[tuple] = []     # per batch: (n, kind, its FIELDS block); events are numbered in this order
         self.rows: list[torch.Tensor] = []   # BF16 snapshots, hashed at the end
         self.rows2: list[torch.Tensor] = []
         self.fp2_valid: list[np.ndarray] = []
         self.fps: list = []                  # (fp, fp2) int64 arrays for events hashed in the step, else None
-        self.order = 0
 
     def add(self, kind: str, *, doc_id, turn, step, seq, rows: torch.Tensor | None = None,
             rows2: torch.Tensor | None = None, fp2_valid: np.ndarray | None = None,
@@ -45,8 +44,7 @@ class EventLog:
         block = np.empty((len(FIELDS), n), dtype=np.int64)
         for i, v in enumerate((doc_id, turn, step, seq, label, key, rope, slot, position)):
             block[i] = v
-        self.meta.append((n, self.order, kind, block))
-        self.order += n
+        self.meta.append((n, kind, block))
         if fp is not None:
             self.fps.append((np.asarray(fp, dtype=np.int64), None if fp2 is None else np.asarray(fp2, dtype=np.int64)))
             self.rows.append(None)
@@ -61,11 +59,11 @@ class EventLog:
     def table(self) -> pa.Table:
         if not self.meta:
             return EVENT_SCHEMA.empty_table()
-        blocks = np.concatenate([b for _, _, _, b in self.meta], axis=1)          # [len(FIELDS), N]
+        blocks = np.concatenate([b for _, _, b in self.meta], axis=1)             # [len(FIELDS), N]
         cols = dict(zip(FIELDS, blocks))
         N = blocks.shape[1]
         cols["order"] = np.arange(N)            # batches are numbered in the order they were added
-        kinds = [k for _, _, k, _ in self.meta]
+        kinds = [k for _, k, _ in self.meta]
         # one hashing call for every snapshotted row of the wave (second rows only where an event has them)
         first = [r for r in self.rows if r is not None]
         second = [r2 for r2 in self.rows2 if r2 is not None]
@@ -74,7 +72,7 @@ class EventLog:
         fp2 = np.zeros(N, dtype=np.int64)
         valid = np.zeros(N, dtype=bool)
         at, at1, at2 = 0, 0, sum(len(r) for r in first)
-        for (n, _, _, _), r2, v, done in zip(self.meta, self.rows2, self.fp2_valid, self.fps):
+        for (n, _, _), r2, v, done in zip(self.meta, self.rows2, self.fp2_valid, self.fps):
             if done is not None:
                 fp[at:at + n] = done[0]
                 if done[1] is not None:
