@@ -146,14 +146,15 @@ class DraftProposer(Protocol):
     def prefill_drafter(self, rows: "RowFeed") -> RowsWritten:
         """Write drafter context rows over a turn's prompt (DRAFTER_PREFILL)."""
 
-    def plan_rows(self, feed: "RowFeed", width: Optional[int] = None) -> tuple[RowsWritten, Optional[dict]]:
+    def plan_rows(self, feed: "RowFeed", static: bool = False) -> tuple[RowsWritten, Optional[dict]]:
         """Host: book catch-up rows (hiddens to come from the ring) and lay them out as [B, T]
-        int64 arrays tok, slot, rope, label for `write_rows` (None: nothing to write)."""
+        int64 arrays tok, slot, rope, label for `write_rows` (None: nothing to write; `static`: T
+        padded to a graph's width)."""
 
     def plan_propose(self, history: np.ndarray, positions: np.ndarray, num_drafts: int,
-                     active: np.ndarray) -> tuple[dict, dict]:
+                     active: np.ndarray, static: bool = False) -> tuple[dict, dict]:
         """Host: book a propose at `positions`; returns its int64 arrays [B, ...] for `draft` and
-        its KV read lengths (`full_lengths()` under static shapes)."""
+        its KV read lengths (`full_lengths()` when `static`)."""
 
     def draft(self, plan: dict, last_tokens: torch.Tensor, target_hidden: torch.Tensor, num_drafts: int,
               topk: int = 0, draws: Optional[Draws] = None, lengths: Optional[dict] = None) -> Proposal:

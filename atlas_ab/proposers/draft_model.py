@@ -50,7 +50,6 @@ class DraftModelProposer:
     def prefill_drafter(self, feed: RowFeed) -> RowsWritten:
         return RowsWritten.empty()     # it reads tokens, and catches up on them in propose
 
-
     def plan_rows(self, feed: RowFeed, static: bool = False):
         return RowsWritten.empty(), None   # no pair-keyed rows to feed
 
