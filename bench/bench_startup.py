@@ -83,10 +83,12 @@ def main(argv=None):
     import atlas_ab.run.runner as runner_module
     import atlas_ab.speculative.gate as gate_module
     spent: dict[str, float] = {}
+    keys: list[str] = []
 
     def timed(module, fn: str, key: str):
         """Time every call of module.fn (synchronised) into spent[key]."""
         inner = getattr(module, fn)
+        keys.append(key)
 
         def wrapper(*args, **kw):
             sync()
@@ -109,8 +111,7 @@ def main(argv=None):
         per_step = steps.groupby(["turn", "step"]).agg(step_ms=("step_ms", "first"), warmup_ms=("warmup_ms", "first"))
         out[name] = dict(wall_s=time.perf_counter() - t, steps=len(per_step),
                          step_ms_sum=float(per_step.step_ms.sum()), warmup_ms_sum=float(per_step.warmup_ms.sum()),
-                         **{k: spent.get(k, 0.0) for k in ("gate_s", "gate_forward_s", "gate_fp32_copy_s",
-                                                           "gate_fp32_forward_s")},
+                         **{k: spent.get(k, 0.0) for k in keys},
                          gate_checked_tokens=res.gate.get("checked_tokens"), gate_arbitrated=res.gate.get("arbitrated"),
                          gate_passed=bool(res.gate.get("passed")))
         out[name]["gate_over_steps"] = out[name]["gate_s"] / (out[name]["step_ms_sum"] / 1e3)
