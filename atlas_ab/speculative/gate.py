@@ -97,7 +97,7 @@ def teacher_forced(trunk, docs, generated, gen_tokens: int, group: int = 4) -> F
         parts, n = [], 0
         for t, c in enumerate(d.chunks):
             gen_start[s, t] = n + len(c)
-            parts += [np.asarray(c, dtype=np.int64), np.asarray(generated[s][t][:G], dtype=np.int64)]
+            parts += [np.asarray(c, dtype=np.int64), np.asarray(generated[s][t], dtype=np.int64)]
             n += len(c) + len(parts[-1])
         history.append(np.concatenate(parts))
     tokens = np.zeros((S, turns, G), dtype=np.int64)
@@ -112,7 +112,7 @@ def teacher_forced(trunk, docs, generated, gen_tokens: int, group: int = 4) -> F
         h = trunk.forward_train(tok.to(dev))                        # [P, L, H] pre-norm
         rows = torch.arange(len(part), device=dev)[:, None]
         for t in range(turns):
-            at = np.minimum(gen_start[list(part), t, None] - 1 + np.arange(G)[None, :], L - 1)   # [P, G]
+            at = gen_start[list(part), t, None] - 1 + np.arange(G)[None, :]                      # [P, G]
             top2 = trunk.logits(h[rows, torch.as_tensor(at, device=dev)]).float().topk(2, dim=-1)  # [P, G, 2]
             tokens[lo:lo + len(part), t] = top2.indices[..., 0].cpu().numpy()
             margins[lo:lo + len(part), t] = (top2.values[..., 0] - top2.values[..., 1]).cpu().numpy()
