@@ -152,6 +152,29 @@ class MTPProposer:
         plan = {"d_rope": rope_of(self.row_space, keys, base[:, None] + i), "d_slot": slots}
         return plan, {"draft": int(slots.max()) + 1}
 
+    # -- the same plan on the device (the loop's run-ahead: speculative/loop.py) --
+    def plan_on_device(self, rows, positions, active, num_drafts: int, oracle: bool) -> dict:
+        """Device: `plan_propose`'s arrays (and `plan_oracle`'s) from the drafter's row count rows,
+        positions and active [B], exactly as the host computes them. Books nothing: the host does,
+        when it replays the step and checks these values against its own."""
+        i = torch.arange(num_drafts, device=rows.device)[None, :]                      # [1, K]
+        slots = rows[:, None] + i                                                       # [B, K]
+        plan = {"d_rope": rope_of(self.row_space, positions[:, None] - 1 + i, slots),
+                "d_slot": torch.where(active[:, None], slots, -1)}
+        if oracle:
+            row0 = torch.where(active, rows, -1)
+            plan.update(o_slot=torch.where(active, rows + 1, -1), o_rope=rope_of(self.row_space, positions, row0 + 1))
+        return plan
+
+    def trim_table(self, num_drafts: int) -> list[int]:
+        """Rows `after_verify` drops for each accepted count 0..K."""
+        return [rows_to_trim(self.row_space, num_drafts, a, self.refeed) for a in range(num_drafts + 1)]
+
+    def rows_on_device(self, rows, accepted, active, num_drafts: int, trim) -> torch.Tensor:
+        """Device: the drafter's row count [B] after a propose of K rows and its verify (accepted
+        [B] drafts kept; trim: `trim_table` as a tensor), as `plan_propose` + `after_verify` book it."""
+        return torch.where(active, rows + num_drafts - trim[accepted], rows)
+
     def full_lengths(self) -> dict:
         """The drafter KV read lengths at static shapes: its pool's full capacity."""
         return dict.fromkeys(("catchup", "draft", "oracle"), self.kv.max_capacity)

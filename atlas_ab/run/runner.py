@@ -187,7 +187,8 @@ class Runner:
             from atlas_ab.telemetry.fingerprint import fingerprint_rows
             fp = fingerprint_rows
         return Wave(target, self.proposer, self.arm, docs, self.workload.gen_tokens,
-                    fingerprint_rows=fp, on_step=on_step, plan=self.plan, capacity=self.capacity).run()
+                    fingerprint_rows=fp, on_step=on_step, plan=self.plan, capacity=self.capacity,
+                    run_ahead=self.cfg.run_ahead).run()
 
     def _live_target(self) -> LiveTarget:
         """The run's one live target: its KV pool and step graphs serve every wave."""

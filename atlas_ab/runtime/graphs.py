@@ -110,6 +110,10 @@ class Steps:
             step = self._steps[key] = StaticStep(functools.partial(fn, length=full_length), inputs, state)
         return step(*inputs)
 
+    def seen(self, key) -> bool:
+        """Whether a step of this key has run (been captured, on the GPU) since the last clear."""
+        return key in self._seen
+
     def clear(self) -> None:
         self._steps.clear()
         self._seen.clear()

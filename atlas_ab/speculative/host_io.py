@@ -55,6 +55,25 @@ def pack_plan(**arrays: np.ndarray) -> tuple[np.ndarray, Layout]:
     return np.concatenate(cols, axis=1), layout
 
 
+def pack_on_device(**tensors: torch.Tensor) -> tuple[torch.Tensor, Layout]:
+    """Device: `pack_plan` of tensors [B, ...] (the run-ahead's plan, made in the step itself)."""
+    B = next(iter(tensors.values())).shape[0]
+    layout = tuple((name, tuple(t.shape[1:])) for name, t in tensors.items())
+    return torch.cat([t.long().reshape(B, -1) for t in tensors.values()], dim=1), layout
+
+
+def first_difference(a: np.ndarray, b: np.ndarray, layout: Layout) -> Optional[tuple[str, int]]:
+    """The first (name, sequence) where two packed plans [B, X] of one layout differ; None if equal."""
+    at = 0
+    for name, shape in layout:
+        w = _width(shape)
+        rows = np.nonzero((a[:, at:at + w] != b[:, at:at + w]).any(axis=1))[0]
+        if len(rows):
+            return name, int(rows[0])
+        at += w
+    return None
+
+
 def unpack_plan(x: torch.Tensor, layout: Layout) -> dict[str, torch.Tensor]:
     """Device: views of the plan tensor [B, X] by name, each [B, ...] as packed."""
     out, at = {}, 0

@@ -40,7 +40,15 @@ import torch
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.base import RowFeed
 from atlas_ab.proposers.ring import Ring, gap_keys
-from atlas_ab.speculative.host_io import StepRead, pack_plan, pack_read, unpack_plan, unpack_read
+from atlas_ab.speculative.host_io import (
+    StepRead,
+    first_difference,
+    pack_on_device,
+    pack_plan,
+    pack_read,
+    unpack_plan,
+    unpack_read,
+)
 from atlas_ab.speculative.sampling import SamplingPlan
 from atlas_ab.speculative.timing import StepTimer
 from atlas_ab.speculative.verify import CoupledVerify, GreedyVerify, SampledVerify
@@ -77,9 +85,12 @@ class Wave:
     sampled run verifies (None: greedy verification)."""
 
     def __init__(self, target, proposer, arm: ArmConfig, docs: list[Document], gen_tokens: int,
-                 fingerprint_rows=None, on_step=None, plan: SamplingPlan | None = None, capacity: int | None = None):
+                 fingerprint_rows=None, on_step=None, plan: SamplingPlan | None = None, capacity: int | None = None,
+                 run_ahead: bool = True):
         """capacity: every sequence's token budget (at least its own), for a run whose waves share
-        one static shape, so its step graphs serve every wave; None: each sequence's own."""
+        one static shape, so its step graphs serve every wave; None: each sequence's own.
+        run_ahead: at static shapes, let the device plan and run a turn's steps ahead of the host
+        where the arm allows it (`_run_ahead`); False: every step waits for the host's plan."""
         self.target = target
         self.proposer, self.arm = proposer, arm
         self.docs, self.G = docs, gen_tokens
@@ -115,6 +126,14 @@ class Wave:
         self._pending = None       # the last step's telemetry rows, written while the device runs the next
         self._later: list = []     # and its fingerprint events (hashed in the step): calls, made the same way
         self.turn = 0
+        # run-ahead: the arm's plan is one the device can make (no catch-up rows, no DRAFT_CONF read)
+        self.ahead = (run_ahead and self.steps.graphs and not arm.catchup and arm.draft_conf <= 0
+                      and hasattr(proposer, "plan_on_device"))
+        if self.ahead:
+            self.book = bufs.get("book", (4, B), torch.long, self.device)     # n, gen, drafter rows, last token
+            K = self.K
+            self.trim = bufs.get("trim", (K + 1,), torch.long, self.device).copy_(self._t(proposer.trim_table(K)))
+            self._reads = None                                                # [M, B, X]: a chunk's reads
         doc = bufs.get("doc", (B,), torch.long, self.device).copy_(self._t(self.doc_ids))
         self.verifier = verifier(plan, self.target, doc, self.K)
         self.steps.bind(self._graph_state(doc))
@@ -127,6 +146,8 @@ class Wave:
         for t in range(self.turns):
             self.turn = t
             self._prefill_turn(t)
+            if self.ahead:
+                self._run_ahead()
             while (self.gen < self.G).any():
                 self._step(self.gen < self.G)
             self._flush()
@@ -145,7 +166,8 @@ class Wave:
         this wave's state (the graphs of an earlier wave serve this one while these are the same)."""
         pools = [p for p in (getattr(self.target, "kv", None), getattr(self.proposer, "kv", None)) if p is not None]
         return ([t for p in pools for t in (p.k, p.v, p.base, p.capacity)] + [self.last_hidden, doc]
-                + ([self.ring.hiddens] if self.ring is not None else []))
+                + ([self.ring.hiddens] if self.ring is not None else [])
+                + ([self.book, self.trim] if self.ahead else []))
 
     # -------------------------------------------------------- turn prefill
     def _prefill_turn(self, t: int) -> None:
@@ -226,16 +248,130 @@ class Wave:
         packed, read_layout, vh, serial = self._run(plan, lengths, active)
         self._flush()                               # the previous step's rows, while the device runs this one
         h = unpack_read(packed.cpu().numpy(), read_layout)   # the step's one device->host read
+        record = self._after_read(h, vh, active, n, fed, rows_at_propose)
+        self._pending = record + (self.timer.stop("serial" if serial else "verify"),)
+        self._notify(h, record[1])
+
+    def _after_read(self, h: StepRead, vh, active, n, fed, rows_at_propose) -> tuple:
+        """The host's half of a step once it has read it: the fingerprint events, the commit, the
+        step counters. Returns the step's telemetry record (`_record`'s arguments, less the timing)."""
         if self.fp_in_step:
             self._pre_events(active, n, h.fp)
         self._commit(h, vh, n, active)
         act = np.nonzero(active)[0]
-        timing = self.timer.stop("serial" if serial else "verify")
-        self._pending = (h, act, n, rows_at_propose, fed, timing, self.step_no[act].copy(), self.turn)
+        record = (h, act, n, rows_at_propose, fed, self.step_no[act].copy(), self.turn)
         self.step_no[act] += 1
         self.trace.n_tokens += int(h.committed.sum())
+        return record
+
+    def _notify(self, h: StepRead, act) -> None:
         if self.on_step is not None:
             self.on_step(int(h.committed.sum()), np.where(h.gated[act], 0, self.K), h.acc[act])
+
+    # ----------------------------------------------------- the run-ahead
+    def _run_ahead(self) -> None:
+        """A turn's steps, planned on the device and launched in chunks ahead of the host.
+
+        The step's plan (positions, slots, what the turn still needs, the last token, the drafter's
+        rows) is a function of four numbers per sequence that the step itself moves on (`book`: n,
+        tokens generated, drafter rows, last token), so the device can plan step s+1 from step s
+        without the host (`_ahead_step`). A chunk is as many steps as the turn is sure to need
+        (every step commits at most K+1 tokens, so no step of a chunk is empty); its reads come
+        back in one copy, and the host replays the chunk (its own plan, checked equal to the
+        device's column by column, then the commit and the telemetry) while the device runs the
+        next. The rows are those of the step-by-step loop; a chunk's steps share its mean time."""
+        B = self.B
+        self.book.copy_(self._t(np.stack([self.kv_len, self.gen, self.proposer.drafter_rows(),
+                                          self.history[np.arange(B), self.kv_len]])))
+        gen = self.gen.copy()          # the device's progress, as the reads tell it
+        done = None                    # the last chunk read and its timing, replayed during the next
+        while True:
+            M = self._chunk(gen)
+            self.timer.start()
+            self._launch(M)
+            if done is not None:
+                self._emit(self._replay(done[0]), done[1])
+            reads = self._reads[:M].to("cpu", copy=True).numpy()   # the chunk's one device->host read (a copy on
+            # the CPU too: the next chunk writes `_reads` while this one is replayed)
+            gen += reads[:, :, self._committed_col].sum(axis=0)
+            if not (gen < self.G).any():
+                break
+            done = (reads, self.timer.stop("verify", M))
+        records = self._replay(reads)
+        self._emit(records, self.timer.stop("verify", M))
+
+    def _ahead_key(self) -> tuple:
+        return ("ahead", self.turn if self.verifier.sampled else None)   # sampled: the uniforms' keys hold the turn
+
+    def _chunk(self, gen: np.ndarray) -> int:
+        """Steps the turn needs at least: ceil(most tokens left / (K+1)); one while the wave's first
+        step or a first capture is warm-up (timing.py), so the warm-up is one step, as without."""
+        if "verify" not in self.timer.seen or not self.steps.seen(self._ahead_key()):
+            return 1
+        return int(-(-(self.G - gen.min()) // (self.K + 1)))
+
+    def _launch(self, M: int) -> None:
+        """Device: M steps back to back, each step's read kept in `_reads` [M, B, X]."""
+        state = [self.last_hidden, self.book] + ([self.ring.hiddens] if self.ring is not None else [])
+        for m in range(M):
+            out, self._read_layout, self._plan_layout = self.steps(self._ahead_key(), self._ahead_step, [self.book],
+                                                                   self.full, self.full, state)
+            if self._reads is None or self._reads.shape[2] != out.shape[1]:
+                most = -(-self.G // (self.K + 1)) + 1
+                self._reads = self.target.buffers.get("ahead_reads", (most, self.B, out.shape[1]), torch.long,
+                                                      self.device)
+                at = 0
+                for name, shape in self._read_layout:
+                    if name == "committed":
+                        self._committed_col = at
+                    at += int(np.prod(shape, dtype=np.int64))
+                self._read_width = at
+            self._reads[m].copy_(out)
+
+    def _ahead_step(self, book: torch.Tensor, length) -> tuple:
+        """Device: plan the step from the book [4, B] (n, gen, drafter rows, last token), run it, and
+        move the book on; returns the packed read and the plan side by side [B, X] and their layouts."""
+        n, gen, rows, last = book                                                      # [B] each
+        K = self.K
+        active = gen < self.G
+        pos = n[:, None] + torch.arange(K + 1, device=n.device)[None, :]               # [B, K+1]
+        x, layout = pack_on_device(last_tok=last, pos=pos, vslot=torch.where(active[:, None], pos, -1),
+                                   left=torch.where(active, self.G - gen, 0),
+                                   **self.proposer.plan_on_device(rows, n, active, K, self.arm.oracle_p2))
+        packed, read_layout, _ = self._device_step(x, layout, length)
+        r = unpack_plan(packed, read_layout)
+        c = r["committed"]                                                             # [B]
+        kept = (c - 1).clamp(min=0)                                                    # [B] drafts kept
+        last = torch.where(c > 0, r["target"].gather(1, kept[:, None])[:, 0], last)    # the last committed token
+        self.book.copy_(torch.stack([n + c, gen + c, self.proposer.rows_on_device(rows, kept, active, K, self.trim),
+                                     last]))
+        return torch.cat([packed, x], dim=1), read_layout, layout
+
+    def _replay(self, reads: np.ndarray) -> list:
+        """Host: a chunk's steps, read [M, B, X], as the step-by-step loop books them: its own plan
+        (checked against the one the device made), the commit, the fingerprint events. Returns the
+        steps' telemetry records."""
+        records = []
+        Xr = self._read_width
+        for m in range(len(reads)):
+            active = self.gen < self.G
+            n = self.kv_len.copy()
+            plan, lengths, fed, rows_at_propose = self._plan(active, n)
+            x, layout = pack_plan(**plan)
+            diff = ("layout", 0) if layout != self._plan_layout else first_difference(x, reads[m, :, Xr:], layout)
+            if diff is not None:
+                raise RuntimeError(f"run-ahead: turn {self.turn}, step {int(self.step_no[diff[1]])} of sequence "
+                                   f"{diff[1]}: the device planned {diff[0]} differently from the host")
+            h = unpack_read(reads[m, :, :Xr], self._read_layout)
+            records.append(self._after_read(h, None, active, n, fed, rows_at_propose))
+            self._notify(h, records[-1][1])
+        return records
+
+    def _emit(self, records: list, timing) -> None:
+        """A replayed chunk's telemetry: its fingerprint events, then its rows."""
+        self._flush()
+        for record in records:
+            self._record(*record, timing)
 
     def _plan(self, active: np.ndarray, n: np.ndarray):
         """Host: the step's int64 arrays (the verify of [t_n, d1..dK] at positions n..n+K, what the
@@ -361,7 +497,7 @@ class Wave:
                                         accept_prob=v.accept_prob, alpha1=v.alpha1, pit=v.pit, fp=fp)
         return packed, read_layout, v.vh
 
-    def _record(self, h: StepRead, act, n, rows_at_propose, fed, timing, step_no, turn) -> None:
+    def _record(self, h: StepRead, act, n, rows_at_propose, fed, step_no, turn, timing) -> None:
         """A step's telemetry rows (active sequences)."""
         step_ms, warmup_ms = timing
         c = h.committed

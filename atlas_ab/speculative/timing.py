@@ -35,10 +35,11 @@ class StepTimer:
     def start(self) -> None:
         self._t0, self._f0 = self.clock(), self.first_calls()
 
-    def stop(self, kind: str) -> tuple[float, float]:
+    def stop(self, kind: str, steps: int = 1) -> tuple[float, float]:
+        """steps: how many steps ran since start() (a run-ahead chunk's); each is given their mean."""
         if kind not in KINDS:
             raise ValueError(f"step kind {kind!r} (one of {KINDS})")
-        ms = (self.clock() - self._t0) * 1e3
+        ms = (self.clock() - self._t0) * 1e3 / steps
         if not self.live:
             return NAN, NAN
         warm = kind not in self.seen or self.first_calls() != self._f0

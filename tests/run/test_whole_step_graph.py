@@ -40,13 +40,24 @@ def models():
     return trunk.cuda().to(torch.bfloat16), mtp.cuda().to(torch.bfloat16).attach(trunk)
 
 
-def wave(models, arm, temperature, capture):
+def wave(models, arm, temperature, capture, run_ahead=True):
     trunk, mtp = models
     plan = plan_of(arm, SamplingConfig(temperature=temperature, seed=5)) if temperature else None
     fp = fingerprint_rows if arm.fingerprints_on else None
     w = Wave(LiveTarget(trunk, graphs=True, capture=capture), MTPProposer(trunk, mtp, arm.row_space, arm.refeed),
-             arm, tiny_docs(n=8, turns=3, chunk=12), G, fingerprint_rows=fp, plan=plan)
+             arm, tiny_docs(n=8, turns=3, chunk=12), G, fingerprint_rows=fp, plan=plan, run_ahead=run_ahead)
+    assert w.ahead == (run_ahead and not arm.catchup and arm.draft_conf <= 0)
     return w.run()
+
+
+def assert_same_rows(one, two):
+    a, b = (t.steps.table().to_pandas().drop(columns=list(TIMING_COLUMNS)) for t in (one, two))
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert one.generated == two.generated
+    if one.events is not None:
+        ints = {pa.int64(): pd.Int64Dtype()}.get
+        pd.testing.assert_frame_equal(one.events.table().to_pandas(types_mapper=ints),
+                                      two.events.table().to_pandas(types_mapper=ints), check_exact=True)
 
 
 @pytest.mark.parametrize("name,temperature", CASES, ids=[f"{a}{'_t1' if t else ''}" for a, t in CASES])
@@ -55,13 +66,19 @@ def test_captured_step_equals_the_eager_static_step(models, name, temperature):
     if "draft_conf" in name:                   # make DRAFT_CONF gate some steps on random weights
         arm.draft_conf = min(arm.draft_conf, 0.2)
     eager, captured = (wave(models, arm, temperature, c) for c in (False, True))
-    a, b = (t.steps.table().to_pandas().drop(columns=list(TIMING_COLUMNS)) for t in (eager, captured))
-    pd.testing.assert_frame_equal(a, b, check_exact=True)
-    assert eager.generated == captured.generated
-    if eager.events is not None:
-        ints = {pa.int64(): pd.Int64Dtype()}.get
-        pd.testing.assert_frame_equal(eager.events.table().to_pandas(types_mapper=ints),
-                                      captured.events.table().to_pandas(types_mapper=ints), check_exact=True)
+    assert_same_rows(eager, captured)
+
+
+AHEAD = [(a, t) for a, t in CASES if not arm_config(a).catchup and arm_config(a).draft_conf <= 0]
+
+
+@pytest.mark.parametrize("name,temperature", AHEAD + [("k3", None), ("k1", 1.0)],
+                         ids=[f"{a}{'_t1' if t else ''}" for a, t in AHEAD + [("k3", None), ("k1", 1.0)]])
+def test_captured_run_ahead_equals_the_captured_step_by_step_loop(models, name, temperature):
+    """The device plans its own steps and runs a turn's chunk of them back to back: the same rows
+    (and texts, and fingerprint events) as steps that each wait for the host's plan."""
+    arm = arm_config(name)
+    assert_same_rows(wave(models, arm, temperature, True, run_ahead=False), wave(models, arm, temperature, True))
 
 
 @pytest.mark.parametrize("name,temperature", [("refeed_on", None), ("refeed_on", 1.0), ("draft_conf_066", None)],

@@ -1,0 +1,129 @@
+"""The run-ahead (speculative/loop.py `_run_ahead`): the device plans a turn's steps from its own
+book and runs them in chunks ahead of the host. It must give exactly the step rows, texts and
+fingerprint events of the step-by-step loop, on every arm it takes; refuse the arms it cannot
+plan; and fail loud when the device's plan and the host's part. CPU fp32: the static-shape
+path runs eagerly here, so both loops run the same kernels on the same shapes (exact equality)."""
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+from omegaconf import OmegaConf
+
+from atlas_ab.config.paths import CONF_DIR
+from atlas_ab.config.structured import ArmConfig, SamplingConfig
+from atlas_ab.proposers.draft_model import DraftModelProposer
+from atlas_ab.proposers.mtp_head import MTPProposer
+from atlas_ab.speculative.host_io import first_difference, pack_on_device, pack_plan
+from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.sampling import plan_of
+from atlas_ab.speculative.targets import LiveTarget
+from atlas_ab.speculative.timing import StepTimer
+from atlas_ab.telemetry.fingerprint import fingerprint_rows
+from atlas_ab.telemetry.schema import TIMING_COLUMNS
+from tests.helpers.tiny import tiny_docs, tiny_draft, tiny_models
+
+G = 14
+
+
+@pytest.fixture(scope="module")
+def models():
+    return tiny_models()
+
+
+def arm_config(name: str, **over) -> ArmConfig:
+    raw = yaml.safe_load((CONF_DIR / "arm" / f"{name}.yaml").read_text())
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ArmConfig), raw, over))
+
+
+def wave(models, arm, run_ahead, temperature=None, docs=None, proposer=None):
+    trunk, mtp = models
+    plan = plan_of(arm, SamplingConfig(temperature=temperature, seed=5)) if temperature else None
+    prop = proposer or MTPProposer(trunk, mtp, arm.row_space, arm.refeed)
+    return Wave(LiveTarget(trunk, graphs=True), prop, arm, docs or tiny_docs(n=6, turns=3, chunk=10), G,
+                fingerprint_rows=fingerprint_rows if arm.fingerprints_on else None, plan=plan, run_ahead=run_ahead)
+
+
+CASES = [("baseline", {}, None), ("oracle_p2", {}, None), ("drafter_prefill_on", {}, None),
+         ("shadow_topk_4", {}, None), ("k1", {}, None), ("k3", {}, None), ("baseline", {"fingerprints": True}, None),
+         ("drafter_prefill_on", {"row_space": "dense", "oracle_p2": True}, None),
+         ("baseline", {}, 1.0), ("baseline", {"draft_policy": "greedy"}, 1.0), ("k3", {"shadow_topk": 2}, 0.7)]
+
+
+@pytest.mark.parametrize("name,over,temperature", CASES,
+                         ids=[f"{n}{''.join('_' + k for k in o)}{'_t' if t else ''}" for n, o, t in CASES])
+def test_run_ahead_gives_the_step_by_step_rows(models, name, over, temperature):
+    arm = arm_config(name, **over)
+    ahead, stepwise = (wave(models, arm, r, temperature) for r in (True, False))
+    assert ahead.ahead and not stepwise.ahead
+    a, b = (w.run() for w in (ahead, stepwise))
+    pd.testing.assert_frame_equal(*(t.steps.table().to_pandas().drop(columns=list(TIMING_COLUMNS)) for t in (a, b)),
+                                  check_exact=True)
+    assert a.generated == b.generated and a.n_tokens == b.n_tokens
+    if temperature:
+        np.testing.assert_array_equal(np.concatenate(a.pit), np.concatenate(b.pit))
+    if arm.fingerprints_on:
+        assert a.events.table().equals(b.events.table())
+
+
+@pytest.mark.parametrize("name,over", [("catchup_on", {}), ("refeed_on", {}), ("draft_conf_066", {}),
+                                       ("baseline", {"catchup": True})])
+def test_arms_the_device_cannot_plan_run_step_by_step(models, name, over):
+    assert not wave(models, arm_config(name, **over), True).ahead
+
+
+def test_the_draft_model_and_eager_shapes_run_step_by_step(models):
+    arm = ArmConfig(name="dm", proposer="draft_model")
+    assert not wave(models, arm, True, proposer=DraftModelProposer(tiny_draft(models[0]))).ahead
+    trunk, mtp = models
+    eager = Wave(LiveTarget(trunk), MTPProposer(trunk, mtp, "compact", False), ArmConfig(), tiny_docs(n=2), G)
+    assert not eager.ahead
+
+
+def test_chunks_run_ahead_and_never_hold_an_empty_step(models, monkeypatch):
+    chunks = []
+    launch = Wave._launch
+    monkeypatch.setattr(Wave, "_launch", lambda self, M: (chunks.append(M), launch(self, M))[1])
+    w = wave(models, arm_config("baseline"), True)
+    steps = w.run().steps.table().to_pandas()
+    assert chunks[0] == 1                                        # the wave's first step: its warm-up, alone
+    assert sum(chunks) == steps.groupby(["turn", "step"]).ngroups  # every launched step had a row
+    assert max(chunks) > 1 and len(chunks) < sum(chunks)
+    per_step = steps.dropna(subset=["step_ms"]).groupby(["turn", "step"]).step_ms.first()
+    assert (per_step > 0).all() and steps.warmup_ms.notna().sum() == steps[steps.step == 0].turn.eq(0).sum()
+
+
+def test_a_device_plan_unlike_the_hosts_fails_loud(models, monkeypatch):
+    orig = MTPProposer.plan_on_device
+
+    def off_by_one(self, rows, positions, active, K, oracle):
+        plan = orig(self, rows, positions, active, K, oracle)
+        return {**plan, "d_slot": plan["d_slot"] + 1}
+    monkeypatch.setattr(MTPProposer, "plan_on_device", off_by_one)
+    with pytest.raises(RuntimeError, match="turn 0, step 0 of sequence 0: the device planned d_slot differently"):
+        wave(models, arm_config("baseline"), True).run()
+
+
+def test_pack_on_device_lays_out_as_pack_plan():
+    arrays = {"last_tok": np.array([7, 9]), "pos": np.array([[3, 4, 5], [8, 9, 10]]), "left": np.array([2, 0])}
+    x, layout = pack_plan(**arrays)
+    xd, layout_d = pack_on_device(**{k: torch.as_tensor(v, dtype=torch.int32) for k, v in arrays.items()})
+    assert layout_d == layout == (("last_tok", ()), ("pos", (3,)), ("left", ()))
+    assert xd.dtype == torch.long
+    np.testing.assert_array_equal(xd.numpy(), x)
+    assert x.tolist() == [[7, 3, 4, 5, 2], [9, 8, 9, 10, 0]]
+    assert first_difference(x, x.copy(), layout) is None
+    y = x.copy()
+    y[1, 3] = 11
+    assert first_difference(x, y, layout) == ("pos", 1)
+
+
+def test_a_chunks_steps_share_its_mean_time():
+    clock = iter([0.0, 0.012, 1.0, 1.03]).__next__
+    t = StepTimer(live=True, clock=clock, first_calls=lambda: 0)
+    t.start()
+    ms, warm = t.stop("verify", 1)                  # the wave's first step: warm-up
+    assert np.isnan(ms) and warm == pytest.approx(12.0, abs=1e-9)
+    t.start()
+    ms, warm = t.stop("verify", 3)
+    assert ms == pytest.approx(10.0, abs=1e-9) and np.isnan(warm)
