@@ -66,6 +66,15 @@ def outliers(path, steps: pd.DataFrame) -> None:
                     "machine)"))
 
 
+def one_loop(runs: list[Run]) -> None:
+    """Refuse step times from different loops: a run-ahead chunk's steps share its mean time, a
+    step-by-step step has its own, and the host's part differs (run/engine.py RunInfo.loop)."""
+    loops = {r.path: (r.manifest or {}).get("loop", "step_by_step") for r in runs}
+    if len(set(loops.values())) > 1:
+        raise AtlasError("step times from different loops: " + ", ".join(f"{p} ({v})" for p, v in loops.items())
+                         + "; compare runs made with one runner.run_ahead setting")
+
+
 def timed(run: Run) -> Run:
     """The run with the columns economics needs (step time, committed tokens, confidences);
     refuses runs whose step times are not each document's own."""
@@ -151,6 +160,7 @@ class ThroughputDifference:
 def throughput_difference(control: Run, treatment: Run, clusters: tuple | None = None) -> ThroughputDifference:
     """The linearised ratio difference over clusters g present in either arm (stats.ratio_difference_se):
     absolute z_g = (T_bg - R_b S_bg)/S_b - (T_ag - R_a S_ag)/S_a, sd = sqrt(G/(G-1) sum z_g^2)."""
+    one_loop([control, treatment])
     a, b = throughput(control, clusters), throughput(treatment, clusters)
     m = a.per_cluster.merge(b.per_cluster, on="cluster", how="outer", suffixes=("_a", "_b")).fillna(0.0)
     G = len(m)
@@ -214,6 +224,7 @@ def confidence_bins(run: Run, break_even: float = float("inf")) -> pd.DataFrame:
 
 def economics(ungated: Run, gated: list[Run]) -> Economics:
     """Costs from the gated runs' serial and verify steps, bins from the ungated run, tau*."""
+    one_loop([ungated, *gated])
     spec, serial = [], []
     for r in [ungated, *gated]:
         s = timed(r).steps

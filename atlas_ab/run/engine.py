@@ -24,6 +24,9 @@ class RunInfo:
     levers: dict         # the levers as they take effect
     mode: str = "live"   # live | replay
     replay: Optional[dict] = None   # replay: the trajectory replayed (key, path, hash, build time, ...)
+    # how the steps were timed: each on its own (step_by_step) or as a chunk's mean (run_ahead:
+    # speculative/loop.py); analysis compares step times only between runs of one loop
+    loop: str = "step_by_step"
 
     def to_dict(self) -> dict:
         return asdict(self)

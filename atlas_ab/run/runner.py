@@ -31,7 +31,7 @@ from atlas_ab.run.engine import RunInfo, WaveResult
 from atlas_ab.run.store import aggregate_gate
 from atlas_ab.speculative import pit_gate
 from atlas_ab.speculative.gate import check
-from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.loop import Wave, runs_ahead
 from atlas_ab.speculative.sampling import plan_of
 from atlas_ab.speculative.targets import LiveTarget
 
@@ -129,7 +129,10 @@ class Runner:
             row_space=self.arm.row_space, proposer=self.arm.proposer,
             levers={**{k: getattr(self.arm, k) for k in self.arm.__dataclass_fields__},
                     "fingerprints": self.arm.fingerprints_on},
-            mode=self.mode, replay=replay)
+            mode=self.mode, replay=replay,
+            loop="run_ahead" if self.mode == "live" and runner.run_ahead and runs_ahead(self.arm, self.graphs,
+                                                                                        self.proposer)
+            else "step_by_step")
 
     def _trajectories(self, ck, runner: RunnerConfig) -> dict:
         """Replay: find (or build, once across concurrent jobs) the workload's stored trajectory."""

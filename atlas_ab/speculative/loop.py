@@ -63,6 +63,13 @@ def commit_counts(accepted: torch.Tensor, left: torch.Tensor) -> torch.Tensor:
     return torch.minimum(accepted + 1, left)
 
 
+def runs_ahead(arm: ArmConfig, graphs: bool, proposer) -> bool:
+    """Whether a wave can run ahead of the host (`Wave._run_ahead`): static shapes, a proposer that
+    plans on the device, and an arm whose plan needs no host bookkeeping mid-turn (no CATCHUP rows,
+    no DRAFT_CONF read between the propose and the verify)."""
+    return graphs and not arm.catchup and arm.draft_conf <= 0 and hasattr(proposer, "plan_on_device")
+
+
 def verifier(plan: SamplingPlan | None, target, doc: torch.Tensor, K: int):
     """Greedy verification, live speculative sampling, or its coupled replay (verify.py)."""
     if plan is None:
@@ -127,13 +134,14 @@ class Wave:
         self._later: list = []     # and its fingerprint events (hashed in the step): calls, made the same way
         self.turn = 0
         # run-ahead: the arm's plan is one the device can make (no catch-up rows, no DRAFT_CONF read)
-        self.ahead = (run_ahead and self.steps.graphs and not arm.catchup and arm.draft_conf <= 0
-                      and hasattr(proposer, "plan_on_device"))
+        self.ahead = run_ahead and runs_ahead(arm, self.steps.graphs, proposer)
         if self.ahead:
             self.book = bufs.get("book", (4, B), torch.long, self.device)     # n, gen, drafter rows, last token
             K = self.K
             self.trim = bufs.get("trim", (K + 1,), torch.long, self.device).copy_(self._t(proposer.trim_table(K)))
-            self._reads = None                                                # [M, B, X]: a chunk's reads
+            self._host_reads = None                                           # [G, B, X]: a chunk's reads
+            self._seen_tokens = np.zeros(B, dtype=np.int64)                   # committed tokens and steps
+            self._seen_steps = np.zeros(B, dtype=np.int64)                    # per sequence, from the reads
         doc = bufs.get("doc", (B,), torch.long, self.device).copy_(self._t(self.doc_ids))
         self.verifier = verifier(plan, self.target, doc, self.K)
         self.steps.bind(self._graph_state(doc))
@@ -275,58 +283,56 @@ class Wave:
         The step's plan (positions, slots, what the turn still needs, the last token, the drafter's
         rows) is a function of four numbers per sequence that the step itself moves on (`book`: n,
         tokens generated, drafter rows, last token), so the device can plan step s+1 from step s
-        without the host (`_ahead_step`). A chunk is as many steps as the turn is sure to need
-        (every step commits at most K+1 tokens, so no step of a chunk is empty); its reads come
-        back in one copy, and the host replays the chunk (its own plan, checked equal to the
-        device's column by column, then the commit and the telemetry) while the device runs the
-        next. The rows are those of the step-by-step loop; a chunk's steps share its mean time."""
+        without the host (`_ahead_step`). The host launches a chunk of steps back to back, as many
+        as the turn looks set to need (`_chunk`), each with its read queued behind it, and replays
+        each step as its read lands, while the device runs the next ones: its own plan, checked
+        equal to the device's column by column, then the commit and the telemetry. A step launched
+        after every sequence finished its turn is empty: it changes nothing and gives no row, but
+        its time is charged to the chunk's steps. The rows are those of the step-by-step loop; a
+        chunk's steps share its mean time."""
         B = self.B
         self.book.copy_(self._t(np.stack([self.kv_len, self.gen, self.proposer.drafter_rows(),
                                           self.history[np.arange(B), self.kv_len]])))
-        gen = self.gen.copy()          # the device's progress, as the reads tell it
-        done = None                    # the last chunk read and its timing, replayed during the next
-        while True:
-            M = self._chunk(gen)
+        while (self.gen < self.G).any():
+            M = self._chunk(self.gen)
             self.timer.start()
-            self._launch(M)
-            if done is not None:
-                self._emit(self._replay(done[0]), done[1])
-            reads = self._reads[:M].to("cpu", copy=True).numpy()   # the chunk's one device->host read (a copy on
-            # the CPU too: the next chunk writes `_reads` while this one is replayed)
-            gen += reads[:, :, self._committed_col].sum(axis=0)
-            if not (gen < self.G).any():
-                break
-            done = (reads, self.timer.stop("verify", M))
-        records = self._replay(reads)
-        self._emit(records, self.timer.stop("verify", M))
+            ready = self._launch(M)
+            records = self._replay(ready)
+            self._emit(records, self.timer.stop("verify", max(len(records), 1)))
 
     def _ahead_key(self) -> tuple:
         return ("ahead", self.turn if self.verifier.sampled else None)   # sampled: the uniforms' keys hold the turn
 
     def _chunk(self, gen: np.ndarray) -> int:
-        """Steps the turn needs at least: ceil(most tokens left / (K+1)); one while the wave's first
+        """Steps to launch: the most tokens a sequence has left over the fastest rate any sequence
+        has committed at in this wave (tokens per step, K+1 before any was seen), so a chunk seldom
+        outruns the turn (an empty step costs a whole step; a short chunk one more read). Random
+        weights commit one token a step: the chunk is then exact. One step while the wave's first
         step or a first capture is warm-up (timing.py), so the warm-up is one step, as without."""
         if "verify" not in self.timer.seen or not self.steps.seen(self._ahead_key()):
             return 1
-        return int(-(-(self.G - gen.min()) // (self.K + 1)))
+        seen = self._seen_steps > 0
+        rate = (self._seen_tokens[seen] / self._seen_steps[seen]).max() if seen.any() else self.K + 1
+        return int(np.ceil((self.G - gen.min()) / min(max(rate, 1.0), self.K + 1)))
 
-    def _launch(self, M: int) -> None:
-        """Device: M steps back to back, each step's read kept in `_reads` [M, B, X]."""
+    def _launch(self, M: int) -> list:
+        """Device: M steps back to back, each step's read copied behind it into pinned host memory
+        (`_host_reads` [G, B, X]); returns, per step, the event its read is complete at (None on
+        the CPU, where the copy is done on return)."""
         state = [self.last_hidden, self.book] + ([self.ring.hiddens] if self.ring is not None else [])
+        cuda = self.device.type == "cuda"
+        ready = []
         for m in range(M):
             out, self._read_layout, self._plan_layout = self.steps(self._ahead_key(), self._ahead_step, [self.book],
                                                                    self.full, self.full, state)
-            if self._reads is None or self._reads.shape[2] != out.shape[1]:
-                most = -(-self.G // (self.K + 1)) + 1
-                self._reads = self.target.buffers.get("ahead_reads", (most, self.B, out.shape[1]), torch.long,
-                                                      self.device)
-                at = 0
-                for name, shape in self._read_layout:
-                    if name == "committed":
-                        self._committed_col = at
-                    at += int(np.prod(shape, dtype=np.int64))
-                self._read_width = at
-            self._reads[m].copy_(out)
+            if self._host_reads is None or self._host_reads.shape[2] != out.shape[1]:
+                self._host_reads = torch.zeros((self.G, self.B, out.shape[1]), dtype=torch.long, pin_memory=cuda)
+                self._read_width = sum(int(np.prod(shape, dtype=np.int64)) for _, shape in self._read_layout)
+            self._host_reads[m].copy_(out, non_blocking=cuda)
+            ready.append(torch.cuda.Event() if cuda else None)
+            if cuda:
+                ready[-1].record()
+        return ready
 
     def _ahead_step(self, book: torch.Tensor, length) -> tuple:
         """Device: plan the step from the book [4, B] (n, gen, drafter rows, last token), run it, and
@@ -347,24 +353,33 @@ class Wave:
                                      last]))
         return torch.cat([packed, x], dim=1), read_layout, layout
 
-    def _replay(self, reads: np.ndarray) -> list:
-        """Host: a chunk's steps, read [M, B, X], as the step-by-step loop books them: its own plan
-        (checked against the one the device made), the commit, the fingerprint events. Returns the
-        steps' telemetry records."""
+    def _replay(self, ready: list) -> list:
+        """Host: a chunk's steps as the step-by-step loop books them, each as soon as its read has
+        landed (`ready`: `_launch`'s events): its own plan (checked against the one the device
+        made), the commit, the fingerprint events. Returns the steps' telemetry records."""
         records = []
         Xr = self._read_width
-        for m in range(len(reads)):
+        for m, event in enumerate(ready):
             active = self.gen < self.G
+            if not active.any():                      # launched past the turn's end: an empty step
+                continue
+            if event is not None:
+                event.synchronize()
+            read = self._host_reads[m].numpy().copy()     # [B, X]; the next chunk reuses the buffer
             n = self.kv_len.copy()
             plan, lengths, fed, rows_at_propose = self._plan(active, n)
             x, layout = pack_plan(**plan)
-            diff = ("layout", 0) if layout != self._plan_layout else first_difference(x, reads[m, :, Xr:], layout)
+            diff = ("layout", 0) if layout != self._plan_layout else first_difference(x, read[:, Xr:], layout)
             if diff is not None:
                 raise RuntimeError(f"run-ahead: turn {self.turn}, step {int(self.step_no[diff[1]])} of sequence "
                                    f"{diff[1]}: the device planned {diff[0]} differently from the host")
-            h = unpack_read(reads[m, :, :Xr], self._read_layout)
+            h = unpack_read(read[:, :Xr], self._read_layout)
+            self._seen_tokens += h.committed
+            self._seen_steps += h.committed > 0
             records.append(self._after_read(h, None, active, n, fed, rows_at_propose))
             self._notify(h, records[-1][1])
+        if ready and ready[-1] is not None:
+            ready[-1].synchronize()                   # the chunk's time holds its empty steps too
         return records
 
     def _emit(self, records: list, timing) -> None:

@@ -56,6 +56,20 @@ def test_throughput_needs_live_timings_of_one_sequence(tmp_path):
         throughput(_timed_run(tmp_path / "b", "a", _steps(), batch_width=16))
 
 
+def test_step_times_of_different_loops_are_not_compared(tmp_path):
+    """A run-ahead chunk's steps share its mean time: such a run is compared only with its kind."""
+    a = _timed_run(tmp_path / "a", "draft_conf_000", _steps())
+    b = _timed_run(tmp_path / "b", "draft_conf_066", _steps(gate_below=0.66, seed=1))
+    throughput_difference(a, b)                  # manifests without a loop: both step by step
+    m = json.loads((a.path / "manifest.json").read_text())
+    (a.path / "manifest.json").write_text(json.dumps({**m, "loop": "run_ahead"}))
+    a = load_run(a.path)
+    with pytest.raises(AtlasError, match=r"step times from different loops: .*a \(run_ahead\), .*b \(step_by_step\)"):
+        throughput_difference(a, b)
+    with pytest.raises(AtlasError, match="one runner.run_ahead setting"):
+        economics(a, [b])
+
+
 def test_break_even_and_tau_star(tmp_path):
     # verify 2 ms, serial 1 ms: break-even E[1 + a] >= 2. The bins above 0.6 give 3 tokens, (0.3, 0.6]
     # gives 2 (pays, just), below 0.3 gives 1: tau* = 0.3 (bin edges of 0.1).

@@ -80,17 +80,43 @@ def test_the_draft_model_and_eager_shapes_run_step_by_step(models):
     assert not eager.ahead
 
 
-def test_chunks_run_ahead_and_never_hold_an_empty_step(models, monkeypatch):
+def test_chunks_run_ahead(models, monkeypatch):
     chunks = []
     launch = Wave._launch
     monkeypatch.setattr(Wave, "_launch", lambda self, M: (chunks.append(M), launch(self, M))[1])
     w = wave(models, arm_config("baseline"), True)
     steps = w.run().steps.table().to_pandas()
     assert chunks[0] == 1                                        # the wave's first step: its warm-up, alone
-    assert sum(chunks) == steps.groupby(["turn", "step"]).ngroups  # every launched step had a row
+    assert sum(chunks) >= steps.groupby(["turn", "step"]).ngroups
     assert max(chunks) > 1 and len(chunks) < sum(chunks)
     per_step = steps.dropna(subset=["step_ms"]).groupby(["turn", "step"]).step_ms.first()
     assert (per_step > 0).all() and steps.warmup_ms.notna().sum() == steps[steps.step == 0].turn.eq(0).sum()
+
+
+def test_steps_launched_past_the_turns_end_change_nothing(models, monkeypatch):
+    """A chunk that outruns every sequence's turn: its extra steps are empty (no KV, ring or row
+    written, the book unmoved), so the rows are the step-by-step loop's."""
+    arm = arm_config("oracle_p2", fingerprints=True)
+    stepwise = wave(models, arm, False).run()
+    monkeypatch.setattr(Wave, "_chunk", lambda self, gen: 1 if "verify" not in self.timer.seen else self.G)
+    ahead = wave(models, arm, True).run()
+    pd.testing.assert_frame_equal(*(t.steps.table().to_pandas().drop(columns=list(TIMING_COLUMNS))
+                                    for t in (ahead, stepwise)), check_exact=True)
+    assert ahead.generated == stepwise.generated and ahead.events.table().equals(stepwise.events.table())
+
+
+@pytest.mark.parametrize("tokens,steps,gen,expect", [
+    ([0, 0], [0, 0], [1, 1], 5),          # nothing seen yet: K+1 = 3 tokens a step, ceil(13 / 3)
+    ([6, 4], [6, 2], [5, 9], 5),          # the fastest rate seen, 2, over the most left, 14-5: ceil(9 / 2)
+    ([5, 5], [5, 5], [1, 3], 13),         # one token a step (random weights): exact
+    ([9, 0], [3, 0], [2, 14], 4),         # K+1 a step at most: ceil(12 / 3)
+])
+def test_chunk_size(models, tokens, steps, gen, expect):
+    w = wave(models, arm_config("baseline"), True, docs=tiny_docs(n=2, turns=1, chunk=10))
+    w.timer.seen.add("verify")
+    w.steps._seen.add(w._ahead_key())
+    w._seen_tokens, w._seen_steps = np.array(tokens), np.array(steps)
+    assert w._chunk(np.array(gen)) == expect
 
 
 def test_a_device_plan_unlike_the_hosts_fails_loud(models, monkeypatch):
