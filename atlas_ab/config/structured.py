@@ -122,7 +122,7 @@ class RunnerConfig:
     engine: EngineTarget = field(default_factory=EngineTarget)
     cuda_graphs: bool = True    # replay the verify and draft steps from CUDA graphs (GPU only)
     # with graphs: the device plans and runs a turn's steps ahead of the host where the arm allows
-    # (no CATCHUP, no DRAFT_CONF: speculative/loop.py `_run_ahead`); the same rows, a chunk's mean step_ms
+    # (every arm but DRAFT_CONF's: speculative/loop.py `_run_ahead`); the same rows, a chunk's mean step_ms
     run_ahead: bool = True
     # live: the target verifies every step. replay: every arm replays one stored target-only greedy
     # trajectory per workload (built once, under `trajectories`); no trunk forward, no step timings.

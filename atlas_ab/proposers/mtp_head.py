@@ -87,14 +87,16 @@ class MTPProposer:
                          zero_at=self.zero_at)
 
     # -- context rows: prompt prefill and catch-up feed share one plan -----
-    def plan_rows(self, feed: RowFeed, static: bool = False) -> tuple[RowsWritten, dict]:
+    def plan_rows(self, feed: RowFeed, static: bool = False, width: int | None = None) -> tuple[RowsWritten, dict]:
         """Host: lay `feed`'s rows out as a padded [B, T] batch (T: the widest sequence's count;
-        `static`: that rounded up to a power of two, a graph's shape) and book them. Returns what
-        will be written (hiddens None) and the batch as int64 arrays tok, slot, rope, label, each
-        [B, T] (padding: slot -1, label 0)."""
+        `static`: that rounded up to a power of two, a graph's shape; `width`: T itself, a
+        run-ahead's fixed shape) and book them. Returns what will be written (hiddens None) and
+        the batch as int64 arrays tok, slot, rope, label, each [B, T] (padding: slot -1, label 0)."""
         B = len(self.rows)
         order, s, j, T = pad_layout(feed.seq, B)
-        T = bucket(T) if static else T
+        if width is not None and T > width:
+            raise ValueError(f"{T} catch-up rows for one sequence: the run-ahead's width is {width}")
+        T = width if width is not None else bucket(T) if static else T
         slots = self.rows[s] + j
         keys = feed.key[order]
         ropes = rope_of(self.row_space, keys, slots)
@@ -165,6 +167,25 @@ class MTPProposer:
             row0 = torch.where(active, rows, -1)
             plan.update(o_slot=torch.where(active, rows + 1, -1), o_rope=rope_of(self.row_space, positions, row0 + 1))
         return plan
+
+    def feed_on_device(self, keys, live, rows, history, width: int) -> tuple[dict, torch.Tensor]:
+        """Device: `plan_rows` of the catch-up's live keys (keys, live [B, R]: `gap_keys_on_device`)
+        as a [B, width] batch, the row of key k fed the committed token k+1 (history [B, L+1])
+        and ring label k+1. Returns cu_tok, cu_slot, cu_rope, cu_label [B, width] (padding as
+        plan_rows: tok 0, slot -1, rope 0, label 0) and the rows fed per sequence [B] (at most
+        width: the caller refuses more). Books nothing: the host does, when it replays the step."""
+        B = keys.shape[0]
+        rank = live.long().cumsum(dim=1) - 1                                            # [B, R]
+        col = torch.where(live & (rank < width), rank, width)                           # width: a dump column
+        key = torch.zeros(B, width + 1, dtype=torch.long, device=keys.device).scatter_(1, col, keys)[:, :width]
+        count = live.sum(dim=1).clamp(max=width)                                        # [B]
+        j = torch.arange(width, device=keys.device)[None, :]                            # [1, W]
+        filled = j < count[:, None]                                                     # [B, W]
+        slot = rows[:, None] + j
+        tok = history.gather(1, torch.where(filled, key + 1, 0))
+        return ({"cu_tok": torch.where(filled, tok, 0), "cu_slot": torch.where(filled, slot, -1),
+                 "cu_rope": torch.where(filled, rope_of(self.row_space, key, slot), 0),
+                 "cu_label": torch.where(filled, key + 1, 0)}, count)
 
     def trim_table(self, num_drafts: int) -> list[int]:
         """Rows `after_verify` drops for each accepted count 0..K."""

@@ -10,7 +10,10 @@ reference engine's ring is single-sequence, forced off when more than one sequen
 Hiddens live on the device ([B, R+1, H]: R slots and one dump slot that masked writes
 go to, so a step's writes need no host decision); labels live on the host, because the
 host already knows which labels a step wrote once it has read the step, and the
-catch-up plan is host bookkeeping.
+catch-up plan is host bookkeeping. A wave that runs ahead of the host (speculative/loop.py)
+plans its catch-up on the device too: it keeps a device copy of the labels (`mirror`,
+[B, R+1]), loaded from the host's at each chunk and written by the step's own ring writes,
+and finds the gap with `gap_keys_on_device`, the same rule as `gap_keys`.
 """
 from __future__ import annotations
 
@@ -19,12 +22,18 @@ import torch
 
 
 class Ring:
-    def __init__(self, batch: int, capacity: int, hidden: int, device, dtype, hiddens=None):
-        """hiddens: a [batch, capacity+1, hidden] buffer to use (a step graph reads it by address)."""
+    def __init__(self, batch: int, capacity: int, hidden: int, device, dtype, hiddens=None, mirror=None):
+        """hiddens: a [batch, capacity+1, hidden] buffer to use (a step graph reads it by address);
+        mirror: a [batch, capacity+1] int64 buffer for the labels' device copy (run-ahead)."""
         self.capacity = capacity
         self.hiddens = torch.zeros(batch, capacity + 1, hidden, device=device, dtype=dtype) if hiddens is None \
             else hiddens   # + the dump slot
         self.labels = np.full((batch, capacity), -1, dtype=np.int64)
+        self.mirror = mirror
+
+    def load_mirror(self) -> None:
+        """The device copy of the labels := the host's (the dump slot's label is never read)."""
+        self.mirror[:, :self.capacity].copy_(torch.as_tensor(self.labels, device=self.mirror.device))
 
     def live(self, seq, label):
         """Whether sequence seq's ring holds `label` (scalars or equal-shape arrays)."""
@@ -49,6 +58,8 @@ class Ring:
         B = rows.shape[0]
         slot = torch.where(take, labels.remainder(self.capacity), torch.full_like(labels, self.capacity))
         self.hiddens[torch.arange(B, device=rows.device)[:, None], slot] = rows.to(self.hiddens.dtype)
+        if self.mirror is not None:
+            self.mirror.scatter_(1, slot, labels)
 
     def book(self, seqs: np.ndarray, labels: np.ndarray) -> torch.Tensor:
         """Host: record labels written on the device; returns their device index."""
@@ -92,3 +103,19 @@ def gap_keys(ring: Ring, row_space: str, last_key: np.ndarray, rows: np.ndarray,
         live = np.cumprod(live, axis=1).astype(bool)       # contiguous from the start
     s_idx, j = np.nonzero(live)
     return s_idx.astype(np.int64), keys[s_idx, j]
+
+
+def gap_keys_on_device(mirror: torch.Tensor, capacity: int, row_space: str, last_key, rows, position, active):
+    """Device: `gap_keys` as a grid over the ring's capacity R, from its labels' device copy
+    (mirror [B, R+1]); last_key, rows, position, active [B]. Returns keys [B, R] (ascending per
+    sequence) and live [B, R] bool, the keys the catch-up feeds."""
+    end = position - 2
+    start = torch.maximum(last_key + 1, end - capacity + 1) if row_space == "compact" else rows
+    width = torch.where(active, end - start + 1, 0).clamp(0, capacity)                 # [B]
+    j = torch.arange(capacity, device=rows.device)[None, :]                              # [1, R]
+    keys = start[:, None] + j                                                            # [B, R]
+    label = keys + 1                                                                     # pair key k reads label k+1
+    live = (j < width[:, None]) & (label >= 0) & (mirror.gather(1, label.remainder(capacity)) == label)
+    if row_space == "dense":
+        live = live.long().cumprod(dim=1).bool()          # contiguous from the start
+    return keys, live

@@ -23,6 +23,12 @@ CATCHUP (`_catchup`), REFEED and SHIFT (`_ring_after_verify`), RING_PREFILL
 (`_ring_prefill`), DRAFT_CONF (`gated`), SHADOW_TOPK (`topk`), ORACLE_P2
 (`_oracle`), DRAFTER_PREFILL (`_prefill_turn`), FINGERPRINTS (`self.ev`).
 
+At static shapes a turn's steps also run ahead of the host (`_run_ahead`, the default where
+the arm allows: every arm but DRAFT_CONF's): the device plans each step itself from state the
+previous step left on the device, the host launches a chunk of steps back to back and books
+each one (its own plan, checked equal to the device's) while the device runs the next ones.
+The rows are the same; the host's part of a step leaves the device's critical path.
+
 The target side (the turn prefill and the verify) is the wave's `target`
 (targets.py): the trunk's forwards in live mode, a stored trajectory in
 replay mode. Everything else here is the same code in both modes; only live
@@ -39,7 +45,8 @@ import torch
 
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.base import RowFeed
-from atlas_ab.proposers.ring import Ring, gap_keys
+from atlas_ab.proposers.ring import Ring, gap_keys, gap_keys_on_device
+from atlas_ab.runtime.graphs import bucket
 from atlas_ab.speculative.host_io import (
     StepRead,
     first_difference,
@@ -65,9 +72,9 @@ def commit_counts(accepted: torch.Tensor, left: torch.Tensor) -> torch.Tensor:
 
 def runs_ahead(arm: ArmConfig, graphs: bool, proposer) -> bool:
     """Whether a wave can run ahead of the host (`Wave._run_ahead`): static shapes, a proposer that
-    plans on the device, and an arm whose plan needs no host bookkeeping mid-turn (no CATCHUP rows,
-    no DRAFT_CONF read between the propose and the verify)."""
-    return graphs and not arm.catchup and arm.draft_conf <= 0 and hasattr(proposer, "plan_on_device")
+    plans on the device, and no DRAFT_CONF (its gate is read by the host between the propose and
+    the verify)."""
+    return graphs and arm.draft_conf <= 0 and hasattr(proposer, "plan_on_device")
 
 
 def verifier(plan: SamplingPlan | None, target, doc: torch.Tensor, K: int):
@@ -120,12 +127,15 @@ class Wave:
         bufs = self.target.buffers        # the state a step graph reads, kept for the next wave
         self.last_hidden = bufs.get("last_hidden", (B, H), self.dtype, self.device).zero_()  # hidden of kv_len-1
         R = arm.ring_size
+        self.steps = self.target.steps    # the device step, one graph per shape
+        # run-ahead: the device plans the turn's steps itself (`_run_ahead`)
+        self.ahead = run_ahead and runs_ahead(arm, self.steps.graphs, proposer)
+        mirror = bufs.get("ring_labels", (B, R + 1), torch.long, self.device) if self.ahead and arm.has_ring else None
         self.ring = Ring(B, R, H, self.device, self.dtype, bufs.get("ring", (B, R + 1, H), self.dtype, self.device)
-                         .zero_()) if arm.has_ring else None
+                         .zero_(), mirror) if arm.has_ring else None
         self.ev = EventLog(fingerprint_rows) if arm.fingerprints_on else None
         self.trace = WaveTrace(StepBlocks(self.K, arm.shadow_topk), self.ev, [[] for _ in range(B)])
         self.timer = StepTimer(self.target.live)   # step_ms, with each kind's warm-up kept apart
-        self.steps = self.target.steps    # the device step, one graph per shape
         self.full = {"verify": self.target.full_length(), **proposer.full_lengths()}
         # FINGERPRINTS at static shapes: the step hashes its event rows itself, in its graph
         self.fp_in_step = self.ev is not None and self.steps.graphs
@@ -133,11 +143,15 @@ class Wave:
         self._pending = None       # the last step's telemetry rows, written while the device runs the next
         self._later: list = []     # and its fingerprint events (hashed in the step): calls, made the same way
         self.turn = 0
-        # run-ahead: the arm's plan is one the device can make (no catch-up rows, no DRAFT_CONF read)
-        self.ahead = run_ahead and runs_ahead(arm, self.steps.graphs, proposer)
         if self.ahead:
-            self.book = bufs.get("book", (4, B), torch.long, self.device)     # n, gen, drafter rows, last token
+            # n, tokens generated, drafter rows, last token, halted (a catch-up wider than its width)
+            self.book = bufs.get("book", (5, B), torch.long, self.device)
             K = self.K
+            # CATCHUP: the device's copies of the committed tokens and the drafter rows' pair keys
+            # (+1 column each: a dump for masked writes), and the catch-up's fixed width
+            self.hist_dev = bufs.get("history", (B, self.history.shape[1] + 1), torch.long, self.device)
+            self.row_key_dev = bufs.get("row_key", (B, proposer.row_key.shape[1] + 1), torch.long, self.device)
+            self.cu_width = bucket(K + 1)
             self.trim = bufs.get("trim", (K + 1,), torch.long, self.device).copy_(self._t(proposer.trim_table(K)))
             self._host_reads = None                                           # [G, B, X]: a chunk's reads
             self._seen_tokens = np.zeros(B, dtype=np.int64)                   # committed tokens and steps
@@ -175,7 +189,8 @@ class Wave:
         pools = [p for p in (getattr(self.target, "kv", None), getattr(self.proposer, "kv", None)) if p is not None]
         return ([t for p in pools for t in (p.k, p.v, p.base, p.capacity)] + [self.last_hidden, doc]
                 + ([self.ring.hiddens] if self.ring is not None else [])
-                + ([self.book, self.trim] if self.ahead else []))
+                + ([self.book, self.trim, self.hist_dev, self.row_key_dev] if self.ahead else [])
+                + ([self.ring.mirror] if self.ring is not None and self.ring.mirror is not None else []))
 
     # -------------------------------------------------------- turn prefill
     def _prefill_turn(self, t: int) -> None:
@@ -281,24 +296,40 @@ class Wave:
         """A turn's steps, planned on the device and launched in chunks ahead of the host.
 
         The step's plan (positions, slots, what the turn still needs, the last token, the drafter's
-        rows) is a function of four numbers per sequence that the step itself moves on (`book`: n,
-        tokens generated, drafter rows, last token), so the device can plan step s+1 from step s
-        without the host (`_ahead_step`). The host launches a chunk of steps back to back, as many
-        as the turn looks set to need (`_chunk`), each with its read queued behind it, and replays
-        each step as its read lands, while the device runs the next ones: its own plan, checked
-        equal to the device's column by column, then the commit and the telemetry. A step launched
-        after every sequence finished its turn is empty: it changes nothing and gives no row, but
-        its time is charged to the chunk's steps. The rows are those of the step-by-step loop; a
-        chunk's steps share its mean time."""
-        B = self.B
-        self.book.copy_(self._t(np.stack([self.kv_len, self.gen, self.proposer.drafter_rows(),
-                                          self.history[np.arange(B), self.kv_len]])))
+        rows, the catch-up rows) is a function of state the step itself moves on: four numbers per
+        sequence (`book`: n, tokens generated, drafter rows, last token) and, for CATCHUP, device
+        copies of the committed tokens, the drafter rows' pair keys and the ring's labels. So the
+        device plans step s+1 from step s without the host (`_ahead_step`). The host launches a
+        chunk of steps back to back, as many as the turn looks set to need (`_chunk`), each with
+        its read queued behind it, and replays each step as its read lands, while the device runs
+        the next ones: its own plan, checked equal to the device's column by column, then the
+        commit and the telemetry. A step launched after every sequence finished its turn is
+        empty: it changes nothing and gives no row, but its time is charged to the chunk's steps.
+        A catch-up wider than its fixed width (`cu_width`) halts the chunk: that step and the
+        rest are empty, the host runs the step itself (`_step`) and the next chunk starts from
+        its state. The rows are those of the step-by-step loop; a chunk's steps share its mean
+        time."""
+        self._load_book()
         while (self.gen < self.G).any():
             M = self._chunk(self.gen)
             self.timer.start()
             ready = self._launch(M)
-            records = self._replay(ready)
+            records, halted = self._replay(ready)
             self._emit(records, self.timer.stop("verify", max(len(records), 1)))
+            if halted:
+                self._step(self.gen < self.G)
+                self._flush()
+                self._load_book()
+
+    def _load_book(self) -> None:
+        """The device's state for planning := the host's (one copy each)."""
+        B = self.B
+        self.book.copy_(self._t(np.stack([self.kv_len, self.gen, self.proposer.drafter_rows(),
+                                          self.history[np.arange(B), self.kv_len], np.zeros(B, dtype=np.int64)])))
+        if self.arm.catchup:
+            self.hist_dev[:, :-1].copy_(self._t(self.history))
+            self.row_key_dev[:, :-1].copy_(self._t(self.proposer.row_key))
+            self.ring.load_mirror()
 
     def _ahead_key(self) -> tuple:
         return ("ahead", self.turn if self.verifier.sampled else None)   # sampled: the uniforms' keys hold the turn
@@ -335,28 +366,54 @@ class Wave:
         return ready
 
     def _ahead_step(self, book: torch.Tensor, length) -> tuple:
-        """Device: plan the step from the book [4, B] (n, gen, drafter rows, last token), run it, and
-        move the book on; returns the packed read and the plan side by side [B, X] and their layouts."""
-        n, gen, rows, last = book                                                      # [B] each
-        K = self.K
-        active = gen < self.G
-        pos = n[:, None] + torch.arange(K + 1, device=n.device)[None, :]               # [B, K+1]
-        x, layout = pack_on_device(last_tok=last, pos=pos, vslot=torch.where(active[:, None], pos, -1),
-                                   left=torch.where(active, self.G - gen, 0),
-                                   **self.proposer.plan_on_device(rows, n, active, K, self.arm.oracle_p2))
+        """Device: plan the step from the book [5, B] (n, gen, drafter rows, last token, halted) and
+        the CATCHUP copies, run it, and move them on; returns the packed read, the plan and the
+        halt flag side by side [B, X] and the read's and the plan's layouts."""
+        n, gen, rows, last, halted = book                                               # [B] each
+        K, B = self.K, self.B
+        ar = torch.arange(B, device=n.device)
+        active = (gen < self.G) & (halted == 0)
+        plan = {}
+        if self.arm.catchup:        # the gap rows, as `_catchup` plans them (+ their fixed width)
+            last_key = torch.where(rows > 0, self.row_key_dev[ar, (rows - 1).clamp(min=0)], -1)
+            keys, live = gap_keys_on_device(self.ring.mirror, self.ring.capacity, self.arm.row_space, last_key,
+                                            rows, n, active)
+            over = (live.sum(dim=1) > self.cu_width).any()        # too wide: this step and the rest halt
+            active = active & ~over
+            halted = halted | over.long()
+            plan, fed = self.proposer.feed_on_device(keys, live & active[:, None], rows, self.hist_dev,
+                                                     self.cu_width)
+            j = torch.arange(self.cu_width, device=n.device)[None, :]
+            at = torch.where(j < fed[:, None], rows[:, None] + j, self.row_key_dev.shape[1] - 1)
+            self.row_key_dev.scatter_(1, at, plan["cu_label"] - 1)                        # their pair keys
+            rows = rows + fed
+        pos = n[:, None] + torch.arange(K + 1, device=n.device)[None, :]                  # [B, K+1]
+        plan = {"last_tok": last, "pos": pos, "vslot": torch.where(active[:, None], pos, -1),
+                "left": torch.where(active, self.G - gen, 0), **plan}
+        plan.update(self.proposer.plan_on_device(rows, n, active, K, self.arm.oracle_p2))
+        x, layout = pack_on_device(**plan)
+        if self.arm.catchup:
+            i = torch.arange(K, device=n.device)[None, :]
+            at = torch.where(active[:, None], rows[:, None] + i, self.row_key_dev.shape[1] - 1)
+            self.row_key_dev.scatter_(1, at, n[:, None] - 1 + i)                          # the propose's rows
         packed, read_layout, _ = self._device_step(x, layout, length)
         r = unpack_plan(packed, read_layout)
-        c = r["committed"]                                                             # [B]
-        kept = (c - 1).clamp(min=0)                                                    # [B] drafts kept
-        last = torch.where(c > 0, r["target"].gather(1, kept[:, None])[:, 0], last)    # the last committed token
+        c = r["committed"]                                                                # [B]
+        kept = (c - 1).clamp(min=0)                                                       # [B] drafts kept
+        last = torch.where(c > 0, r["target"].gather(1, kept[:, None])[:, 0], last)       # the last committed token
+        if self.arm.catchup:
+            d = torch.arange(K + 1, device=n.device)[None, :]
+            at = torch.where(d < c[:, None], n[:, None] + 1 + d, self.hist_dev.shape[1] - 1)
+            self.hist_dev.scatter_(1, at, r["target"])                                    # the committed tokens
         self.book.copy_(torch.stack([n + c, gen + c, self.proposer.rows_on_device(rows, kept, active, K, self.trim),
-                                     last]))
-        return torch.cat([packed, x], dim=1), read_layout, layout
+                                     last, halted.expand(B)]))
+        return torch.cat([packed, x, halted.expand(B)[:, None]], dim=1), read_layout, layout
 
-    def _replay(self, ready: list) -> list:
+    def _replay(self, ready: list) -> tuple[list, bool]:
         """Host: a chunk's steps as the step-by-step loop books them, each as soon as its read has
         landed (`ready`: `_launch`'s events): its own plan (checked against the one the device
-        made), the commit, the fingerprint events. Returns the steps' telemetry records."""
+        made), the commit, the fingerprint events. Returns the steps' telemetry records and
+        whether the chunk halted (the rest of its steps are empty)."""
         records = []
         Xr = self._read_width
         for m, event in enumerate(ready):
@@ -366,10 +423,14 @@ class Wave:
             if event is not None:
                 event.synchronize()
             read = self._host_reads[m].numpy().copy()     # [B, X]; the next chunk reuses the buffer
+            if read[0, -1]:                            # a catch-up too wide for the run-ahead: halted
+                if ready[-1] is not None:
+                    ready[-1].synchronize()
+                return records, True
             n = self.kv_len.copy()
-            plan, lengths, fed, rows_at_propose = self._plan(active, n)
+            plan, lengths, fed, rows_at_propose = self._plan(active, n, self.cu_width)
             x, layout = pack_plan(**plan)
-            diff = ("layout", 0) if layout != self._plan_layout else first_difference(x, read[:, Xr:], layout)
+            diff = ("layout", 0) if layout != self._plan_layout else first_difference(x, read[:, Xr:-1], layout)
             if diff is not None:
                 raise RuntimeError(f"run-ahead: turn {self.turn}, step {int(self.step_no[diff[1]])} of sequence "
                                    f"{diff[1]}: the device planned {diff[0]} differently from the host")
@@ -380,7 +441,7 @@ class Wave:
             self._notify(h, records[-1][1])
         if ready and ready[-1] is not None:
             ready[-1].synchronize()                   # the chunk's time holds its empty steps too
-        return records
+        return records, False
 
     def _emit(self, records: list, timing) -> None:
         """A replayed chunk's telemetry: its fingerprint events, then its rows."""
@@ -388,16 +449,18 @@ class Wave:
         for record in records:
             self._record(*record, timing)
 
-    def _plan(self, active: np.ndarray, n: np.ndarray):
+    def _plan(self, active: np.ndarray, n: np.ndarray, width: int | None = None):
         """Host: the step's int64 arrays (the verify of [t_n, d1..dK] at positions n..n+K, what the
-        turn still needs, the catch-up rows, the drafts' slots) and KV read lengths."""
+        turn still needs, the catch-up rows, the drafts' slots) and KV read lengths. width: the
+        catch-up's fixed width (a run-ahead's replay), else its rows' bucket."""
         B, K = self.B, self.K
         pos = n[:, None] + np.arange(K + 1)[None, :]
         plan = {"last_tok": self.history[np.arange(B), n], "pos": pos, "vslot": np.where(active[:, None], pos, -1),
                 "left": np.where(active, self.G - self.gen, 0)}
         lengths = {"verify": int(n[active].max()) + K + 1}
         self._feed_plan = None
-        fed = self._catchup(active, n, plan, lengths) if self.arm.catchup else np.zeros(B, dtype=np.int64)
+        fed = self._catchup(active, n, plan, lengths, width=width) if self.arm.catchup \
+            else np.zeros(B, dtype=np.int64)
         rows_at_propose = self.proposer.drafter_rows()
         if self.ev is not None and not self.fp_in_step:
             self._pre_events(active, n)
@@ -540,18 +603,23 @@ class Wave:
         arms with DRAFT_CONF off never make it (the loop's one read per step stands)."""
         return bool(gated.cpu().numpy()[active].all())
 
-    def _catchup(self, active, n, plan: dict, lengths: dict, step=None) -> np.ndarray:
+    def _catchup(self, active, n, plan: dict, lengths: dict, step=None, width: int | None = None) -> np.ndarray:
         """CATCHUP: plan the gap rows between the drafter's newest row and this propose, fed
         from the ring (target hiddens) on the device before the drafts; or, `step` -1, before a
-        turn's drafter prefill, whose first key is n-1. Returns rows fed per sequence."""
+        turn's drafter prefill, whose first key is n-1. width: the rows' fixed width, planned
+        even when there are none (a run-ahead's replay). Returns rows fed per sequence."""
         seq, key = gap_keys(self.ring, self.arm.row_space, self.proposer.last_pair_key(),
                             self.proposer.drafter_rows(), n, active)
         fed = np.zeros(self.B, dtype=np.int64)
         if len(key) == 0:
+            if width is not None:
+                z = np.zeros((self.B, width), dtype=np.int64)
+                plan.update(cu_tok=z, cu_slot=z - 1, cu_rope=z, cu_label=z)
             return fed
         labels = key + 1                          # pair key k reads ring label k+1
         feed = RowFeed(seq=seq, key=key, token=self.history[seq, key + 1], label=labels, hiddens=None)
-        w, rows = self.proposer.plan_rows(feed, static=self.steps.graphs)
+        w, rows = self.proposer.plan_rows(feed, static=self.steps.graphs,
+                                          **({"width": width} if width is not None else {}))
         if rows is None:
             return fed
         plan.update(cu_tok=rows["tok"], cu_slot=rows["slot"], cu_rope=rows["rope"], cu_label=rows["label"])

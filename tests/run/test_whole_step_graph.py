@@ -46,7 +46,7 @@ def wave(models, arm, temperature, capture, run_ahead=True):
     fp = fingerprint_rows if arm.fingerprints_on else None
     w = Wave(LiveTarget(trunk, graphs=True, capture=capture), MTPProposer(trunk, mtp, arm.row_space, arm.refeed),
              arm, tiny_docs(n=8, turns=3, chunk=12), G, fingerprint_rows=fp, plan=plan, run_ahead=run_ahead)
-    assert w.ahead == (run_ahead and not arm.catchup and arm.draft_conf <= 0)
+    assert w.ahead == (run_ahead and arm.draft_conf <= 0)
     return w.run()
 
 
@@ -69,7 +69,7 @@ def test_captured_step_equals_the_eager_static_step(models, name, temperature):
     assert_same_rows(eager, captured)
 
 
-AHEAD = [(a, t) for a, t in CASES if not arm_config(a).catchup and arm_config(a).draft_conf <= 0]
+AHEAD = [(a, t) for a, t in CASES if arm_config(a).draft_conf <= 0]
 
 
 @pytest.mark.parametrize("name,temperature", AHEAD + [("k3", None), ("k1", 1.0)],
@@ -108,3 +108,15 @@ def test_a_waves_graphs_serve_the_next_wave(models, name, temperature):
     assert kept and all(target.steps._steps.get(k) is g for k, g in kept.items()), "the graphs were dropped"
     fresh = run(LiveTarget(trunk, graphs=True), MTPProposer(trunk, mtp, arm.row_space, arm.refeed), second)
     pd.testing.assert_frame_equal(again, fresh, check_exact=True)
+
+
+def test_a_halted_run_ahead_gives_the_step_by_step_rows(models):
+    """A catch-up wider than the run-ahead's width (forced to 1 here) halts the captured chunk;
+    the host steps once and the next chunk starts from there."""
+    trunk, mtp = models
+    arm = arm_config("refeed_on")
+    stepwise = wave(models, arm, None, True, run_ahead=False)
+    w = Wave(LiveTarget(trunk, graphs=True), MTPProposer(trunk, mtp, arm.row_space, arm.refeed), arm,
+             tiny_docs(n=8, turns=3, chunk=12), G, fingerprint_rows=fingerprint_rows)
+    w.cu_width = 1
+    assert_same_rows(stepwise, w.run())

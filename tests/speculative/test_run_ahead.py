@@ -44,10 +44,14 @@ def wave(models, arm, run_ahead, temperature=None, docs=None, proposer=None):
                 fingerprint_rows=fingerprint_rows if arm.fingerprints_on else None, plan=plan, run_ahead=run_ahead)
 
 
-CASES = [("baseline", {}, None), ("oracle_p2", {}, None), ("drafter_prefill_on", {}, None),
-         ("shadow_topk_4", {}, None), ("k1", {}, None), ("k3", {}, None), ("baseline", {"fingerprints": True}, None),
-         ("drafter_prefill_on", {"row_space": "dense", "oracle_p2": True}, None),
-         ("baseline", {}, 1.0), ("baseline", {"draft_policy": "greedy"}, 1.0), ("k3", {"shadow_topk": 2}, 0.7)]
+CLAIMS = yaml.safe_load((CONF_DIR / "study" / "claims.yaml").read_text())["study"]["arms"]
+CASES = ([(a, {}, None) for a in CLAIMS]
+         + [("k1", {}, None), ("k3", {}, None), ("baseline", {"fingerprints": True}, None),
+            ("drafter_prefill_on", {"row_space": "dense", "oracle_p2": True}, None),
+            ("refeed_on", {"row_space": "dense"}, None), ("catchup_on", {"num_drafts": 3}, None),
+            ("refeed_on", {"num_drafts": 3, "oracle_p2": True, "shadow_topk": 2}, None),
+            ("baseline", {}, 1.0), ("baseline", {"draft_policy": "greedy"}, 1.0), ("k3", {"shadow_topk": 2}, 0.7),
+            ("refeed_on", {}, 1.0), ("catchup_on", {"draft_policy": "greedy"}, 1.0)])
 
 
 @pytest.mark.parametrize("name,over,temperature", CASES,
@@ -66,10 +70,30 @@ def test_run_ahead_gives_the_step_by_step_rows(models, name, over, temperature):
         assert a.events.table().equals(b.events.table())
 
 
-@pytest.mark.parametrize("name,over", [("catchup_on", {}), ("refeed_on", {}), ("draft_conf_066", {}),
-                                       ("baseline", {"catchup": True})])
-def test_arms_the_device_cannot_plan_run_step_by_step(models, name, over):
-    assert not wave(models, arm_config(name, **over), True).ahead
+@pytest.mark.parametrize("name", ["draft_conf_066", "draft_conf_030"])
+def test_draft_conf_runs_step_by_step(models, name):
+    """Its gate is read by the host between the propose and the verify."""
+    assert not wave(models, arm_config(name), True).ahead
+
+
+@pytest.mark.parametrize("name,over,temperature", [("refeed_on", {}, None), ("refeed_on", {"row_space": "dense"}, None),
+                                                   ("refeed_on", {"draft_policy": "greedy"}, 1.0)],
+                         ids=["refeed_on", "refeed_on_dense", "refeed_on_t"])
+def test_a_catch_up_wider_than_the_run_aheads_width_halts_and_steps_once(models, name, over, temperature, monkeypatch):
+    """Width 1: every step that feeds two rows halts its chunk; the host runs it step by step and
+    the next chunk starts from there. The rows stay the step-by-step loop's."""
+    arm = arm_config(name, **over)
+    stepwise = wave(models, arm, False, temperature).run()
+    ahead = wave(models, arm, True, temperature)
+    ahead.cu_width = 1
+    halts = []
+    step = Wave._step
+    monkeypatch.setattr(Wave, "_step", lambda self, active: (halts.append(1), step(self, active))[1])
+    ahead = ahead.run()
+    assert len(halts) >= 3 and (stepwise.steps.table().to_pandas().fed_rows >= 2).sum() >= len(halts)
+    pd.testing.assert_frame_equal(*(t.steps.table().to_pandas().drop(columns=list(TIMING_COLUMNS))
+                                    for t in (ahead, stepwise)), check_exact=True)
+    assert ahead.generated == stepwise.generated and ahead.events.table().equals(stepwise.events.table())
 
 
 def test_the_draft_model_and_eager_shapes_run_step_by_step(models):
