@@ -61,10 +61,10 @@ class Ring:
         if self.mirror is not None:
             self.mirror.scatter_(1, slot, labels)
 
-    def book(self, seqs: np.ndarray, labels: np.ndarray) -> torch.Tensor:
-        """Host: record labels written on the device; returns their device index."""
+    def book(self, seqs: np.ndarray, labels: np.ndarray) -> None:
+        """Host: record labels written on the device (host only: a run-ahead books while the
+        device runs later steps, and a copy to the device would wait for them)."""
         self.labels[seqs, labels % self.capacity] = labels
-        return self.index(seqs, labels)
 
     def read(self, seqs: np.ndarray, labels: np.ndarray) -> torch.Tensor:
         idx = self.index(seqs, labels)

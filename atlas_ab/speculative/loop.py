@@ -350,7 +350,10 @@ class Wave:
         """Device: M steps back to back, each step's read copied behind it into pinned host memory
         (`_host_reads` [G, B, X]); returns, per step, the event its read is complete at (None on
         the CPU, where the copy is done on return)."""
-        state = [self.last_hidden, self.book] + ([self.ring.hiddens] if self.ring is not None else [])
+        # everything the step writes besides the KV rows, put back after a capture's warm-up runs
+        state = [self.last_hidden, self.book, self.hist_dev, self.row_key_dev] \
+            + ([self.ring.hiddens] if self.ring is not None else []) \
+            + ([self.ring.mirror] if self.ring is not None and self.ring.mirror is not None else [])
         cuda = self.device.type == "cuda"
         ready = []
         for m in range(M):
@@ -654,12 +657,12 @@ class Wave:
         seq, j = np.nonzero(ring_label >= 0)
         if len(seq) == 0:
             return
-        dst = self.ring.book(seq, ring_label[seq, j])
+        self.ring.book(seq, ring_label[seq, j])
         if fp is not None:       # recorded while the device runs the next step
             self._later.append(functools.partial(self._ring_write_events, seq, j, ring_label, fp,
                                                  self.step_no.copy(), self.turn))
         elif self.ev is not None:
-            src = self._t(np.stack([seq, j]))
+            src, dst = self._t(np.stack([seq, j])), self.ring.index(seq, ring_label[seq, j])
             self.ev.add("ring_write", doc_id=self.doc_ids[seq], turn=self.turn, step=self.step_no[seq],
                         seq=seq, rows=vh[src[0], src[1]], rows2=self.ring.hiddens[dst[0], dst[1]],
                         label=ring_label[seq, j])

@@ -154,6 +154,21 @@ def test_a_device_plan_unlike_the_hosts_fails_loud(models, monkeypatch):
         wave(models, arm_config("baseline"), True).run()
 
 
+def test_a_host_commit_unlike_the_devices_stops_the_wave(models, monkeypatch):
+    """The host replays the device's commit; one that commits another token (a host-side bug)
+    plans its next step from it and is stopped there, naming what differs."""
+    orig, calls = Wave._commit, []
+
+    def other_token(self, h, vh, n, active):
+        calls.append(1)
+        if len(calls) == 3:
+            h.target[1, 0] += 1
+        return orig(self, h, vh, n, active)
+    monkeypatch.setattr(Wave, "_commit", other_token)
+    with pytest.raises(RuntimeError, match="sequence 1: the device planned (last_tok|cu_tok) differently from the host"):
+        wave(models, arm_config("refeed_on"), True).run()
+
+
 def test_pack_on_device_lays_out_as_pack_plan():
     arrays = {"last_tok": np.array([7, 9]), "pos": np.array([[3, 4, 5], [8, 9, 10]]), "left": np.array([2, 0])}
     x, layout = pack_plan(**arrays)
