@@ -21,6 +21,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from statistics import median
 
 import numpy as np
 import torch
@@ -106,6 +107,17 @@ class HostSplit:
 
     def __enter__(self):
         self.spent = dict.fromkeys(self.PARTS + self.ROOTS, 0.0)
+        self.waited = 0.0            # run-ahead: the replay's waits for a step's read (inside `_replay`)
+        if torch.cuda.is_available():
+            self.event_sync = torch.cuda.Event.synchronize
+
+            def timed_sync(event, _sync=self.event_sync):
+                t0 = time.perf_counter()
+                try:
+                    return _sync(event)
+                finally:
+                    self.waited += time.perf_counter() - t0
+            torch.cuda.Event.synchronize = timed_sync
         self.saved = {name: getattr(Wave, name) for name in self.spent}
         self.stack: list[str] = []
         for name, fn in self.saved.items():
@@ -130,6 +142,8 @@ class HostSplit:
     def __exit__(self, *exc):
         for name, fn in self.saved.items():
             setattr(Wave, name, fn)
+        if torch.cuda.is_available():
+            torch.cuda.Event.synchronize = self.event_sync
 
     def per_step_ms(self, steps: int) -> dict:
         """ms per batched step; `read_and_rest`: _step minus its timed parts."""
@@ -137,6 +151,8 @@ class HostSplit:
         root = sum(self.spent[r] for r in self.ROOTS)
         out = {p.lstrip("_"): self.spent[p] * 1e3 / steps for p in self.PARTS if self.spent[p]}
         out["read_and_rest"] = (root - inner) * 1e3 / steps
+        if self.waited:
+            out["replay_waits"] = self.waited * 1e3 / steps      # part of `replay`: the host idle
         out["step"] = root * 1e3 / steps
         return out
 
@@ -256,6 +272,7 @@ def main(argv=None):
     ap.add_argument("--models", default="default,gpu")
     ap.add_argument("--widths", default=None, help="batch widths (default 1,16,64,256)")
     ap.add_argument("--only-grid", action="store_true", help="the steps/s grid only (no lever ratios, peer, 10k)")
+    ap.add_argument("--reps", type=int, default=5, help="alternations of the two loops per grid cell (median)")
     ap.add_argument("--profile", default=None, metavar="B,K[,refeed]",
                     help="also profile one wave per model at this batch width and K (where a step's time goes); "
                          "refeed: the arm with CATCHUP and REFEED instead of the plain one")
@@ -263,6 +280,8 @@ def main(argv=None):
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     smoke = a.smoke
+    if smoke:
+        a.reps = 1
     if smoke and not a.profile:       # the CI smoke runs the profile too (and HostSplit), so it cannot rot
         a.profile = "2,2,refeed"
     widths = [1, 2] if smoke else [int(w) for w in (a.widths or "1,16,64,256").split(",")]
@@ -281,10 +300,21 @@ def main(argv=None):
         for B in widths:
             for K in ks:
                 arm = ArmConfig(name=f"k{K}", num_drafts=K)
-                # the same wave step by step (each step waits for the host's plan), then run ahead
-                stepwise, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", False), arm, docs_all[:B], gen,
-                                       run_ahead=False)
-                r, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", False), arm, docs_all[:B], gen)
+                # the same wave step by step (each step waits for the host's plan) and run ahead, each
+                # mode on its own target and proposer kept across its waves (as a run keeps its graphs),
+                # after a warm-up wave of each, alternated `reps` times: the medians of the waves' medians
+                kept = {m: (LiveTarget(trunk, GRAPHS), MTPProposer(trunk, mtp, "compact", False)) for m in (0, 1)}
+                waves = {0: [], 1: []}
+                for rep in range(a.reps + 1):
+                    for m in (0, 1):
+                        w, _ = run_wave(trunk, kept[m][1], arm, docs_all[:B], gen, target=kept[m][0],
+                                        run_ahead=bool(m))
+                        if rep:
+                            waves[m].append(w)
+                stepwise, r = waves[0][-1], dict(waves[1][-1])
+                step_ms = {m: [w["step_ms_median"] for w in waves[m]] for m in (0, 1)}
+                r["step_ms_median"], stepwise = median(step_ms[1]), dict(stepwise, step_ms_median=median(step_ms[0]))
+                r.update(step_ms_medians=step_ms[1], stepwise_step_ms_medians=step_ms[0], alternations=a.reps)
                 kv_len = int(r["mean_position"])
                 reps = 5 if smoke else 50
                 bare = bare_forward_ms(trunk, B, K, kv_len, dev, reps)
