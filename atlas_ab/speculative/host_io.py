@@ -12,6 +12,7 @@ Shapes: B sequences, K drafts, k SHADOW_TOPK candidates.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Optional
 
@@ -44,7 +45,7 @@ _BOOL = {"gated"}
 
 
 def _width(shape) -> int:
-    return int(np.prod(shape, dtype=np.int64))
+    return math.prod(shape)      # not np.prod: ~12 us a call, 30 calls a step on the host's path
 
 
 def pack_plan(**arrays: np.ndarray) -> tuple[np.ndarray, Layout]:
@@ -64,6 +65,8 @@ def pack_on_device(**tensors: torch.Tensor) -> tuple[torch.Tensor, Layout]:
 
 def first_difference(a: np.ndarray, b: np.ndarray, layout: Layout) -> Optional[tuple[str, int]]:
     """The first (name, sequence) where two packed plans [B, X] of one layout differ; None if equal."""
+    if np.array_equal(a, b):
+        return None
     at = 0
     for name, shape in layout:
         w = _width(shape)

@@ -38,6 +38,7 @@ timed apart in `warmup_ms`: timing.py).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -361,7 +362,7 @@ class Wave:
                                                                    self.full, self.full, state)
             if self._host_reads is None or self._host_reads.shape[2] != out.shape[1]:
                 self._host_reads = torch.zeros((self.G, self.B, out.shape[1]), dtype=torch.long, pin_memory=cuda)
-                self._read_width = sum(int(np.prod(shape, dtype=np.int64)) for _, shape in self._read_layout)
+                self._read_width = sum(math.prod(shape) for _, shape in self._read_layout)
             self._host_reads[m].copy_(out, non_blocking=cuda)
             ready.append(torch.cuda.Event() if cuda else None)
             if cuda:
