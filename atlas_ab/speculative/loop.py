@@ -169,7 +169,7 @@ class Wave:
         for t in range(self.turns):
             self.turn = t
             self._prefill_turn(t)
-            if self.ahead:
+            if self.ahead and (self.ev is None or self.fp_in_step):   # snapshot FINGERPRINTS read vh: step by step
                 self._run_ahead()
             while (self.gen < self.G).any():
                 self._step(self.gen < self.G)
