@@ -356,7 +356,7 @@ def main(argv=None):
         Bl = widths[-1] if smoke else 64
         docs = docs_all[:Bl]
 
-        def ratio(on_arm, off_arm, reps=2 if smoke else 5, trunk=trunk, mtp=mtp, docs=docs):
+        def ratio(on_arm, off_arm, reps=2 if smoke else 5, trunk=trunk, mtp=mtp, docs=docs, run_ahead=True):
             """Throughput with a lever on / off at the widest batch, each arm on its own target and
             proposer kept across its waves (as a run keeps its step graphs), after a warm-up wave of
             each (Triton's JIT, the graph captures), alternating so drift hits both alike; medians
@@ -365,11 +365,11 @@ def main(argv=None):
             kept = {key: (LiveTarget(trunk, GRAPHS), MTPProposer(trunk, mtp, arm.row_space, arm.refeed))
                     for key, arm in (("on", on_arm), ("off", off_arm))}
             for key, arm in (("on", on_arm), ("off", off_arm)):
-                run_wave(trunk, kept[key][1], arm, wide, gen, target=kept[key][0])
+                run_wave(trunk, kept[key][1], arm, wide, gen, target=kept[key][0], run_ahead=run_ahead)
             rates, step_ms, events_s = {"on": [], "off": []}, {"on": [], "off": []}, []
             for _ in range(reps):
                 for key, arm in (("off", off_arm), ("on", on_arm)):
-                    r = run_wave(trunk, kept[key][1], arm, wide, gen, target=kept[key][0])[0]
+                    r = run_wave(trunk, kept[key][1], arm, wide, gen, target=kept[key][0], run_ahead=run_ahead)[0]
                     rates[key].append(r["rows_per_s"])
                     step_ms[key].append(r["step_ms_median"])
                     if key == "on":
@@ -379,7 +379,7 @@ def main(argv=None):
             pairs = [a_ / b_ for a_, b_ in zip(rates["on"], rates["off"])]
             # where the cost is: inside each step (extra gathers and copies) vs the
             # wave-end hashing of every row (events.table())
-            return dict(on_rows_per_s=on, off_rows_per_s=off, throughput_ratio=on / off,
+            return dict(on_rows_per_s=on, off_rows_per_s=off, throughput_ratio=on / off, run_ahead=run_ahead,
                         batch_width=len(wide), runs=rates, run_ratios=pairs,
                         step_ms_median_on=float(np.median(step_ms["on"])),
                         step_ms_median_off=float(np.median(step_ms["off"])),
@@ -388,6 +388,10 @@ def main(argv=None):
         # five alternations: the FINGERPRINTS goal is judged on their median (bench/goals.py)
         out["levers"]["fingerprints"] = ratio(ArmConfig(catchup=True, refeed=True, fingerprints=True),
                                               ArmConfig(catchup=True, refeed=True, fingerprints=False), reps=5)
+        # the same, both arms step by step (the loop before run-ahead), for the comparison in one run
+        out["levers"]["fingerprints_step_by_step"] = ratio(ArmConfig(catchup=True, refeed=True, fingerprints=True),
+                                                           ArmConfig(catchup=True, refeed=True, fingerprints=False),
+                                                           reps=5, run_ahead=False)
         out["levers"]["shadow_topk_4"] = ratio(ArmConfig(shadow_topk=4), ArmConfig())
         # 10,000 verify steps of one arm, load excluded
         big = docs_for(16 if smoke else 512, 1 if smoke else 3, chunk, gen)
