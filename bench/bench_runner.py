@@ -149,7 +149,8 @@ class HostSplit:
         """ms per batched step; `read_and_rest`: _step minus its timed parts."""
         inner = sum(self.spent[p] for p in self.PARTS)
         root = sum(self.spent[r] for r in self.ROOTS)
-        out = {p.lstrip("_"): self.spent[p] * 1e3 / steps for p in self.PARTS if self.spent[p]}
+        # the step-by-step loop's parts always, the run-ahead's where it ran
+        out = {p.lstrip("_"): self.spent[p] * 1e3 / steps for p in self.PARTS if p in self.PARTS[:5] or self.spent[p]}
         out["read_and_rest"] = (root - inner) * 1e3 / steps
         if self.waited:
             out["replay_waits"] = self.waited * 1e3 / steps      # part of `replay`: the host idle
