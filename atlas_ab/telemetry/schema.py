@@ -63,7 +63,8 @@ STEP_COLUMNS: tuple[Column, ...] = (
                                                "the turn's end)"),
     Column("step_ms", _F32, False, "wall time of the batched step this row belongs to (live mode only; "
                                    "null in replay runs, which carry no engine timing, and on warm-up steps: "
-                                   "`warmup_ms`)", nullable=True),
+                                   "`warmup_ms`). Under run-ahead (the manifest's `loop: run_ahead`) a chunk's "
+                                   "steps each carry the chunk's mean: its wall time over its steps", nullable=True),
     Column("warmup_ms", _F32, False, "wall time of a warm-up step: the wave's first step of its kind (verify, "
                                      "serial decode) or one that first ran a static step (a CUDA-graph capture); its "
                                      "`step_ms` is then null (speculative/timing.py). Null otherwise and in replay",
