@@ -274,6 +274,9 @@ def main(argv=None):
     ap.add_argument("--widths", default=None, help="batch widths (default 1,16,64,256)")
     ap.add_argument("--only-grid", action="store_true", help="the steps/s grid only (no lever ratios, peer, 10k)")
     ap.add_argument("--reps", type=int, default=5, help="alternations of the two loops per grid cell (median)")
+    ap.add_argument("--grid-arm", choices=("plain", "refeed"), default="plain",
+                    help="the grid's arm: every lever off (the goals'), or CATCHUP + REFEED (fingerprints on, as the "
+                         "main job's arm)")
     ap.add_argument("--profile", default=None, metavar="B,K[,refeed]",
                     help="also profile one wave per model at this batch width and K (where a step's time goes); "
                          "refeed: the arm with CATCHUP and REFEED instead of the plain one")
@@ -300,11 +303,12 @@ def main(argv=None):
         run_wave(trunk, MTPProposer(trunk, mtp, "compact", False), ArmConfig(num_drafts=2), docs_all[:4], 4)
         for B in widths:
             for K in ks:
-                arm = ArmConfig(name=f"k{K}", num_drafts=K)
+                arm = ArmConfig(name=f"k{K}" + ("_refeed" if a.grid_arm == "refeed" else ""), num_drafts=K,
+                                catchup=a.grid_arm == "refeed", refeed=a.grid_arm == "refeed")
                 # the same wave step by step (each step waits for the host's plan) and run ahead, each
                 # mode on its own target and proposer kept across its waves (as a run keeps its graphs),
                 # after a warm-up wave of each, alternated `reps` times: the medians of the waves' medians
-                kept = {m: (LiveTarget(trunk, GRAPHS), MTPProposer(trunk, mtp, "compact", False)) for m in (0, 1)}
+                kept = {m: (LiveTarget(trunk, GRAPHS), MTPProposer(trunk, mtp, "compact", arm.refeed)) for m in (0, 1)}
                 waves = {0: [], 1: []}
                 for rep in range(a.reps + 1):
                     for m in (0, 1):
@@ -315,7 +319,8 @@ def main(argv=None):
                 stepwise, r = waves[0][-1], dict(waves[1][-1])
                 step_ms = {m: [w["step_ms_median"] for w in waves[m]] for m in (0, 1)}
                 r["step_ms_median"], stepwise = median(step_ms[1]), dict(stepwise, step_ms_median=median(step_ms[0]))
-                r.update(step_ms_medians=step_ms[1], stepwise_step_ms_medians=step_ms[0], alternations=a.reps)
+                r.update(step_ms_medians=step_ms[1], stepwise_step_ms_medians=step_ms[0], alternations=a.reps,
+                         grid_arm=a.grid_arm)
                 kv_len = int(r["mean_position"])
                 reps = 5 if smoke else 50
                 bare = bare_forward_ms(trunk, B, K, kv_len, dev, reps)
@@ -330,7 +335,7 @@ def main(argv=None):
                          stepwise_over_bare=stepwise["step_ms_median"] / bare,
                          wall_stepwise_over_ahead=stepwise["wall_s"] / r["wall_s"])
                 out["grid"].append(r)
-                print(f"{name:8s} B={B:4d} K={K} rows/s={r['rows_per_s']:10.0f} step={r['step_ms_median']:7.2f}ms "
+                print(f"{name:8s} {arm.name:9s} B={B:4d} K={K} rows/s={r['rows_per_s']:10.0f} step={r['step_ms_median']:7.2f}ms "
                       f"bare={bare:6.3f}ms x{r['step_over_bare']:5.2f} (stepwise x{r['stepwise_over_bare']:5.2f}, "
                       f"floor x{r['floor_over_bare']:4.2f}) "
                       f"draft={draft:6.3f}ms glue={r['glue_ms']:6.3f}ms "

@@ -52,7 +52,8 @@ def worst(values: list[float]) -> Optional[float]:
 def runner_goals(grid: list[dict], levers: dict) -> list[Goal]:
     """From bench_runner's grid rows (model, B, K, step_over_bare) and lever ratios."""
     def over(model, Bs, Ks):
-        return [r["step_over_bare"] for r in grid if r["model"] == model and r["B"] in Bs and r["K"] in Ks]
+        return [r["step_over_bare"] for r in grid if r["model"] == model and r["B"] in Bs and r["K"] in Ks
+                and r.get("grid_arm", "plain") == "plain"]       # the goals are the plain arm's
     fp = levers.get("fingerprints") or {}
     alternations = fp.get("run_ratios") or []
     return [
