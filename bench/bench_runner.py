@@ -335,7 +335,8 @@ def main(argv=None):
                          stepwise_over_bare=stepwise["step_ms_median"] / bare,
                          wall_stepwise_over_ahead=stepwise["wall_s"] / r["wall_s"])
                 out["grid"].append(r)
-                print(f"{name:8s} {arm.name:9s} B={B:4d} K={K} rows/s={r['rows_per_s']:10.0f} step={r['step_ms_median']:7.2f}ms "
+                print(f"{name:8s} {arm.name:9s} B={B:4d} K={K} rows/s={r['rows_per_s']:10.0f} "
+                      f"step={r['step_ms_median']:7.2f}ms "
                       f"bare={bare:6.3f}ms x{r['step_over_bare']:5.2f} (stepwise x{r['stepwise_over_bare']:5.2f}, "
                       f"floor x{r['floor_over_bare']:4.2f}) "
                       f"draft={draft:6.3f}ms glue={r['glue_ms']:6.3f}ms "
