@@ -146,10 +146,11 @@ class DraftProposer(Protocol):
     def prefill_drafter(self, rows: "RowFeed") -> RowsWritten:
         """Write drafter context rows over a turn's prompt (DRAFTER_PREFILL)."""
 
-    def plan_rows(self, feed: "RowFeed", static: bool = False) -> tuple[RowsWritten, Optional[dict]]:
+    def plan_rows(self, feed: "RowFeed", static: bool = False,
+                  width: Optional[int] = None) -> tuple[RowsWritten, Optional[dict]]:
         """Host: book catch-up rows (hiddens to come from the ring) and lay them out as [B, T]
         int64 arrays tok, slot, rope, label for `write_rows` (None: nothing to write; `static`: T
-        padded to a graph's width)."""
+        padded to a graph's width; `width`: T fixed, a run-ahead's)."""
 
     def plan_propose(self, history: np.ndarray, positions: np.ndarray, num_drafts: int,
                      active: np.ndarray, static: bool = False) -> tuple[dict, dict]:

@@ -50,7 +50,7 @@ class DraftModelProposer:
     def prefill_drafter(self, feed: RowFeed) -> RowsWritten:
         return RowsWritten.empty()     # it reads tokens, and catches up on them in propose
 
-    def plan_rows(self, feed: RowFeed, static: bool = False):
+    def plan_rows(self, feed: RowFeed, static: bool = False, width: int | None = None):
         return RowsWritten.empty(), None   # no pair-keyed rows to feed
 
     def plan_propose(self, history, positions, num_drafts, active, static: bool = False) -> tuple[dict, dict]:

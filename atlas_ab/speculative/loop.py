@@ -38,7 +38,6 @@ timed apart in `warmup_ms`: timing.py).
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,6 +50,7 @@ from atlas_ab.runtime.graphs import bucket
 from atlas_ab.speculative.host_io import (
     StepRead,
     first_difference,
+    layout_width,
     pack_on_device,
     pack_plan,
     pack_read,
@@ -188,10 +188,13 @@ class Wave:
         """Every tensor a step graph reads or writes by address besides its input: the KV pools and
         this wave's state (the graphs of an earlier wave serve this one while these are the same)."""
         pools = [p for p in (getattr(self.target, "kv", None), getattr(self.proposer, "kv", None)) if p is not None]
-        return ([t for p in pools for t in (p.k, p.v, p.base, p.capacity)] + [self.last_hidden, doc]
-                + ([self.ring.hiddens] if self.ring is not None else [])
-                + ([self.book, self.trim, self.hist_dev, self.row_key_dev] if self.ahead else [])
-                + ([self.ring.mirror] if self.ring is not None and self.ring.mirror is not None else []))
+        return [t for p in pools for t in (p.k, p.v, p.base, p.capacity)] + [doc] + self._written_state() \
+            + ([self.trim] if self.ahead else [])
+
+    def _written_state(self) -> list[torch.Tensor]:
+        """What a step graph writes besides the KV rows: put back after a capture's warm-up runs."""
+        ring = [] if self.ring is None else [t for t in (self.ring.hiddens, self.ring.mirror) if t is not None]
+        return [self.last_hidden] + ring + ([self.book, self.hist_dev, self.row_key_dev] if self.ahead else [])
 
     # -------------------------------------------------------- turn prefill
     def _prefill_turn(self, t: int) -> None:
@@ -332,8 +335,12 @@ class Wave:
             self.row_key_dev[:, :-1].copy_(self._t(self.proposer.row_key))
             self.ring.load_mirror()
 
+    def _turn_key(self):
+        """The turn, where a step graph bakes it in (sampled: the uniforms' keys hold it), else None."""
+        return self.turn if self.verifier.sampled else None
+
     def _ahead_key(self) -> tuple:
-        return ("ahead", self.turn if self.verifier.sampled else None)   # sampled: the uniforms' keys hold the turn
+        return ("ahead", self._turn_key())
 
     def _chunk(self, gen: np.ndarray) -> int:
         """Steps to launch: the most tokens a sequence has left over the fastest rate any sequence
@@ -351,10 +358,7 @@ class Wave:
         """Device: M steps back to back, each step's read copied behind it into pinned host memory
         (`_host_reads` [G, B, X]); returns, per step, the event its read is complete at (None on
         the CPU, where the copy is done on return)."""
-        # everything the step writes besides the KV rows, put back after a capture's warm-up runs
-        state = [self.last_hidden, self.book, self.hist_dev, self.row_key_dev] \
-            + ([self.ring.hiddens] if self.ring is not None else []) \
-            + ([self.ring.mirror] if self.ring is not None and self.ring.mirror is not None else [])
+        state = self._written_state()
         cuda = self.device.type == "cuda"
         ready = []
         for m in range(M):
@@ -362,7 +366,7 @@ class Wave:
                                                                    self.full, self.full, state)
             if self._host_reads is None or self._host_reads.shape[2] != out.shape[1]:
                 self._host_reads = torch.zeros((self.G, self.B, out.shape[1]), dtype=torch.long, pin_memory=cuda)
-                self._read_width = sum(math.prod(shape) for _, shape in self._read_layout)
+                self._read_width = layout_width(self._read_layout)
             self._host_reads[m].copy_(out, non_blocking=cuda)
             ready.append(torch.cuda.Event() if cuda else None)
             if cuda:
@@ -479,8 +483,8 @@ class Wave:
         read, its layout, the verify's hiddens and whether the step decoded serially."""
         x, layout = pack_plan(**plan)
         x = self._t(x)                              # the step's one host->device copy
-        key = (layout, self.turn if self.verifier.sampled else None)   # sampled: the uniforms' keys hold the turn
-        state = [self.last_hidden] + ([self.ring.hiddens] if self.ring is not None else [])
+        key = (layout, self._turn_key())
+        state = self._written_state()
         if self.arm.draft_conf <= 0:
             step = functools.partial(self._device_step, layout=layout)
             return (*self.steps(("step",) + key, step, [x], lengths, self.full, state), False)
@@ -622,8 +626,7 @@ class Wave:
             return fed
         labels = key + 1                          # pair key k reads ring label k+1
         feed = RowFeed(seq=seq, key=key, token=self.history[seq, key + 1], label=labels, hiddens=None)
-        w, rows = self.proposer.plan_rows(feed, static=self.steps.graphs,
-                                          **({"width": width} if width is not None else {}))
+        w, rows = self.proposer.plan_rows(feed, static=self.steps.graphs, width=width)
         if rows is None:
             return fed
         plan.update(cu_tok=rows["tok"], cu_slot=rows["slot"], cu_rope=rows["rope"], cu_label=rows["label"])
