@@ -103,7 +103,8 @@ class HostSplit:
     plan, check and commit of a chunk, while the device runs the next) and `_emit` (telemetry);
     the rest is the read. Patches Wave while active."""
     ROOTS = ("_step", "_run_ahead")
-    PARTS = ("_plan", "_run", "_commit", "_flush", "_pre_events", "_launch", "_replay", "_emit")
+    STEP_PARTS = ("_plan", "_run", "_commit", "_flush", "_pre_events")
+    PARTS = STEP_PARTS + ("_launch", "_replay", "_emit")
 
     def __enter__(self):
         self.spent = dict.fromkeys(self.PARTS + self.ROOTS, 0.0)
@@ -150,7 +151,7 @@ class HostSplit:
         inner = sum(self.spent[p] for p in self.PARTS)
         root = sum(self.spent[r] for r in self.ROOTS)
         # the step-by-step loop's parts always, the run-ahead's where it ran
-        out = {p.lstrip("_"): self.spent[p] * 1e3 / steps for p in self.PARTS if p in self.PARTS[:5] or self.spent[p]}
+        out = {p.lstrip("_"): self.spent[p] * 1e3 / steps for p in self.PARTS if p in self.STEP_PARTS or self.spent[p]}
         out["read_and_rest"] = (root - inner) * 1e3 / steps
         if self.waited:
             out["replay_waits"] = self.waited * 1e3 / steps      # part of `replay`: the host idle
