@@ -151,8 +151,7 @@ def _triton_kernel():
                     inside = (tl.zeros([BLOCK_ROWS], tl.int32) + j0 + u) < W   # a [BLOCK_ROWS] mask
                     raw = tl.load(base + j0 + u, mask=live & inside, other=0)
                 if BYTES == 2:            # int16 -> int32 sign-extends; the mask recovers the raw bits
-                    lo32 = (raw.to(tl.int32) & 0xFFFF).to(tl.uint32)
-                    hi32 = lo32
+                    lo32 = (raw.to(tl.int32) & 0xFFFF).to(tl.uint32)     # (no hi32: bytes 0-1 only)
                 else:
                     w64 = raw.to(tl.uint64, bitcast=True)
                     lo32 = w64.to(tl.uint32)

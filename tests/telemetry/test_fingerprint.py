@@ -151,6 +151,8 @@ def test_triton_kernel_on_gpu_matches_cpu_reference():
     # row-strided view, straight from a wider device buffer
     wide = random_rows(9, 300, seed=7)
     assert fingerprint_rows(wide.cuda()[:, 20:276]).cpu().tolist() == reference_int64(wide[:, 20:276].contiguous())
+    # rows that are not whole 8-byte words (an odd width, an odd start): the kernel's 2-byte loads
+    assert fingerprint_rows(wide.cuda()[:, 21:278]).cpu().tolist() == reference_int64(wide[:, 21:278].contiguous())
     # an fp32 hidden rounded to bf16 on the GPU hashes like the CPU-rounded one:
     # a CPU fp32 run and a GPU run of the same hidden share fingerprints
     x32 = torch.randn(33, 1024, generator=torch.Generator().manual_seed(8))
