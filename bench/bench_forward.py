@@ -27,6 +27,7 @@ import json
 import os
 import sys
 import time
+from statistics import median
 
 import torch
 import torch.nn.functional as F
@@ -74,6 +75,26 @@ def graphed(f, dev):
             f()                                  # the interpreter's first call builds the kernels
             return f
         return StaticStep(f, [])
+
+
+def alternated_ms(fs: dict, dev, reps: int, rounds: int) -> dict:
+    """Each of fs captured once, then `rounds` rounds timing each in turn (reps replays a
+    timing): {name: [ms per round]}. Drift (clocks, a neighbour) hits every f alike, and the
+    goals take the median of the rounds (bench/goals.py)."""
+    steps = {k: graphed(f, dev) for k, f in fs.items()}
+    out = {k: [] for k in fs}
+    with torch.no_grad():
+        for _ in range(rounds):
+            for k, step in steps.items():
+                for _ in range(3 if dev.type == "cuda" else 0):
+                    step()
+                sync(dev)
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    step()
+                sync(dev)
+                out[k].append((time.perf_counter() - t0) / reps * 1e3)
+    return out
 
 
 def graphed_ms(f, dev, reps: int) -> float:
@@ -471,7 +492,7 @@ def tune_matmuls(trunk, mtp, shape, Ms, rates, dev, reps) -> tuple[list, dict]:
     return out, table
 
 
-def run_shape(shape, dev, dtype, rates, Bs, Ks, reps, kv_len, profile_it: bool) -> dict:
+def run_shape(shape, dev, dtype, rates, Bs, Ks, reps, kv_len, profile_it: bool, rounds: int = 5) -> dict:
     trunk, mtp = build(shape, dev, dtype)
     a = trunk.args
     Ms = [Bs[0] * (Ks[0] + 1)] if dev.type != "cuda" else sorted({B * (K + 1) for B in Bs for K in Ks} | set(Bs))
@@ -484,9 +505,12 @@ def run_shape(shape, dev, dtype, rates, Bs, Ks, reps, kv_len, profile_it: bool) 
             T = K + 1
             tok, pos = verify_inputs(a, B, T, kv_len, dev)
             kv = filled_kv(trunk, [kv_len + T + 1] * B, dev)       # bench_runner's bare: budget = live + 1
-            old = graphed_ms(verify_fn(trunk, kv, tok, pos, "torch"), dev, reps)
-            new = graphed_ms(verify_fn(trunk, kv, tok, pos, "triton"), dev, reps)
-            extra = dict(new_cublas_ms=graphed_ms(verify_fn(trunk, kv, tok, pos, "triton", "cublas"), dev, reps))
+            # the old and new forwards alternated `rounds` times; each figure is the rounds' median
+            runs = alternated_ms({"old": verify_fn(trunk, kv, tok, pos, "torch"),
+                                  "new": verify_fn(trunk, kv, tok, pos, "triton")}, dev, reps, rounds)
+            old, new = median(runs["old"]), median(runs["new"])
+            extra = dict(old_ms_rounds=runs["old"], new_ms_rounds=runs["new"], rounds=rounds,
+                         new_cublas_ms=graphed_ms(verify_fn(trunk, kv, tok, pos, "triton", "cublas"), dev, reps))
             if B * T <= SKINNY_MAX_ROWS:           # every matmul on the skinny kernel (its default tiles)
                 extra["new_skinny_ms"] = graphed_ms(verify_fn(trunk, kv, tok, pos, "triton", "triton"), dev, reps)
             bd = bounds(a, B, T, kv_len, rates, dtype.itemsize)
@@ -647,6 +671,8 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     ap.add_argument("--shapes", default="5.7B,0.77B,preset", help="in this order (the main target first)")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=5, help="alternations of the old and new forward per cell (>= 5 "
+                    "for the goal: its figure is their median)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="skip what would start after this many seconds")
     ap.add_argument("--no-check", action="store_true", help="skip the correctness check and the memory fit")
     ap.add_argument("--from-json", default=None, help="re-read a saved run (no measuring): bounds, ratios, table")
@@ -710,7 +736,8 @@ def main(argv=None):
             res["skipped"].append(s)
             continue
         try:
-            r = run_shape(s, dev, dtype, res["rates"], Bs, Ks, reps, kv_len, profile_it=True)
+            r = run_shape(s, dev, dtype, res["rates"], Bs, Ks, reps, kv_len, profile_it=True,
+                          rounds=1 if a.smoke else a.rounds)
         except Exception as e:            # keep the other shapes' numbers; say what broke
             res["errors"][s] = f"{type(e).__name__}: {e}"[:2000]
             log(f"{s}: FAILED {res['errors'][s]}")

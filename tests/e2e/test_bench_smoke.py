@@ -53,6 +53,28 @@ def test_bench_forward_smoke(tmp_path):
     assert new["argmax_agree"] == 1.0 and new["hidden_rel_err"] < 1e-5
     assert res["memory"]["kv_bytes_per_slot_trunk"] == 2 * 2 * 2 * 16 * 4     # layers x K,V x kv heads x D x fp32
     assert "| smoke | 2 | 1 |" in r.stdout
+    assert row["rounds"] == 1 and row["new_ms_rounds"] == [row["new_ms"]] and len(row["old_ms_rounds"]) == 1
+
+
+def test_forward_goal_is_judged_on_five_alternations():
+    """bench/goals.py: the forward goal's figure is each cell's median of >= 5 alternations; a run
+    with fewer is shown, not judged. The verdict is at the rated bandwidth where the device has one."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from goals import forward_goals
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    grid = [dict(shape="5.7B", ratio_new=1.2, rounds=5), dict(shape="5.7B", ratio_new=1.25, rounds=5),
+            dict(shape="0.77B", ratio_new=9.0, rounds=5)]
+    rated = [dict(r, ratio_new=r["ratio_new"] * 1.5) for r in grid]
+    shown, verdict = forward_goals(grid, rated)
+    assert shown.met is None and shown.measured == 1.25                     # the worst 5.7B cell, not judged
+    assert verdict.measured == pytest.approx(1.875) and verdict.met is False
+    (alone,) = forward_goals(grid)
+    assert alone.met is True and alone.measured == 1.25
+    few = [dict(r, rounds=1) for r in grid]
+    assert [g.met for g in forward_goals(few, rated)] == [None, None]
+    assert "(< 5: not judged)" in forward_goals(few)[0].detail
 
 
 @needs_default
