@@ -140,6 +140,10 @@ class Wave:
         self.full = {"verify": self.target.full_length(), **proposer.full_lengths()}
         # FINGERPRINTS at static shapes: the step hashes its event rows itself, in its graph
         self.fp_in_step = self.ev is not None and self.steps.graphs
+        # CATCHUP in captured steps: the catch-up rows' fixed width, in both loops (a wider gap takes
+        # its bucket; a run-ahead halts there), so both run the same kernels on the same shapes
+        # and give bit-equal rows on any machine
+        self.cu_width = bucket(self.K + 1) if self.steps.graphs and arm.catchup else None
         self._feed_plan = None
         self._pending = None       # the last step's telemetry rows, written while the device runs the next
         self._later: list = []     # and its fingerprint events (hashed in the step): calls, made the same way
@@ -149,10 +153,9 @@ class Wave:
             self.book = bufs.get("book", (5, B), torch.long, self.device)
             K = self.K
             # CATCHUP: the device's copies of the committed tokens and the drafter rows' pair keys
-            # (+1 column each: a dump for masked writes), and the catch-up's fixed width
+            # (+1 column each: a dump for masked writes)
             self.hist_dev = bufs.get("history", (B, self.history.shape[1] + 1), torch.long, self.device)
             self.row_key_dev = bufs.get("row_key", (B, proposer.row_key.shape[1] + 1), torch.long, self.device)
-            self.cu_width = bucket(K + 1)
             self.trim = bufs.get("trim", (K + 1,), torch.long, self.device).copy_(self._t(proposer.trim_table(K)))
             self._host_reads = None                                           # [G, B, X]: a chunk's reads
             self._seen_tokens = np.zeros(B, dtype=np.int64)                   # committed tokens and steps
@@ -271,7 +274,7 @@ class Wave:
         """Plan on the host, run on the device (one graph), commit after one read."""
         self.timer.start()
         n = self.kv_len.copy()                      # position of the last committed token
-        plan, lengths, fed, rows_at_propose = self._plan(active, n)
+        plan, lengths, fed, rows_at_propose = self._plan(active, n, self.cu_width)
         packed, read_layout, vh, serial = self._run(plan, lengths, active)
         self._flush()                               # the previous step's rows, while the device runs this one
         h = unpack_read(packed.cpu().numpy(), read_layout)   # the step's one device->host read
@@ -460,7 +463,7 @@ class Wave:
     def _plan(self, active: np.ndarray, n: np.ndarray, width: int | None = None):
         """Host: the step's int64 arrays (the verify of [t_n, d1..dK] at positions n..n+K, what the
         turn still needs, the catch-up rows, the drafts' slots) and KV read lengths. width: the
-        catch-up's fixed width (a run-ahead's replay), else its rows' bucket."""
+        catch-up's fixed width (captured steps: `cu_width`; a wider gap takes its bucket)."""
         B, K = self.B, self.K
         pos = n[:, None] + np.arange(K + 1)[None, :]
         plan = {"last_tok": self.history[np.arange(B), n], "pos": pos, "vslot": np.where(active[:, None], pos, -1),
@@ -615,10 +618,14 @@ class Wave:
         """CATCHUP: plan the gap rows between the drafter's newest row and this propose, fed
         from the ring (target hiddens) on the device before the drafts; or, `step` -1, before a
         turn's drafter prefill, whose first key is n-1. width: the rows' fixed width, planned
-        even when there are none (a run-ahead's replay). Returns rows fed per sequence."""
+        even when there are none (captured steps), unless a sequence's gap is wider: then the
+        rows' bucket (a run-ahead halts on such a step and the host runs it). Returns rows fed
+        per sequence."""
         seq, key = gap_keys(self.ring, self.arm.row_space, self.proposer.last_pair_key(),
                             self.proposer.drafter_rows(), n, active)
         fed = np.zeros(self.B, dtype=np.int64)
+        if width is not None and len(seq) and np.bincount(seq).max() > width:
+            width = None
         if len(key) == 0:
             if width is not None:
                 z = np.zeros((self.B, width), dtype=np.int64)

@@ -115,8 +115,10 @@ def test_a_halted_run_ahead_gives_the_step_by_step_rows(models):
     the host steps once and the next chunk starts from there."""
     trunk, mtp = models
     arm = arm_config("refeed_on")
-    stepwise = wave(models, arm, None, True, run_ahead=False)
-    w = Wave(LiveTarget(trunk, graphs=True), MTPProposer(trunk, mtp, arm.row_space, arm.refeed), arm,
-             tiny_docs(n=8, turns=3, chunk=12), G, fingerprint_rows=fingerprint_rows)
-    w.cu_width = 1
-    assert_same_rows(stepwise, w.run())
+    waves = [Wave(LiveTarget(trunk, graphs=True), MTPProposer(trunk, mtp, arm.row_space, arm.refeed), arm,
+                  tiny_docs(n=8, turns=3, chunk=12), G, fingerprint_rows=fingerprint_rows, run_ahead=r)
+             for r in (False, True)]
+    for w in waves:
+        w.cu_width = 1                  # the same shapes in both loops: one catch-up row, else the bucket
+    assert [w.ahead for w in waves] == [False, True]
+    assert_same_rows(*(w.run() for w in waves))
