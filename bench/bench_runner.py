@@ -68,17 +68,15 @@ def docs_for(n, turns, chunk, gen):
                           DEFAULT_TOKENIZER).docs
 
 
-def run_wave(trunk, proposer, arm, docs, gen, target=None, run_ahead=True, launch_thread=True):
+def run_wave(trunk, proposer, arm, docs, gen, target=None, run_ahead=True):
     """One wave; `target` (with the same proposer) kept across calls keeps its step graphs, as the
-    runner keeps them across a run's waves. run_ahead: False, every step waits for the host's plan;
-    launch_thread: False, a run-ahead chunk's graphs are launched from the host's thread."""
+    runner keeps them across a run's waves. run_ahead: False, every step waits for the host's plan."""
     dev = next(trunk.parameters()).device
     sync(dev)
     t0 = time.perf_counter()
     fp = fingerprint_rows if arm.fingerprints_on else None
     target = target if target is not None else LiveTarget(trunk, GRAPHS)
-    trace = Wave(target, proposer, arm, docs, gen, fingerprint_rows=fp, run_ahead=run_ahead,
-                 launch_thread=launch_thread).run()
+    trace = Wave(target, proposer, arm, docs, gen, fingerprint_rows=fp, run_ahead=run_ahead).run()
     sync(dev)
     t1 = time.perf_counter()
     if trace.events is not None:
@@ -280,9 +278,6 @@ def main(argv=None):
     ap.add_argument("--grid-arm", choices=("plain", "refeed"), default="plain",
                     help="the grid's arm: every lever off (the goals'), or CATCHUP + REFEED (fingerprints on, as the "
                          "main job's arm)")
-    ap.add_argument("--launch-ab", action="store_true",
-                    help="the grid's second loop is the run-ahead with its launches made from the host's thread "
-                         "(not the step-by-step loop): the launch thread's gain, alternated in one run")
     ap.add_argument("--profile", default=None, metavar="B,K[,refeed]",
                     help="also profile one wave per model at this batch width and K (where a step's time goes); "
                          "refeed: the arm with CATCHUP and REFEED instead of the plain one")
@@ -315,19 +310,18 @@ def main(argv=None):
                 # mode on its own target and proposer kept across its waves (as a run keeps its graphs),
                 # after a warm-up wave of each, alternated `reps` times: the medians of the waves' medians
                 kept = {m: (LiveTarget(trunk, GRAPHS), MTPProposer(trunk, mtp, "compact", arm.refeed)) for m in (0, 1)}
-                # mode 0, the comparison: step by step, or (--launch-ab) run ahead from the host's thread alone
-                modes = {0: dict(run_ahead=a.launch_ab, launch_thread=False), 1: dict(run_ahead=True)}
                 waves = {0: [], 1: []}
                 for rep in range(a.reps + 1):
                     for m in (0, 1):
-                        w, _ = run_wave(trunk, kept[m][1], arm, docs_all[:B], gen, target=kept[m][0], **modes[m])
+                        w, _ = run_wave(trunk, kept[m][1], arm, docs_all[:B], gen, target=kept[m][0],
+                                        run_ahead=bool(m))
                         if rep:
                             waves[m].append(w)
                 stepwise, r = waves[0][-1], dict(waves[1][-1])
                 step_ms = {m: [w["step_ms_median"] for w in waves[m]] for m in (0, 1)}
                 r["step_ms_median"], stepwise = median(step_ms[1]), dict(stepwise, step_ms_median=median(step_ms[0]))
                 r.update(step_ms_medians=step_ms[1], stepwise_step_ms_medians=step_ms[0], alternations=a.reps,
-                         grid_arm=a.grid_arm, compared_with="ahead_one_thread" if a.launch_ab else "step_by_step")
+                         grid_arm=a.grid_arm)
                 kv_len = int(r["mean_position"])
                 reps = 5 if smoke else 50
                 bare = bare_forward_ms(trunk, B, K, kv_len, dev, reps)
@@ -344,8 +338,7 @@ def main(argv=None):
                 out["grid"].append(r)
                 print(f"{name:8s} {arm.name:9s} B={B:4d} K={K} rows/s={r['rows_per_s']:10.0f} "
                       f"step={r['step_ms_median']:7.2f}ms "
-                      f"bare={bare:6.3f}ms x{r['step_over_bare']:5.2f} ({'one thread' if a.launch_ab else 'stepwise'} "
-                      f"x{r['stepwise_over_bare']:5.2f}, "
+                      f"bare={bare:6.3f}ms x{r['step_over_bare']:5.2f} (stepwise x{r['stepwise_over_bare']:5.2f}, "
                       f"floor x{r['floor_over_bare']:4.2f}) "
                       f"draft={draft:6.3f}ms glue={r['glue_ms']:6.3f}ms "
                       f"p1={r['p1']:.3f}", file=sys.stderr)

@@ -57,7 +57,6 @@ from atlas_ab.speculative.host_io import (
     unpack_plan,
     unpack_read,
 )
-from atlas_ab.speculative.launcher import Launches
 from atlas_ab.speculative.sampling import SamplingPlan
 from atlas_ab.speculative.timing import StepTimer
 from atlas_ab.speculative.verify import CoupledVerify, GreedyVerify, SampledVerify
@@ -102,19 +101,16 @@ class Wave:
 
     def __init__(self, target, proposer, arm: ArmConfig, docs: list[Document], gen_tokens: int,
                  fingerprint_rows=None, on_step=None, plan: SamplingPlan | None = None, capacity: int | None = None,
-                 run_ahead: bool = True, launch_thread: bool = True):
+                 run_ahead: bool = True):
         """capacity: every sequence's token budget (at least its own), for a run whose waves share
         one static shape, so its step graphs serve every wave; None: each sequence's own.
         run_ahead: at static shapes, let the device plan and run a turn's steps ahead of the host
-        where the arm allows it (`_run_ahead`); False: every step waits for the host's plan.
-        launch_thread: a run-ahead chunk's graphs launched from a helper thread while the host
-        replays (speculative/launcher.py); False: from the host's thread, before it replays."""
+        where the arm allows it (`_run_ahead`); False: every step waits for the host's plan."""
         self.target = target
         self.proposer, self.arm = proposer, arm
         self.docs, self.G = docs, gen_tokens
         self.K = arm.num_drafts
         self.on_step = on_step
-        self.launch_thread = launch_thread
         B = self.B = len(docs)
         self.turns = len(docs[0].chunks)
         self.doc_ids = np.array([d.doc_id for d in docs], dtype=np.int64)
@@ -361,28 +357,24 @@ class Wave:
         rate = (self._seen_tokens[seen] / self._seen_steps[seen]).max() if seen.any() else self.K + 1
         return int(np.ceil((self.G - gen.min()) / min(max(rate, 1.0), self.K + 1)))
 
-    def _launch(self, M: int) -> Launches:
+    def _launch(self, M: int) -> list:
         """Device: M steps back to back, each step's read copied behind it into pinned host memory
         (`_host_reads` [G, B, X]); returns, per step, the event its read is complete at (None on
-        the CPU, where the copy is done on return). A chunk of replays of an existing graph is
-        launched from a helper thread while the host replays (`launch_thread`); a chunk that may
-        capture (its first step) from the host's thread."""
+        the CPU, where the copy is done on return)."""
+        state = self._written_state()
         cuda = self.device.type == "cuda"
-        threaded = cuda and self.launch_thread and M > 1 and self._host_reads is not None
-        return Launches(functools.partial(self._launch_one, state=self._written_state(), cuda=cuda), M, threaded)
-
-    def _launch_one(self, m: int, state: list, cuda: bool):
-        out, self._read_layout, self._plan_layout = self.steps(self._ahead_key(), self._ahead_step, [self.book],
-                                                               self.full, self.full, state)
-        if self._host_reads is None or self._host_reads.shape[2] != out.shape[1]:
-            self._host_reads = torch.zeros((self.G, self.B, out.shape[1]), dtype=torch.long, pin_memory=cuda)
-            self._read_width = layout_width(self._read_layout)
-        self._host_reads[m].copy_(out, non_blocking=cuda)
-        if not cuda:
-            return None
-        event = torch.cuda.Event()
-        event.record()
-        return event
+        ready = []
+        for m in range(M):
+            out, self._read_layout, self._plan_layout = self.steps(self._ahead_key(), self._ahead_step, [self.book],
+                                                                   self.full, self.full, state)
+            if self._host_reads is None or self._host_reads.shape[2] != out.shape[1]:
+                self._host_reads = torch.zeros((self.G, self.B, out.shape[1]), dtype=torch.long, pin_memory=cuda)
+                self._read_width = layout_width(self._read_layout)
+            self._host_reads[m].copy_(out, non_blocking=cuda)
+            ready.append(torch.cuda.Event() if cuda else None)
+            if cuda:
+                ready[-1].record()
+        return ready
 
     def _ahead_step(self, book: torch.Tensor, length) -> tuple:
         """Device: plan the step from the book [5, B] (n, gen, drafter rows, last token, halted) and
@@ -428,7 +420,7 @@ class Wave:
                                      last, halted.expand(B)]))
         return torch.cat([packed, x, halted.expand(B)[:, None]], dim=1), read_layout, layout
 
-    def _replay(self, ready: Launches) -> tuple[list, bool]:
+    def _replay(self, ready: list) -> tuple[list, bool]:
         """Host: a chunk's steps as the step-by-step loop books them, each as soon as its read has
         landed (`ready`: `_launch`'s events): its own plan (checked against the one the device
         made), the commit, the fingerprint events. Returns the steps' telemetry records and
@@ -443,7 +435,8 @@ class Wave:
                 event.synchronize()
             read = self._host_reads[m].numpy().copy()     # [B, X]; the next chunk reuses the buffer
             if read[0, -1]:                            # a catch-up too wide for the run-ahead: halted
-                ready.wait_all()
+                if ready[-1] is not None:
+                    ready[-1].synchronize()
                 return records, True
             n = self.kv_len.copy()
             plan, lengths, fed, rows_at_propose = self._plan(active, n, self.cu_width)
@@ -457,7 +450,8 @@ class Wave:
             self._seen_steps += h.committed > 0
             records.append(self._after_read(h, None, active, n, fed, rows_at_propose))
             self._notify(h, records[-1][1])
-        ready.wait_all()                              # the chunk's time holds its empty steps too
+        if ready and ready[-1] is not None:
+            ready[-1].synchronize()                   # the chunk's time holds its empty steps too
         return records, False
 
     def _emit(self, records: list, timing) -> None:
