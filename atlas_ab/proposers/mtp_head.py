@@ -20,7 +20,7 @@ import torch
 
 from atlas_ab.proposers.base import DraftChain, Proposal, RowFeed, RowsWritten, drawn, head_outputs, plan_and_draft
 from atlas_ab.proposers.layout import pad_layout
-from atlas_ab.proposers.rowspace import rope_of, rows_to_trim
+from atlas_ab.proposers.rowspace import rope_of, trim_table
 from atlas_ab.runtime.graphs import bucket
 
 # A propose can write up to K rows past the sequence's own positions.
@@ -189,7 +189,7 @@ class MTPProposer:
 
     def trim_table(self, num_drafts: int) -> list[int]:
         """Rows `after_verify` drops for each accepted count 0..K."""
-        return [rows_to_trim(self.row_space, num_drafts, a, self.refeed) for a in range(num_drafts + 1)]
+        return trim_table(self.row_space, num_drafts, self.refeed).tolist()
 
     def rows_on_device(self, rows, accepted, active, num_drafts: int, trim) -> torch.Tensor:
         """Device: the drafter's row count [B] after a propose of K rows and its verify (accepted
@@ -241,9 +241,7 @@ class MTPProposer:
         if len(act) == 0:
             return
         K = int(self.last_drafted[act].max())
-        # the row-space rule, tabulated for this propose's K
-        table = np.array([rows_to_trim(self.row_space, K, a, self.refeed) for a in range(K + 1)])
-        trim = table[num_accepted[act]]
+        trim = trim_table(self.row_space, K, self.refeed)[num_accepted[act]]   # the row-space rule, tabulated
         self.rows[act] -= trim
         b, j = np.nonzero(np.arange(K)[None, :] < trim[:, None])
         self.row_key[act[b], self.rows[act[b]] + j] = -1      # trimmed rows are forgotten

@@ -90,15 +90,14 @@ def gap_keys(ring: Ring, row_space: str, last_key: np.ndarray, rows: np.ndarray,
         start = np.maximum(last_key + 1, end - ring.capacity + 1)   # the ring holds no more
     else:
         start = rows                                                # slot == key, no holes
-    width = np.where(active, end - start + 1, 0).clip(min=0, max=ring.capacity)
+    width = np.minimum(np.maximum(np.where(active, end - start + 1, 0), 0), ring.capacity)   # (.clip: 3x slower)
     W = int(width.max()) if len(width) else 0
     if W == 0:
         z = np.zeros(0, dtype=np.int64)
         return z, z
     keys = start[:, None] + np.arange(W)[None, :]
     inside = np.arange(W)[None, :] < width[:, None]
-    seq_grid = np.broadcast_to(np.arange(len(position))[:, None], keys.shape)
-    live = inside & ring.live(seq_grid, np.where(inside, keys + 1, -1))
+    live = inside & ring.live(np.arange(len(position))[:, None], np.where(inside, keys + 1, -1))   # [B, 1] broadcasts
     if row_space == "dense":
         live = np.cumprod(live, axis=1).astype(bool)       # contiguous from the start
     s_idx, j = np.nonzero(live)

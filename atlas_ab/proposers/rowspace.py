@@ -21,7 +21,20 @@ a space that also keeps the row of the last accepted draft.
 """
 from __future__ import annotations
 
+import functools
+
+import numpy as np
+
 from atlas_ab.telemetry.schema import ROW_SPACES
+
+
+@functools.lru_cache(maxsize=None)
+def trim_table(row_space: str, drafted: int, refeed: bool) -> np.ndarray:
+    """`rows_to_trim` for accepted = 0..drafted, as an int64 array [drafted+1] (read-only: cached,
+    since the host books a verify with it every step)."""
+    table = np.array([rows_to_trim(row_space, drafted, a, refeed) for a in range(drafted + 1)], dtype=np.int64)
+    table.flags.writeable = False
+    return table
 
 
 def rows_to_trim(row_space: str, drafted: int, accepted: int, refeed: bool) -> int:

@@ -55,10 +55,10 @@ def layout_width(layout: Layout) -> int:
 
 def pack_plan(**arrays: np.ndarray) -> tuple[np.ndarray, Layout]:
     """Host: named int arrays [B, ...] -> one int64 array [B, X] and its layout."""
+    arrays = {name: np.asarray(a, dtype=np.int64) for name, a in arrays.items()}
     B = len(next(iter(arrays.values())))
-    layout = tuple((name, tuple(np.shape(a)[1:])) for name, a in arrays.items())
-    cols = [np.asarray(a, dtype=np.int64).reshape(B, -1) for a in arrays.values()]
-    return np.concatenate(cols, axis=1), layout
+    layout = tuple((name, a.shape[1:]) for name, a in arrays.items())
+    return np.concatenate([a.reshape(B, -1) for a in arrays.values()], axis=1), layout
 
 
 def pack_on_device(**tensors: torch.Tensor) -> tuple[torch.Tensor, Layout]:
