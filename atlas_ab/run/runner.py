@@ -30,7 +30,7 @@ from atlas_ab.config.structured import (
 from atlas_ab.run.engine import RunInfo, WaveResult
 from atlas_ab.run.store import aggregate_gate
 from atlas_ab.speculative import pit_gate
-from atlas_ab.speculative.gate import check
+from atlas_ab.speculative.gate import Arbiter, check
 from atlas_ab.speculative.loop import Wave, runs_ahead
 from atlas_ab.speculative.sampling import plan_of
 from atlas_ab.speculative.targets import LiveTarget
@@ -111,6 +111,7 @@ class Runner:
         # wave's step graphs serve the next (captured once per run, not per wave)
         self.capacity = reach + 1 if self.graphs else None
         self._live = None
+        self._arbiter = None          # the lossless gate's fp32 arbiter (built when a divergence needs it)
         self.mode = runner.mode
         replay = self._trajectories(ck, runner) if self.mode == "replay" else None
         trunk_n, mtp_n = n_params(self.trunk), n_params(ck.mtp)
@@ -208,7 +209,9 @@ class Runner:
         if self.plan is not None:
             return self._pit_gate(docs, trace)
         n_gate = min(self.cfg.gate_sequences, len(docs))
-        gate = check(self.trunk, docs, trace.generated, self.workload.gen_tokens, list(range(n_gate)))
+        if self._arbiter is None:
+            self._arbiter = Arbiter(self.trunk)       # the run's: it may keep its fp32 copy for later waves
+        gate = check(self.trunk, docs, trace.generated, self.workload.gen_tokens, list(range(n_gate)), self._arbiter)
         return {**gate.to_dict(), "by": "live"}
 
     def run_wave(self, i: int, on_step=None) -> WaveResult:

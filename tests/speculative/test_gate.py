@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
+import atlas_ab.speculative.gate as gate_module
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.mtp_head import MTPProposer
-from atlas_ab.speculative.gate import FORWARD_ERROR, check, forward_error, resolution, teacher_forced, trunk_in
+from atlas_ab.speculative.gate import FORWARD_ERROR, Arbiter, check, forward_error, resolution, teacher_forced, trunk_in
 from atlas_ab.speculative.loop import Wave
 from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.speculative.trajectory import greedy
@@ -103,6 +104,33 @@ def test_a_divergence_is_arbitrated_in_fp32(models, scale, passes):
     if not passes:
         assert "fp32 margin" in rec["why"] and "bfloat16" in rec["why"]
     assert res.checked_tokens == 1 + 2 * G           # seq 0 stops at its divergence; seq 1 whole
+
+
+@pytest.mark.parametrize("room", [True, False])
+def test_a_runs_arbiter_keeps_its_fp32_copy_only_with_room_for_it(models, monkeypatch, room):
+    """The run's arbiter builds the fp32 copy once and reuses it in the next check where the device
+    has room for it (`room_for`: a GPU keeping the copy's size free); else each check builds its
+    own. The verdicts are the same either way."""
+    trunk, _ = models
+    docs = tiny_docs(n=2, turns=2, chunk=10)
+    built = []
+    monkeypatch.setattr(gate_module, "trunk_in", lambda t, d: built.append(trunk_in(t, d)) or built[-1])
+    monkeypatch.setattr(Arbiter, "room_for", staticmethod(lambda t32: room))
+    t16, gen, _ = _dispute_at_first_token(trunk, docs, 0.25 * resolution(torch.bfloat16, 1.0))
+    arbiter = Arbiter(t16)
+    first, second = (check(t16, docs, gen, G, [0, 1], arbiter) for _ in range(2))
+    assert len(built) == (1 if room else 2) and (arbiter.kept is built[0]) == room
+    assert first.to_dict() == second.to_dict() == check(t16, docs, gen, G, [0, 1]).to_dict()
+    assert first.arbitrated == 1
+
+
+def test_off_a_gpu_or_in_fp32_the_arbiter_keeps_nothing(models):
+    trunk, _ = models                                # fp32 on the CPU: the trunk is its own arbiter
+    arbiter = Arbiter(trunk)
+    assert arbiter.get() is trunk and arbiter.kept is None
+    t16 = trunk_in(trunk, torch.bfloat16)
+    assert not Arbiter.room_for(trunk_in(t16, torch.float32))       # a CPU copy is never kept
+    assert Arbiter(t16).get() is not Arbiter(t16).get()
 
 
 @pytest.mark.parametrize("turn,token", [(0, 0), (1, 3), (2, G - 1)])
