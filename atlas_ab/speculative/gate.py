@@ -18,7 +18,8 @@ what the run's dtype can resolve of the fp32 top-1 (`resolution`), else the run 
 arbitration is recorded (GateResult.arbitrations -> the manifest's gate).
 
 The fp32 arbiter is a float32 copy of the trunk, built on the trunk's device only when a
-divergence needs it and dropped when the check ends. At 5.7B that is 23 GB next to the 11.4 GB
+divergence needs it; a run keeps it for its later waves where the GPU has room for it (`Arbiter`),
+else it is dropped when the check ends. At 5.7B that is 23 GB next to the 11.4 GB
 of bf16 weights, fine on an H200; a layer-by-layer upcast would bound the memory to one layer,
 but it would walk the model's layers outside the model's own forward, a second forward to keep
 right; the copy runs the trunk's own `forward_train`, the path the transformers-equality tests
