@@ -77,29 +77,8 @@ def graphed(f, dev):
         return StaticStep(f, [])
 
 
-def alternated_ms(fs: dict, dev, reps: int, rounds: int) -> dict:
-    """Each of fs captured once, then `rounds` rounds timing each in turn (reps replays a
-    timing): {name: [ms per round]}. Drift (clocks, a neighbour) hits every f alike, and the
-    goals take the median of the rounds (bench/goals.py)."""
-    steps = {k: graphed(f, dev) for k, f in fs.items()}
-    out = {k: [] for k in fs}
-    with torch.no_grad():
-        for _ in range(rounds):
-            for k, step in steps.items():
-                for _ in range(3 if dev.type == "cuda" else 0):
-                    step()
-                sync(dev)
-                t0 = time.perf_counter()
-                for _ in range(reps):
-                    step()
-                sync(dev)
-                out[k].append((time.perf_counter() - t0) / reps * 1e3)
-    return out
-
-
-def graphed_ms(f, dev, reps: int) -> float:
-    """Mean ms of f() replayed from one CUDA graph (eager on the CPU), after warm-up."""
-    step = graphed(f, dev)
+def _replay_ms(step, dev, reps: int) -> float:
+    """Mean ms of `reps` calls of a captured step, after three of warm-up (none on the CPU)."""
     with torch.no_grad():
         for _ in range(3 if dev.type == "cuda" else 0):
             step()
@@ -109,6 +88,23 @@ def graphed_ms(f, dev, reps: int) -> float:
             step()
         sync(dev)
     return (time.perf_counter() - t0) / reps * 1e3
+
+
+def alternated_ms(fs: dict, dev, reps: int, rounds: int) -> dict:
+    """Each of fs captured once, then `rounds` rounds timing each in turn (reps replays a
+    timing): {name: [ms per round]}. Drift (clocks, a neighbour) hits every f alike, and the
+    goals take the median of the rounds (bench/goals.py)."""
+    steps = {k: graphed(f, dev) for k, f in fs.items()}
+    out = {k: [] for k in fs}
+    for _ in range(rounds):
+        for k, step in steps.items():
+            out[k].append(_replay_ms(step, dev, reps))
+    return out
+
+
+def graphed_ms(f, dev, reps: int) -> float:
+    """Mean ms of f() replayed from one CUDA graph (eager on the CPU), after warm-up."""
+    return _replay_ms(graphed(f, dev), dev, reps)
 
 
 # ---- the machine -------------------------------------------------------------------------------
