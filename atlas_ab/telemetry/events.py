@@ -67,7 +67,9 @@ class EventLog:
         # one hashing call for every snapshotted row of the wave (second rows only where an event has them)
         first = [r for r in self.rows if r is not None]
         second = [r2 for r2 in self.rows2 if r2 is not None]
-        fps = self.fingerprint_rows(torch.cat(first + second)).cpu().numpy() if first else np.zeros(0, np.int64)
+        rows = first + second
+        fps = self.fingerprint_rows(rows[0] if len(rows) == 1 else torch.cat(rows)).cpu().numpy() if rows \
+            else np.zeros(0, np.int64)                                     # (one batch: no copy to join)
         fp = np.zeros(N, dtype=np.int64)
         fp2 = np.zeros(N, dtype=np.int64)
         valid = np.zeros(N, dtype=bool)
@@ -87,9 +89,9 @@ class EventLog:
                     at2 += n
             at += n
         arrays = {k: pa.array(v, type=EVENT_SCHEMA.field(k).type) for k, v in cols.items()}
-        names = sorted(set(kinds))     # the kind column built from codes (no Python string per event)
+        names = sorted(set(kinds))     # the kind column taken from codes (no Python string per event)
         codes = np.repeat(np.array([names.index(k) for k in kinds], dtype=np.int32), [m[0] for m in self.meta])
-        arrays["kind"] = pa.DictionaryArray.from_arrays(codes, pa.array(names, type=pa.string())).cast(pa.string())
+        arrays["kind"] = pa.array(names, type=pa.string()).take(pa.array(codes))
         arrays["fp"] = pa.array(fp, type=pa.int64())
         arrays["fp2"] = pa.array(fp2, type=pa.int64(), mask=~valid)
         return pa.table({n: arrays[n] for n in EVENT_SCHEMA.names}, schema=EVENT_SCHEMA)
