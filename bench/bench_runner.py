@@ -394,12 +394,11 @@ def main(argv=None):
                         events_table_s_median=float(np.median(events_s)))
 
         # five alternations: the FINGERPRINTS goal is judged on their median (bench/goals.py)
-        out["levers"]["fingerprints"] = ratio(ArmConfig(catchup=True, refeed=True, fingerprints=True),
-                                              ArmConfig(catchup=True, refeed=True, fingerprints=False), reps=5)
-        # the same, both arms step by step (the loop before run-ahead), for the comparison in one run
-        out["levers"]["fingerprints_step_by_step"] = ratio(ArmConfig(catchup=True, refeed=True, fingerprints=True),
-                                                           ArmConfig(catchup=True, refeed=True, fingerprints=False),
-                                                           reps=5, run_ahead=False)
+        # and the same with both arms step by step (the loop before run-ahead), for the comparison in one run
+        for key, ahead in (("fingerprints", True), ("fingerprints_step_by_step", False)):
+            out["levers"][key] = ratio(ArmConfig(catchup=True, refeed=True, fingerprints=True),
+                                       ArmConfig(catchup=True, refeed=True, fingerprints=False),
+                                       reps=5, run_ahead=ahead)
         out["levers"]["shadow_topk_4"] = ratio(ArmConfig(shadow_topk=4), ArmConfig())
         # 10,000 verify steps of one arm, load excluded
         big = docs_for(16 if smoke else 512, 1 if smoke else 3, chunk, gen)

@@ -150,7 +150,7 @@ class DraftProposer(Protocol):
                   width: Optional[int] = None) -> tuple[RowsWritten, Optional[dict]]:
         """Host: book catch-up rows (hiddens to come from the ring) and lay them out as [B, T]
         int64 arrays tok, slot, rope, label for `write_rows` (None: nothing to write; `static`: T
-        padded to a graph's width; `width`: T fixed, a run-ahead's)."""
+        padded to a graph's width; `width`: T fixed, the loop's catch-up width)."""
 
     def plan_propose(self, history: np.ndarray, positions: np.ndarray, num_drafts: int,
                      active: np.ndarray, static: bool = False) -> tuple[dict, dict]:

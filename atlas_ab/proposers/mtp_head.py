@@ -89,13 +89,13 @@ class MTPProposer:
     # -- context rows: prompt prefill and catch-up feed share one plan -----
     def plan_rows(self, feed: RowFeed, static: bool = False, width: int | None = None) -> tuple[RowsWritten, dict]:
         """Host: lay `feed`'s rows out as a padded [B, T] batch (T: the widest sequence's count;
-        `static`: that rounded up to a power of two, a graph's shape; `width`: T itself, a
-        run-ahead's fixed shape) and book them. Returns what will be written (hiddens None) and
+        `static`: that rounded up to a power of two, a graph's shape; `width`: T itself, the
+        loop's fixed catch-up width) and book them. Returns what will be written (hiddens None) and
         the batch as int64 arrays tok, slot, rope, label, each [B, T] (padding: slot -1, label 0)."""
         B = len(self.rows)
         order, s, j, T = pad_layout(feed.seq, B)
         if width is not None and T > width:
-            raise ValueError(f"{T} catch-up rows for one sequence: the run-ahead's width is {width}")
+            raise ValueError(f"{T} catch-up rows for one sequence: the fixed width is {width}")
         T = width if width is not None else bucket(T) if static else T
         slots = self.rows[s] + j
         keys = feed.key[order]

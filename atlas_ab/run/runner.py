@@ -111,7 +111,7 @@ class Runner:
         # wave's step graphs serve the next (captured once per run, not per wave)
         self.capacity = reach + 1 if self.graphs else None
         self._live = None
-        self._arbiter = None          # the lossless gate's fp32 arbiter (built when a divergence needs it)
+        self._arbiter = Arbiter(self.trunk)   # the gate's fp32 arbiter: built when a divergence needs it, maybe kept
         self.mode = runner.mode
         replay = self._trajectories(ck, runner) if self.mode == "replay" else None
         trunk_n, mtp_n = n_params(self.trunk), n_params(ck.mtp)
@@ -209,8 +209,6 @@ class Runner:
         if self.plan is not None:
             return self._pit_gate(docs, trace)
         n_gate = min(self.cfg.gate_sequences, len(docs))
-        if self._arbiter is None:
-            self._arbiter = Arbiter(self.trunk)       # the run's: it may keep its fp32 copy for later waves
         gate = check(self.trunk, docs, trace.generated, self.workload.gen_tokens, list(range(n_gate)), self._arbiter)
         return {**gate.to_dict(), "by": "live"}
 

@@ -274,7 +274,7 @@ class Wave:
         """Plan on the host, run on the device (one graph), commit after one read."""
         self.timer.start()
         n = self.kv_len.copy()                      # position of the last committed token
-        plan, lengths, fed, rows_at_propose = self._plan(active, n, self.cu_width)
+        plan, lengths, fed, rows_at_propose = self._plan(active, n)
         packed, read_layout, vh, serial = self._run(plan, lengths, active)
         self._flush()                               # the previous step's rows, while the device runs this one
         h = unpack_read(packed.cpu().numpy(), read_layout)   # the step's one device->host read
@@ -439,7 +439,7 @@ class Wave:
                     ready[-1].synchronize()
                 return records, True
             n = self.kv_len.copy()
-            plan, lengths, fed, rows_at_propose = self._plan(active, n, self.cu_width)
+            plan, lengths, fed, rows_at_propose = self._plan(active, n)
             x, layout = pack_plan(**plan)
             diff = ("layout", 0) if layout != self._plan_layout else first_difference(x, read[:, Xr:-1], layout)
             if diff is not None:
@@ -460,17 +460,17 @@ class Wave:
         for record in records:
             self._record(*record, timing)
 
-    def _plan(self, active: np.ndarray, n: np.ndarray, width: int | None = None):
+    def _plan(self, active: np.ndarray, n: np.ndarray):
         """Host: the step's int64 arrays (the verify of [t_n, d1..dK] at positions n..n+K, what the
-        turn still needs, the catch-up rows, the drafts' slots) and KV read lengths. width: the
-        catch-up's fixed width (captured steps: `cu_width`; a wider gap takes its bucket)."""
+        turn still needs, the catch-up rows, the drafts' slots) and KV read lengths. The catch-up
+        rows at `cu_width` (captured steps; a wider gap takes its bucket)."""
         B, K = self.B, self.K
         pos = n[:, None] + np.arange(K + 1)[None, :]
         plan = {"last_tok": self.history[np.arange(B), n], "pos": pos, "vslot": np.where(active[:, None], pos, -1),
                 "left": np.where(active, self.G - self.gen, 0)}
         lengths = {"verify": int(n[active].max()) + K + 1}
         self._feed_plan = None
-        fed = self._catchup(active, n, plan, lengths, width=width) if self.arm.catchup \
+        fed = self._catchup(active, n, plan, lengths, width=self.cu_width) if self.arm.catchup \
             else np.zeros(B, dtype=np.int64)
         rows_at_propose = self.proposer.drafter_rows()
         if self.ev is not None and not self.fp_in_step:
