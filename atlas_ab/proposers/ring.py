@@ -51,15 +51,16 @@ class Ring:
         self.hiddens[idx[0], idx[1]] = rows.to(self.hiddens.dtype)
         return idx
 
-    def write_masked(self, labels: torch.Tensor, take: torch.Tensor, rows: torch.Tensor) -> None:
+    def write_masked(self, labels: torch.Tensor, take: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Device: write rows[b, j] under labels[b, j] where take[b, j] (labels, take [B, A];
-        rows [B, A, H]); the rest go to the dump slot. The host books the labels after its read
-        (`book`)."""
+        rows [B, A, H]); the rest go to the dump slot. Returns the slots written [B, A] (the dump
+        slot where not taken). The host books the labels after its read (`book`)."""
         B = rows.shape[0]
         slot = torch.where(take, labels.remainder(self.capacity), torch.full_like(labels, self.capacity))
         self.hiddens[torch.arange(B, device=rows.device)[:, None], slot] = rows.to(self.hiddens.dtype)
         if self.mirror is not None:
             self.mirror.scatter_(1, slot, labels)
+        return slot
 
     def book(self, seqs: np.ndarray, labels: np.ndarray) -> None:
         """Host: record labels written on the device (host only: a run-ahead books while the

@@ -53,6 +53,15 @@ def layout_width(layout: Layout) -> int:
     return sum(_width(shape) for _, shape in layout)
 
 
+def layout_columns(layout: Layout, base: int = 0) -> dict[str, list[int]]:
+    """Each name's columns in a packed [B, X] array of this layout (its first column at `base`)."""
+    out, at = {}, base
+    for name, shape in layout:
+        out[name] = list(range(at, at + _width(shape)))
+        at += _width(shape)
+    return out
+
+
 def pack_plan(**arrays: np.ndarray) -> tuple[np.ndarray, Layout]:
     """Host: named int arrays [B, ...] -> one int64 array [B, X] and its layout."""
     arrays = {name: np.asarray(a, dtype=np.int64) for name, a in arrays.items()}
@@ -83,11 +92,12 @@ def first_difference(a: np.ndarray, b: np.ndarray, layout: Layout) -> Optional[t
 
 
 def unpack_plan(x: torch.Tensor, layout: Layout) -> dict[str, torch.Tensor]:
-    """Device: views of the plan tensor [B, X] by name, each [B, ...] as packed."""
+    """Device: views of the plan tensor [B, X] by name, each [B, ...] as packed (or of a stack of
+    them [..., B, X]: each [..., B, ...])."""
     out, at = {}, 0
     for name, shape in layout:
         w = _width(shape)
-        out[name] = x[:, at:at + w].reshape((x.shape[0],) + shape)
+        out[name] = x[..., at:at + w].reshape(tuple(x.shape[:-1]) + tuple(shape))
         at += w
     return out
 

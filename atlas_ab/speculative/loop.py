@@ -50,6 +50,7 @@ from atlas_ab.runtime.graphs import bucket
 from atlas_ab.speculative.host_io import (
     StepRead,
     first_difference,
+    layout_columns,
     layout_width,
     pack_on_device,
     pack_plan,
@@ -60,7 +61,7 @@ from atlas_ab.speculative.host_io import (
 from atlas_ab.speculative.sampling import SamplingPlan
 from atlas_ab.speculative.timing import StepTimer
 from atlas_ab.speculative.verify import CoupledVerify, GreedyVerify, SampledVerify
-from atlas_ab.telemetry.events import EventLog
+from atlas_ab.telemetry.events import EventLog, StepEvents
 from atlas_ab.telemetry.records import StepBlocks
 from atlas_ab.workload.documents import Document
 
@@ -140,6 +141,9 @@ class Wave:
         self.full = {"verify": self.target.full_length(), **proposer.full_lengths()}
         # FINGERPRINTS at static shapes: the step hashes its event rows itself, in its graph
         self.fp_in_step = self.ev is not None and self.steps.graphs
+        # and run ahead: a chunk's events go to the log as the steps' own outputs, laid out on the
+        # device when the table is made (`_step_events_on_device`): nothing per step on the host
+        self.fp_dense = self.fp_in_step and self.ahead
         # CATCHUP in captured steps: the catch-up rows' fixed width, in both loops (a wider gap takes
         # its bucket; a run-ahead halts there), so both run the same kernels on the same shapes
         # and give bit-equal rows on any machine
@@ -282,12 +286,15 @@ class Wave:
         self._pending = record + (self.timer.stop("serial" if serial else "verify"),)
         self._notify(h, record[1])
 
-    def _after_read(self, h: StepRead, vh, active, n, fed, rows_at_propose) -> tuple:
-        """The host's half of a step once it has read it: the fingerprint events, the commit, the
-        step counters. Returns the step's telemetry record (`_record`'s arguments, less the timing)."""
-        if self.fp_in_step:
+    def _after_read(self, h: StepRead, vh, active, n, fed, rows_at_propose, events: bool = True) -> tuple:
+        """The host's half of a step once it has read it: the fingerprint events (`events` False:
+        the run-ahead's chunk gives them, `_step_events_on_device`), the commit, the step counters.
+        Returns the step's telemetry record (`_record`'s arguments, less the timing)."""
+        if self.fp_in_step and events:
             self._pre_events(active, n, h.fp)
         self._commit(h, vh, n, active)
+        if self.ev is not None and self.ring is not None and events:
+            self._ring_events(h.ring_label, vh, h.fp)
         act = np.nonzero(active)[0]
         record = (h, act, n, rows_at_propose, fed, self.step_no[act].copy(), self.turn)
         self.step_no[act] += 1
@@ -370,6 +377,9 @@ class Wave:
             if self._host_reads is None or self._host_reads.shape[2] != out.shape[1]:
                 self._host_reads = torch.zeros((self.G, self.B, out.shape[1]), dtype=torch.long, pin_memory=cuda)
                 self._read_width = layout_width(self._read_layout)
+                self._plan_width = layout_width(self._plan_layout)
+                if self.fp_dense:
+                    self._event_kinds = self._event_kinds_of(self._read_layout, self._plan_layout)
             self._host_reads[m].copy_(out, non_blocking=cuda)
             ready.append(torch.cuda.Event() if cuda else None)
             if cuda:
@@ -378,8 +388,9 @@ class Wave:
 
     def _ahead_step(self, book: torch.Tensor, length) -> tuple:
         """Device: plan the step from the book [5, B] (n, gen, drafter rows, last token, halted) and
-        the CATCHUP copies, run it, and move them on; returns the packed read, the plan and the
-        halt flag side by side [B, X] and the read's and the plan's layouts."""
+        the CATCHUP copies, run it, and move them on; returns the packed read, the plan, whether the
+        ring held the propose's label (FINGERPRINTS) and the halt flag side by side [B, X] and the
+        read's and the plan's layouts."""
         n, gen, rows, last, halted = book                                               # [B] each
         K, B = self.K, self.B
         ar = torch.arange(B, device=n.device)
@@ -407,6 +418,9 @@ class Wave:
             i = torch.arange(K, device=n.device)[None, :]
             at = torch.where(active[:, None], rows[:, None] + i, self.row_key_dev.shape[1] - 1)
             self.row_key_dev.scatter_(1, at, n[:, None] - 1 + i)                          # the propose's rows
+        # FINGERPRINTS: whether the ring holds the propose's label n before the step writes (`_pre_events`)
+        live = self.ring.mirror[ar, n.remainder(self.ring.capacity)] == n \
+            if self.fp_dense and self.ring is not None else torch.zeros_like(n, dtype=torch.bool)
         packed, read_layout, _ = self._device_step(x, layout, length)
         r = unpack_plan(packed, read_layout)
         c = r["committed"]                                                                # [B]
@@ -418,7 +432,7 @@ class Wave:
             self.hist_dev.scatter_(1, at, r["target"])                                    # the committed tokens
         self.book.copy_(torch.stack([n + c, gen + c, self.proposer.rows_on_device(rows, kept, active, K, self.trim),
                                      last, halted.expand(B)]))
-        return torch.cat([packed, x, halted.expand(B)[:, None]], dim=1), read_layout, layout
+        return torch.cat([packed, x, live.long()[:, None], halted.expand(B)[:, None]], dim=1), read_layout, layout
 
     def _replay(self, ready: list) -> tuple[list, bool]:
         """Host: a chunk's steps as the step-by-step loop books them, each as soon as its read has
@@ -426,7 +440,7 @@ class Wave:
         made), the commit, the fingerprint events. Returns the steps' telemetry records and
         whether the chunk halted (the rest of its steps are empty)."""
         records = []
-        Xr = self._read_width
+        Xr, Xp = self._read_width, self._plan_width
         for m, event in enumerate(ready):
             active = self.gen < self.G
             if not active.any():                      # launched past the turn's end: an empty step
@@ -441,14 +455,14 @@ class Wave:
             n = self.kv_len.copy()
             plan, lengths, fed, rows_at_propose = self._plan(active, n)
             x, layout = pack_plan(**plan)
-            diff = ("layout", 0) if layout != self._plan_layout else first_difference(x, read[:, Xr:-1], layout)
+            diff = ("layout", 0) if layout != self._plan_layout else first_difference(x, read[:, Xr:Xr + Xp], layout)
             if diff is not None:
                 raise RuntimeError(f"run-ahead: turn {self.turn}, step {int(self.step_no[diff[1]])} of sequence "
                                    f"{diff[1]}: the device planned {diff[0]} differently from the host")
             h = unpack_read(read[:, :Xr], self._read_layout)
             self._seen_tokens += h.committed
             self._seen_steps += h.committed > 0
-            records.append(self._after_read(h, None, active, n, fed, rows_at_propose))
+            records.append(self._after_read(h, None, active, n, fed, rows_at_propose, events=not self.fp_dense))
             self._notify(h, records[-1][1])
         if ready and ready[-1] is not None:
             ready[-1].synchronize()                   # the chunk's time holds its empty steps too
@@ -457,8 +471,43 @@ class Wave:
     def _emit(self, records: list, timing) -> None:
         """A replayed chunk's telemetry: its fingerprint events, then its rows."""
         self._flush()
+        if self.fp_dense and records:
+            self._step_events_on_device(records)
         for record in records:
             self._record(*record, timing)
+
+    def _step_events_on_device(self, records: list) -> None:
+        """FINGERPRINTS of a replayed chunk: its steps' feed, propose and ring-write events, as
+        `_step_events` and `_ring_write_events` record them, handed to the log as the steps' own
+        outputs, laid out on the device when the table is made (`_event_kinds_of`). The outputs go
+        back to the device in one copy from the chunk's reads (a copy of each step's output on the
+        device would cost the host a call a step); the next chunk's reads queue behind it."""
+        M = len(records)
+        step = np.full((M, self.B), -1, dtype=np.int64)
+        for i, record in enumerate(records):
+            step[i, record[1]] = record[5]
+        reads = self._host_reads[:M]                                               # [M, B, X] pinned
+        outs = reads.to(self.device, non_blocking=True) if self.device.type == "cuda" else reads.clone()
+        self.ev.add_steps(self.turn, self.doc_ids, step, outs, self._event_kinds)
+
+    def _event_kinds_of(self, read_layout, plan_layout) -> tuple:
+        """Where a run-ahead step's events sit in its output row (the read, the plan, whether the
+        ring held the propose's label, the halt flag), in a step's order: the catch-up rows fed,
+        the propose, the ring writes, as `_step_events` and `_ring_write_events` record them."""
+        r, p = layout_columns(read_layout), layout_columns(plan_layout, layout_width(read_layout))
+        live = layout_width(read_layout) + layout_width(plan_layout)
+        K1, fp = self.K + 1, r["fp"]
+        kinds = []
+        if "cu_slot" in p:                # the catch-up rows fed (slot -1: padding)
+            W = len(p["cu_slot"])
+            kinds.append(StepEvents.of("feed", p["cu_slot"], -1, label=p["cu_label"], key=(p["cu_label"], -1),
+                                       rope=p["cu_rope"], slot=p["cu_slot"], fp=fp[2:2 + W]))
+        kinds.append(StepEvents.of("propose", p["left"], 0, position=p["pos"][:1], fp=fp[:1], fp2=fp[1:2],
+                                   fp2_valid=[live]))
+        if "ring_label" in r:
+            kinds.append(StepEvents.of("ring_write", r["ring_label"], -1, label=r["ring_label"], fp=fp[-2 * K1:-K1],
+                                       fp2=fp[-K1:], fp2_valid=1))
+        return tuple(kinds)
 
     def _plan(self, active: np.ndarray, n: np.ndarray):
         """Host: the step's int64 arrays (the verify of [t_n, d1..dK] at positions n..n+K, what the
@@ -519,7 +568,7 @@ class Wave:
         self.n_tok = np.where(active, self.n_tok + c, self.n_tok)
         self.gen += c
         if self.ring is not None:
-            self._book_ring(h.ring_label, vh, h.fp)
+            self._book_ring(h.ring_label)
         # dropped (gated) drafts were never verified: their rows go as rejected ones do
         self.proposer.after_verify(np.where(h.gated, 0, a_eff), active)
 
@@ -571,11 +620,10 @@ class Wave:
         ar = torch.arange(self.B, device=x.device)
         self.last_hidden.copy_(torch.where(active[:, None], v.vh[ar, a_eff], self.last_hidden))
         ring = self.ring is not None
-        ring_label = self._ring_after_verify(active, a["pos"][:, 0], a_eff, gated, v.vh) if ring else None
+        ring_label, slot = self._ring_after_verify(active, a["pos"][:, 0], a_eff, gated, v.vh) if ring \
+            else (None, None)
         if fp is not None:                 # the propose's rows [B, 2+W, H], hashed now with the ring writes'
             if ring:                       # rows: the row written and the ring's row after the write
-                slot = torch.where(ring_label >= 0, ring_label.remainder(self.ring.capacity),
-                                   torch.full_like(ring_label, self.ring.capacity))
                 after = self.ring.hiddens[ar[:, None], slot]                             # [B, K+1, H]
                 fp = torch.cat([fp, v.vh, after], dim=1)
             fp = self.ev.fingerprint_rows(fp)                                            # [B, S]
@@ -652,27 +700,33 @@ class Wave:
         (CATCHUP); with REFEED every accepted position's true hidden is ringed,
         0..=accepted, the last being the next propose's own target hidden.
         SHIFT moves every re-fed label by s (mapping validation). All tensors [B] but vh
-        [B, K+1, H]; returns the label written from each depth [B, K+1] (-1: none)."""
+        [B, K+1, H]; returns the label written from each depth [B, K+1] (-1: none) and the ring
+        slot it went to (the dump slot: none)."""
         j = torch.arange(self.K + 1, device=vh.device)[None, :]
         serial = active & gated                                  # a serial step: ring its hidden (CATCHUP)
         refed = active & ~gated & self.arm.refeed                # REFEED: every accepted position, 0..=accepted
         take = (serial[:, None] & (j == 0)) | (refed[:, None] & (j <= a_eff[:, None]))
         label = n[:, None] + 1 + j + refed[:, None].long() * self.arm.refeed_shift
         take = take & (label >= 0)
-        self.ring.write_masked(label, take, vh)
-        return torch.where(take, label, torch.full_like(label, -1))
+        slot = self.ring.write_masked(label, take, vh)
+        return torch.where(take, label, torch.full_like(label, -1)), slot
 
-    def _book_ring(self, ring_label: np.ndarray, vh: torch.Tensor, fp=None) -> None:
-        """Host: book the labels the step wrote (and their fingerprint events; fp [B, S]: the step's
-        fingerprints, hashed in it)."""
+    def _book_ring(self, ring_label: np.ndarray) -> None:
+        """Host: book the labels the step wrote (ring_label [B, K+1], -1: none)."""
+        seq, j = np.nonzero(ring_label >= 0)
+        if len(seq):
+            self.ring.book(seq, ring_label[seq, j])
+
+    def _ring_events(self, ring_label: np.ndarray, vh: torch.Tensor, fp=None) -> None:
+        """The ring writes' fingerprint events (fp [B, S]: the step's fingerprints, hashed in it;
+        None: the rows snapshotted now, before the next step writes the ring)."""
         seq, j = np.nonzero(ring_label >= 0)
         if len(seq) == 0:
             return
-        self.ring.book(seq, ring_label[seq, j])
         if fp is not None:       # recorded while the device runs the next step
             self._later.append(functools.partial(self._ring_write_events, seq, j, ring_label, fp,
                                                  self.step_no.copy(), self.turn))
-        elif self.ev is not None:
+        else:
             src, dst = self._t(np.stack([seq, j])), self.ring.index(seq, ring_label[seq, j])
             self.ev.add("ring_write", doc_id=self.doc_ids[seq], turn=self.turn, step=self.step_no[seq],
                         seq=seq, rows=vh[src[0], src[1]], rows2=self.ring.hiddens[dst[0], dst[1]],

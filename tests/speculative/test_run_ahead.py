@@ -126,6 +126,19 @@ def test_a_catch_up_wider_than_the_run_aheads_width_halts_and_steps_once(models,
     assert ahead.generated == stepwise.generated and ahead.events.table().equals(stepwise.events.table())
 
 
+def test_a_run_aheads_fingerprint_events_cost_the_host_nothing_per_step(models, monkeypatch):
+    """Run ahead, a chunk's feed, propose and ring-write events come from its steps' own outputs
+    (`add_steps`), not from the host's per-step recording; the table is the step-by-step loop's."""
+    arm = arm_config("refeed_on", fingerprints=True)
+    stepwise = wave(models, arm, False).run()
+    for name in ("_pre_events", "_step_events", "_ring_write_events"):
+        monkeypatch.setattr(Wave, name, lambda *a, name=name, **k: pytest.fail(f"{name} ran in a run-ahead step"))
+    w = wave(models, arm, True)
+    assert w.fp_dense
+    ahead = w.run()
+    assert ahead.events.table().equals(stepwise.events.table())
+
+
 def test_the_draft_model_and_eager_shapes_run_step_by_step(models):
     arm = ArmConfig(name="dm", proposer="draft_model")
     assert not wave(models, arm, True, proposer=DraftModelProposer(tiny_draft(models[0]))).ahead
