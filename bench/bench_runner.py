@@ -68,15 +68,19 @@ def docs_for(n, turns, chunk, gen):
                           DEFAULT_TOKENIZER).docs
 
 
-def run_wave(trunk, proposer, arm, docs, gen, target=None, run_ahead=True):
+def run_wave(trunk, proposer, arm, docs, gen, target=None, run_ahead=True, host_events=False):
     """One wave; `target` (with the same proposer) kept across calls keeps its step graphs, as the
-    runner keeps them across a run's waves. run_ahead: False, every step waits for the host's plan."""
+    runner keeps them across a run's waves. run_ahead: False, every step waits for the host's plan.
+    host_events: a run-ahead's fingerprint events recorded by the host step by step, as before they
+    were laid out on the device (`Wave.fp_dense`; for the comparison)."""
     dev = next(trunk.parameters()).device
     sync(dev)
     t0 = time.perf_counter()
     fp = fingerprint_rows if arm.fingerprints_on else None
     target = target if target is not None else LiveTarget(trunk, GRAPHS)
-    trace = Wave(target, proposer, arm, docs, gen, fingerprint_rows=fp, run_ahead=run_ahead).run()
+    wave = Wave(target, proposer, arm, docs, gen, fingerprint_rows=fp, run_ahead=run_ahead)
+    wave.fp_dense = wave.fp_dense and not host_events
+    trace = wave.run()
     sync(dev)
     t1 = time.perf_counter()
     if trace.events is not None:
@@ -364,7 +368,8 @@ def main(argv=None):
         Bl = widths[-1] if smoke else 64
         docs = docs_all[:Bl]
 
-        def ratio(on_arm, off_arm, reps=2 if smoke else 5, trunk=trunk, mtp=mtp, docs=docs, run_ahead=True):
+        def ratio(on_arm, off_arm, reps=2 if smoke else 5, trunk=trunk, mtp=mtp, docs=docs, run_ahead=True,
+                  host_events=False):
             """Throughput with a lever on / off at the widest batch, each arm on its own target and
             proposer kept across its waves (as a run keeps its step graphs), after a warm-up wave of
             each (Triton's JIT, the graph captures), alternating so drift hits both alike; medians
@@ -373,11 +378,13 @@ def main(argv=None):
             kept = {key: (LiveTarget(trunk, GRAPHS), MTPProposer(trunk, mtp, arm.row_space, arm.refeed))
                     for key, arm in (("on", on_arm), ("off", off_arm))}
             for key, arm in (("on", on_arm), ("off", off_arm)):
-                run_wave(trunk, kept[key][1], arm, wide, gen, target=kept[key][0], run_ahead=run_ahead)
+                run_wave(trunk, kept[key][1], arm, wide, gen, target=kept[key][0], run_ahead=run_ahead,
+                         host_events=host_events)
             rates, step_ms, events_s = {"on": [], "off": []}, {"on": [], "off": []}, []
             for _ in range(reps):
                 for key, arm in (("off", off_arm), ("on", on_arm)):
-                    r = run_wave(trunk, kept[key][1], arm, wide, gen, target=kept[key][0], run_ahead=run_ahead)[0]
+                    r = run_wave(trunk, kept[key][1], arm, wide, gen, target=kept[key][0], run_ahead=run_ahead,
+                                 host_events=host_events)[0]
                     rates[key].append(r["rows_per_s"])
                     step_ms[key].append(r["step_ms_median"])
                     if key == "on":
@@ -395,10 +402,13 @@ def main(argv=None):
 
         # five alternations: the FINGERPRINTS goal is judged on their median (bench/goals.py)
         # and the same with both arms step by step (the loop before run-ahead), for the comparison in one run
-        for key, ahead in (("fingerprints", True), ("fingerprints_step_by_step", False)):
+        # (and run ahead with the events recorded by the host step by step: what laying them out on
+        # the device saves)
+        for key, ahead, host in (("fingerprints", True, False), ("fingerprints_step_by_step", False, False),
+                                 ("fingerprints_host_events", True, True)):
             out["levers"][key] = ratio(ArmConfig(catchup=True, refeed=True, fingerprints=True),
                                        ArmConfig(catchup=True, refeed=True, fingerprints=False),
-                                       reps=5, run_ahead=ahead)
+                                       reps=5, run_ahead=ahead, host_events=host)
         out["levers"]["shadow_topk_4"] = ratio(ArmConfig(shadow_topk=4), ArmConfig())
         # 10,000 verify steps of one arm, load excluded
         big = docs_for(16 if smoke else 512, 1 if smoke else 3, chunk, gen)

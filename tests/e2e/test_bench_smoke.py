@@ -25,7 +25,8 @@ def smoke(script: str, tmp_path) -> dict:
 def test_bench_runner_smoke(tmp_path):
     res = smoke("bench_runner.py", tmp_path)
     assert res["smoke"] and res["grid"] and {"B", "K", "rows_per_s", "bare_forward_ms"} <= set(res["grid"][0])
-    assert set(res["levers"]) == {"fingerprints", "fingerprints_step_by_step", "shadow_topk_4"}
+    assert set(res["levers"]) == {"fingerprints", "fingerprints_step_by_step", "fingerprints_host_events",
+                                  "shadow_topk_4"}
     assert res["ten_k"]["rows"] > 0
     assert res["peer"]["same_text"].split("/")[0] == res["peer"]["same_text"].split("/")[1]
     prof = res["profile"]["default"]            # the steady-state profile and the host's split by loop stage
