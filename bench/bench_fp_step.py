@@ -5,11 +5,15 @@
 The fingerprint kernel alone at a step's row counts (replayed from a CUDA graph), and a
 profiled refeed wave with FINGERPRINTS on and off: the device's kernel time per step and
 the step's median, so the on/off gap splits into device (hashing) and host (events) time.
+On the GPU also the captured run-ahead step's own time (its graph replayed, CUDA events):
+FINGERPRINTS off, on (hashed on a branch beside the step's path, runtime/side_stream.py) and
+on with the hashing in line, alternated: the device's whole in-step cost, free of host noise.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -19,7 +23,43 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_runner import _time, docs_for, load_models, profile_wave  # noqa: E402
 
 from atlas_ab.config.structured import ArmConfig  # noqa: E402
+from atlas_ab.proposers.mtp_head import MTPProposer  # noqa: E402
+from atlas_ab.runtime.side_stream import SideStream  # noqa: E402
+from atlas_ab.speculative.loop import Wave  # noqa: E402
+from atlas_ab.speculative.targets import LiveTarget  # noqa: E402
 from atlas_ab.telemetry.fingerprint import fingerprint_rows  # noqa: E402
+
+
+def step_graph_ms(trunk, mtp, docs, reps: int = 7, replays: int = 200) -> dict:
+    """The run-ahead step graph's replay time (ms, median of `reps` alternations of `replays`
+    replays each) for FINGERPRINTS off / on (beside the path) / on in line (the side branch
+    replaced by a stream-less one: the hashing on the step's path, as before the branch)."""
+    kept, graphs = [], {}
+    for name in ("off", "on", "on_inline"):
+        target, proposer = LiveTarget(trunk, True), MTPProposer(trunk, mtp, "compact", True)
+        fp = name != "off"
+        wave = Wave(target, proposer, ArmConfig(catchup=True, refeed=True, fingerprints=fp), docs, 32,
+                    fingerprint_rows=fingerprint_rows if fp else None)
+        if name == "on_inline":
+            wave.side = SideStream(torch.device("cpu"))
+        wave.run()
+        kept.append((target, proposer, wave))       # the graphs replay into their memory
+        (graphs[name],) = [s.graph for k, s in target.steps._steps.items() if k[0] == "ahead"]
+    ms = {name: [] for name in graphs}
+    for _ in range(reps):
+        for name, g in graphs.items():
+            for _ in range(10):
+                g.replay()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(replays):
+                g.replay()
+            b.record()
+            torch.cuda.synchronize()
+            ms[name].append(a.elapsed_time(b) / replays)
+    med = {name: statistics.median(v) for name, v in ms.items()}
+    return {"replay_ms_median": med, "replay_ms": ms, "on_minus_off_ms": med["on"] - med["off"],
+            "on_inline_minus_off_ms": med["on_inline"] - med["off"]}
 
 
 def main(argv=None):
@@ -43,6 +83,13 @@ def main(argv=None):
         print(f"{name}: step {w['unprofiled_step_ms_median']:.3f} ms, device {w['device_ms_per_step']:.3f} ms/step, "
               f"events table {w['events_table_ms']:.1f} ms/wave; host by stage: "
               + ", ".join(f"{k} {v:.3f}" for k, v in w["host_split_ms_per_step"].items()), file=sys.stderr)
+    if dev.type == "cuda":
+        out["step_graph"] = {}
+        for B in sorted({a.batch, 64}):
+            out["step_graph"][B] = g = step_graph_ms(trunk, mtp, docs_for(B, 2, 64, 32))
+            print(f"B={B}: step graph {g['replay_ms_median']['off']:.4f} ms off; FINGERPRINTS "
+                  f"{g['on_minus_off_ms']:+.4f} ms beside the path, {g['on_inline_minus_off_ms']:+.4f} in line",
+                  file=sys.stderr)
     print(json.dumps(out, indent=1))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))

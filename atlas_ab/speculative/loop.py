@@ -47,6 +47,7 @@ from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.base import RowFeed
 from atlas_ab.proposers.ring import Ring, gap_keys, gap_keys_on_device
 from atlas_ab.runtime.graphs import bucket
+from atlas_ab.runtime.side_stream import SideStream
 from atlas_ab.speculative.host_io import (
     StepRead,
     first_difference,
@@ -144,6 +145,9 @@ class Wave:
         # and run ahead: a chunk's events go to the log as the steps' own outputs, laid out on the
         # device when the table is made (`_step_events_on_device`): nothing per step on the host
         self.fp_dense = self.fp_in_step and self.ahead
+        # the step's hashing beside its path (`_propose`, `_verify`): the drafter and the bookkeeping
+        # do not wait for it
+        self.side = SideStream(self.device) if self.fp_in_step else None
         # CATCHUP in captured steps: the catch-up rows' fixed width, in both loops (a wider gap takes
         # its bucket; a run-ahead halts there), so both run the same kernels on the same shapes
         # and give bit-equal rows on any machine
@@ -421,7 +425,7 @@ class Wave:
         # FINGERPRINTS: whether the ring holds the propose's label n before the step writes (`_pre_events`)
         live = self.ring.mirror[ar, n.remainder(self.ring.capacity)] == n \
             if self.fp_dense and self.ring is not None else torch.zeros_like(n, dtype=torch.bool)
-        packed, read_layout, _ = self._device_step(x, layout, length)
+        packed, read_layout, _ = self._device_step(x, layout, length, join=False)
         r = unpack_plan(packed, read_layout)
         c = r["committed"]                                                                # [B]
         kept = (c - 1).clamp(min=0)                                                       # [B] drafts kept
@@ -432,6 +436,8 @@ class Wave:
             self.hist_dev.scatter_(1, at, r["target"])                                    # the committed tokens
         self.book.copy_(torch.stack([n + c, gen + c, self.proposer.rows_on_device(rows, kept, active, K, self.trim),
                                      last, halted.expand(B)]))
+        if self.side is not None:
+            self.side.join()          # the read's fingerprints, hashed beside the bookkeeping above
         return torch.cat([packed, x, live.long()[:, None], halted.expand(B)[:, None]], dim=1), read_layout, layout
 
     def _replay(self, ready: list) -> tuple[list, bool]:
@@ -573,26 +579,30 @@ class Wave:
         self.proposer.after_verify(np.where(h.gated, 0, a_eff), active)
 
     # ------------------------------------------------- the device step
-    def _device_step(self, x, layout, length):
-        """The whole step on the device, static shapes: x [B, X] the packed plan."""
-        prop, gated, fp = self._propose(x, layout, length)
-        return self._verify(x, layout, prop, gated, False, length, fp)
+    def _device_step(self, x, layout, length, join: bool = True):
+        """The whole step on the device, static shapes: x [B, X] the packed plan. join False: the
+        read's fingerprints are still being hashed beside the path (the caller joins `self.side`)."""
+        prop, gated, fp = self._propose(x, layout, length, join=False)
+        return self._verify(x, layout, prop, gated, False, length, fp, join=join)
 
-    def _propose(self, x, layout, length):
+    def _propose(self, x, layout, length, join: bool = True):
         """Catch-up rows, then K drafts; returns the Proposal, DRAFT_CONF's gate [B] bool and
-        (FINGERPRINTS at static shapes) a copy of the propose's and the feed's rows [B, 2+W, H]: the
-        propose's hidden, the ring's row of its label, each fed row, hashed with the verify's rows
-        at the step's end (one hashing call a step: its time is one chain over a row's bytes,
-        whatever the rows)."""
+        (FINGERPRINTS at static shapes) the fingerprints [B, 2+W] of the propose's hidden, the
+        ring's row of its label and each fed row, hashed beside the drafter (`self.side`; join
+        False: not joined yet, `_verify` joins before it writes what they read)."""
         a = unpack_plan(x, layout)
         n = a["pos"][:, 0]
         fed = self._feed_rows(a, length["catchup"]) if "cu_tok" in a else None
         fp = None
         if self.fp_in_step:
-            ar = torch.arange(self.B, device=x.device)
-            ring_row = self.ring.hiddens[ar, n.remainder(self.ring.capacity)] if self.ring is not None \
-                else self.last_hidden
-            fp = torch.cat([self.last_hidden[:, None], ring_row[:, None]] + ([fed] if fed is not None else []), dim=1)
+            with self.side.fork():
+                ar = torch.arange(self.B, device=x.device)
+                ring_row = self.ring.hiddens[ar, n.remainder(self.ring.capacity)] if self.ring is not None \
+                    else self.last_hidden
+                fp = self.ev.fingerprint_rows(torch.cat([self.last_hidden[:, None], ring_row[:, None]]
+                                                        + ([fed] if fed is not None else []), dim=1))  # [B, 2+W]
+            if join:
+                self.side.join()
         draws = self.verifier.draws(self.target, self.turn, n)
         prop = self.proposer.draft(a, a["last_tok"], self.last_hidden, self.K, self.arm.shadow_topk, draws, length)
         tau = self.arm.draft_conf
@@ -607,9 +617,12 @@ class Wave:
         self.proposer.write_rows(a["cu_tok"], hid, a["cu_rope"], a["cu_slot"], length)
         return hid
 
-    def _verify(self, x, layout, prop, gated, all_gated: bool, length, fp=None):
+    def _verify(self, x, layout, prop, gated, all_gated: bool, length, fp=None, join: bool = True):
         """Verify and accept, then the device half of the commit (the next propose's hidden, the
-        ring writes); returns the packed read, its layout and the verify's hiddens [B, K+1, H]."""
+        ring writes); returns the packed read, its layout and the verify's hiddens [B, K+1, H].
+        FINGERPRINTS at static shapes (fp: `_propose`'s [B, 2+W]): the read's fp columns are the
+        propose's and, with a ring, the verify's rows and the ring's rows after the write, hashed
+        beside the path into the packed read (join False: the caller joins `self.side`)."""
         a = unpack_plan(x, layout)
         vtok = torch.cat([a["last_tok"][:, None], prop.drafts], dim=1)               # [B, K+1]
         v = self.verifier.verify(self.target, prop, vtok, a["pos"], a["vslot"], length["verify"], gated,
@@ -618,20 +631,29 @@ class Wave:
         c = commit_counts(v.accepted, a["left"])                                       # [B]
         a_eff = (c - 1).clamp(min=0)                                                   # [B] drafts kept
         ar = torch.arange(self.B, device=x.device)
+        if self.side is not None:
+            self.side.join()               # the propose's rows are hashed: last_hidden and the ring may move on
         self.last_hidden.copy_(torch.where(active[:, None], v.vh[ar, a_eff], self.last_hidden))
         ring = self.ring is not None
         ring_label, slot = self._ring_after_verify(active, a["pos"][:, 0], a_eff, gated, v.vh) if ring \
             else (None, None)
-        if fp is not None:                 # the propose's rows [B, 2+W, H], hashed now with the ring writes'
-            if ring:                       # rows: the row written and the ring's row after the write
-                after = self.ring.hiddens[ar[:, None], slot]                             # [B, K+1, H]
-                fp = torch.cat([fp, v.vh, after], dim=1)
-            fp = self.ev.fingerprint_rows(fp)                                            # [B, S]
+        # the read's fp columns [B, S], filled beside the path once the read is packed (below)
+        late = None if fp is None else torch.empty((self.B, fp.shape[1] + 2 * (self.K + 1) * ring),
+                                                   dtype=torch.long, device=x.device)
         oracle = self._oracle(prop, v, a, length) if self.arm.oracle_p2 else None
         packed, read_layout = pack_read(acc=v.accepted, gated=gated, drafts=prop.drafts, target=v.tokens,
                                         conf=prop.conf, committed=c, ring_label=ring_label, oracle=oracle,
                                         topk_ids=prop.topk_ids, topk_probs=prop.topk_probs,
-                                        accept_prob=v.accept_prob, alpha1=v.alpha1, pit=v.pit, fp=fp)
+                                        accept_prob=v.accept_prob, alpha1=v.alpha1, pit=v.pit, fp=late)
+        if fp is not None:
+            cols = layout_columns(read_layout)["fp"]
+            with self.side.fork():
+                if ring:                   # the rows written and the ring's rows after the write
+                    after = self.ring.hiddens[ar[:, None], slot]                         # [B, K+1, H]
+                    fp = torch.cat([fp, self.ev.fingerprint_rows(torch.cat([v.vh, after], dim=1))], dim=1)
+                packed[:, cols[0]:cols[-1] + 1].copy_(fp)
+            if join:
+                self.side.join()
         return packed, read_layout, v.vh
 
     def _record(self, h: StepRead, act, n, rows_at_propose, fed, step_no, turn, timing) -> None:

@@ -7,8 +7,9 @@ sync per row). Three ways, one hash:
   - an eager wave snapshots the rows and hashes all rows of the wave on the device in
     one kernel call when it ends (one call also keeps the CPU fallback, a loop over
     byte columns, cheap);
-  - a wave of captured steps hashes them inside the step's graph and hands the
-    fingerprints over with the step's one read (`fp=`): no snapshot, no gather;
+  - a wave of captured steps hashes them inside the step's graph, on a branch beside the
+    step's path (runtime/side_stream.py), and hands the fingerprints over with the step's one
+    read (`fp=`): no snapshot, no gather;
   - a wave that runs ahead of the host (speculative/loop.py) hands over a run of steps' own
     outputs, with a map of where each kind's events sit in them (`StepEvents`): the host does
     nothing per step; the wave's runs are laid out in event order on the device when the table
