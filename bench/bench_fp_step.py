@@ -15,6 +15,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -57,9 +58,24 @@ def step_graph_ms(trunk, mtp, docs, reps: int = 7, replays: int = 200) -> dict:
             b.record()
             torch.cuda.synchronize()
             ms[name].append(a.elapsed_time(b) / replays)
+    # the host's side: one replay's launch on an idle device, and a chunk of 8 launched back to back
+    # (as `Wave._launch` does; a launch that finds the device's queue full waits in it)
+    launch_us = {name: [] for name in graphs}
+    chunk_us = {name: [] for name in graphs}
+    for _ in range(reps):
+        for name, g in graphs.items():
+            for store, n in ((launch_us, 1), (chunk_us, 8)):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    g.replay()
+                store[name].append((time.perf_counter() - t0) * 1e6)
+                torch.cuda.synchronize()
     med = {name: statistics.median(v) for name, v in ms.items()}
     return {"replay_ms_median": med, "replay_ms": ms, "on_minus_off_ms": med["on"] - med["off"],
-            "on_inline_minus_off_ms": med["on_inline"] - med["off"]}
+            "on_inline_minus_off_ms": med["on_inline"] - med["off"],
+            "launch_us_median": {k: statistics.median(v) for k, v in launch_us.items()},
+            "chunk_of_8_launch_us_median": {k: statistics.median(v) for k, v in chunk_us.items()}}
 
 
 def main(argv=None):
@@ -88,7 +104,8 @@ def main(argv=None):
         for B in sorted({a.batch, 64}):
             out["step_graph"][B] = g = step_graph_ms(trunk, mtp, docs_for(B, 2, 64, 32))
             print(f"B={B}: step graph {g['replay_ms_median']['off']:.4f} ms off; FINGERPRINTS "
-                  f"{g['on_minus_off_ms']:+.4f} ms beside the path, {g['on_inline_minus_off_ms']:+.4f} in line",
+                  f"{g['on_minus_off_ms']:+.4f} ms beside the path, {g['on_inline_minus_off_ms']:+.4f} in line; "
+                  f"launch us {g['launch_us_median']}, a chunk of 8 {g['chunk_of_8_launch_us_median']}",
                   file=sys.stderr)
     print(json.dumps(out, indent=1))
     if a.json:
