@@ -63,6 +63,7 @@ from atlas_ab.speculative.sampling import SamplingPlan
 from atlas_ab.speculative.timing import StepTimer
 from atlas_ab.speculative.verify import CoupledVerify, GreedyVerify, SampledVerify
 from atlas_ab.telemetry.events import EventLog, StepEvents
+from atlas_ab.telemetry.fingerprint import fingerprint_rows as default_fingerprint_rows
 from atlas_ab.telemetry.records import StepBlocks
 from atlas_ab.workload.documents import Document
 
@@ -107,7 +108,9 @@ class Wave:
         """capacity: every sequence's token budget (at least its own), for a run whose waves share
         one static shape, so its step graphs serve every wave; None: each sequence's own.
         run_ahead: at static shapes, let the device plan and run a turn's steps ahead of the host
-        where the arm allows it (`_run_ahead`); False: every step waits for the host's plan."""
+        where the arm allows it (`_run_ahead`); False: every step waits for the host's plan.
+        fingerprint_rows: FINGERPRINTS' hash of a [..., H] tensor's rows (None: the FNV-1a of
+        telemetry/fingerprint.py; tests pass a stand-in)."""
         self.target = target
         self.proposer, self.arm = proposer, arm
         self.docs, self.G = docs, gen_tokens
@@ -136,7 +139,7 @@ class Wave:
         mirror = bufs.get("ring_labels", (B, R + 1), torch.long, self.device) if self.ahead and arm.has_ring else None
         self.ring = Ring(B, R, H, self.device, self.dtype, bufs.get("ring", (B, R + 1, H), self.dtype, self.device)
                          .zero_(), mirror) if arm.has_ring else None
-        self.ev = EventLog(fingerprint_rows) if arm.fingerprints_on else None
+        self.ev = EventLog(fingerprint_rows or default_fingerprint_rows) if arm.fingerprints_on else None
         self.trace = WaveTrace(StepBlocks(self.K, arm.shadow_topk), self.ev, [[] for _ in range(B)])
         self.timer = StepTimer(self.target.live)   # step_ms, with each kind's warm-up kept apart
         self.full = {"verify": self.target.full_length(), **proposer.full_lengths()}
