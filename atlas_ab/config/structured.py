@@ -129,6 +129,9 @@ class RunnerConfig:
     mode: str = "live"
     trajectories: str = "runs/trajectories"   # replay's trajectory cache (relative to the launch dir)
     replay_check_waves: int = 1               # replay: the first N waves also run live, to measure disagreement
+    # a wave's shard is encoded and written on a background thread while the next wave runs
+    # (run/shard_writer.py); the same files and manifest, in the same order
+    write_behind: bool = True
 
 
 @dataclass

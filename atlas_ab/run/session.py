@@ -39,6 +39,7 @@ from atlas_ab.run.device import DeviceClaim, set_threads, thread_count
 from atlas_ab.run.engine import Engine, RunInfo
 from atlas_ab.run.progress import Progress
 from atlas_ab.run.provenance import code_identity, host, versions
+from atlas_ab.run.shard_writer import ShardWriter
 from atlas_ab.run.store import RunStore, write_failed_manifest
 from atlas_ab.telemetry.acceptance import histogram_rates, step_histogram
 
@@ -250,13 +251,14 @@ class RunSession:
                         stored=store.read_steps() if done else None,
                         enabled=c.runner.progress, desc=c.arm.name)
         try:
-            for i in (i for i in range(len(waves)) if i not in done):
-                t0 = time.perf_counter()
-                res = engine.run_wave(i, on_step=prog.on_step)
-                dt = time.perf_counter() - t0
-                store.add_shard(i, waves[i], res.steps, res.events, res.gate, res.n_tokens, dt,
-                                replay_check=res.replay_check)
-                prog.wave_done(i, len(waves[i]), res.n_tokens, res.steps, dt)
+            with ShardWriter(store, behind=c.runner.write_behind) as writer:   # wave i lands while i+1 runs
+                for i in (i for i in range(len(waves)) if i not in done):
+                    t0 = time.perf_counter()
+                    res = engine.run_wave(i, on_step=prog.on_step)
+                    dt = time.perf_counter() - t0
+                    writer.submit(i, waves[i], res.steps, res.events, res.gate, res.n_tokens, dt,
+                                  replay_check=res.replay_check)
+                    prog.wave_done(i, len(waves[i]), res.n_tokens, res.steps, dt)
         finally:
             prog.close()
         gate = store.manifest.get("gate") or {}
