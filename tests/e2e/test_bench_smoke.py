@@ -116,3 +116,11 @@ def test_prefill_boundary_rows_smoke(tmp_path):
     assert res["prefill_catchup"]["rows_fed"] == 0             # without REFEED the ring holds none of them
     r = res["prefill_refeed"]
     assert r["rows_fed"] >= r["boundaries_fed"] == r["warm_boundaries"] > 0
+
+
+@needs_default
+def test_bench_writes_smoke(tmp_path):
+    res = smoke("bench_writes.py", tmp_path)
+    assert res["smoke"] and res["rows"] > 0 and res["waves"] == 2
+    assert set(res["wall_s"]) == {"fp_off_in_line", "fp_off_behind", "fp_on_in_line", "fp_on_behind"}
+    assert set(res["add_shard_ms_median"]) == set(res["wall_s"])     # every run wrote its shards
