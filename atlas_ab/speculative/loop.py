@@ -598,7 +598,7 @@ class Wave:
         fed = self._feed_rows(a, length["catchup"]) if "cu_tok" in a else None
         fp = None
         if self.fp_in_step:
-            with self.side.fork():
+            with self.side.fork(n, fed):
                 ar = torch.arange(self.B, device=x.device)
                 ring_row = self.ring.hiddens[ar, n.remainder(self.ring.capacity)] if self.ring is not None \
                     else self.last_hidden
@@ -650,7 +650,7 @@ class Wave:
                                         accept_prob=v.accept_prob, alpha1=v.alpha1, pit=v.pit, fp=late)
         if fp is not None:
             cols = layout_columns(read_layout)["fp"]
-            with self.side.fork():
+            with self.side.fork(fp, packed, v.vh, ar, slot):
                 if ring:                   # the rows written and the ring's rows after the write
                     after = self.ring.hiddens[ar[:, None], slot]                         # [B, K+1, H]
                     fp = torch.cat([fp, self.ev.fingerprint_rows(torch.cat([v.vh, after], dim=1))], dim=1)

@@ -50,3 +50,19 @@ def test_forked_work_is_joined_eagerly_and_in_a_captured_graph():
     torch.cuda.synchronize()
     torch.testing.assert_close(out.cpu(), torch.tensor(want), rtol=0, atol=0)
     assert not side.pending
+
+
+@pytest.mark.gpu
+def test_what_the_block_reads_stays_alive_until_the_join():
+    """A temporary the path drops while the side still reads it is not freed (and so not handed
+    to the path's next allocation) before the join."""
+    import weakref
+    side = SideStream(torch.device("cuda"))
+    x = torch.ones(1 << 20, device="cuda")
+    alive = weakref.ref(x)
+    with side.fork(x):
+        y = x.sum()
+    del x
+    assert alive() is not None
+    side.join()
+    assert alive() is None and float(y) == float(1 << 20)
