@@ -396,8 +396,8 @@ class Wave:
     def _ahead_step(self, book: torch.Tensor, length) -> tuple:
         """Device: plan the step from the book [5, B] (n, gen, drafter rows, last token, halted) and
         the CATCHUP copies, run it, and move them on; returns the packed read, the plan, whether the
-        ring held the propose's label (FINGERPRINTS) and the halt flag side by side [B, X] and the
-        read's and the plan's layouts."""
+        ring held the propose's label (laid-out FINGERPRINTS only) and the halt flag side by side
+        [B, X] and the read's and the plan's layouts."""
         n, gen, rows, last, halted = book                                               # [B] each
         K, B = self.K, self.B
         ar = torch.arange(B, device=n.device)
@@ -425,9 +425,10 @@ class Wave:
             i = torch.arange(K, device=n.device)[None, :]
             at = torch.where(active[:, None], rows[:, None] + i, self.row_key_dev.shape[1] - 1)
             self.row_key_dev.scatter_(1, at, n[:, None] - 1 + i)                          # the propose's rows
-        # FINGERPRINTS: whether the ring holds the propose's label n before the step writes (`_pre_events`)
-        live = self.ring.mirror[ar, n.remainder(self.ring.capacity)] == n \
-            if self.fp_dense and self.ring is not None else torch.zeros_like(n, dtype=torch.bool)
+        # FINGERPRINTS: whether the ring holds the propose's label n before the step writes (`_pre_events`;
+        # a column of the output only where the events are laid out from it)
+        live = ([(self.ring.mirror[ar, n.remainder(self.ring.capacity)] == n).long()[:, None]
+                 if self.ring is not None else torch.zeros_like(n)[:, None]] if self.fp_dense else [])
         packed, read_layout, _ = self._device_step(x, layout, length, join=False)
         r = unpack_plan(packed, read_layout)
         c = r["committed"]                                                                # [B]
@@ -441,7 +442,7 @@ class Wave:
                                      last, halted.expand(B)]))
         if self.side is not None:
             self.side.join()          # the read's fingerprints, hashed beside the bookkeeping above
-        return torch.cat([packed, x, live.long()[:, None], halted.expand(B)[:, None]], dim=1), read_layout, layout
+        return torch.cat([packed, x, *live, halted.expand(B)[:, None]], dim=1), read_layout, layout
 
     def _replay(self, ready: list) -> tuple[list, bool]:
         """Host: a chunk's steps as the step-by-step loop books them, each as soon as its read has
