@@ -186,13 +186,9 @@ class Runner:
         return [self._docs[i] for i in self.waves[wave]]
 
     def _wave(self, target, docs, on_step=None):
-        fp = None
-        if self.arm.fingerprints_on:
-            from atlas_ab.telemetry.fingerprint import fingerprint_rows
-            fp = fingerprint_rows
-        return Wave(target, self.proposer, self.arm, docs, self.workload.gen_tokens,
-                    fingerprint_rows=fp, on_step=on_step, plan=self.plan, capacity=self.capacity,
-                    run_ahead=self.cfg.run_ahead).run()
+        # FINGERPRINTS hashes with the Wave's own FNV-1a (telemetry/fingerprint.py)
+        return Wave(target, self.proposer, self.arm, docs, self.workload.gen_tokens, on_step=on_step,
+                    plan=self.plan, capacity=self.capacity, run_ahead=self.cfg.run_ahead).run()
 
     def _live_target(self) -> LiveTarget:
         """The run's one live target: its KV pool and step graphs serve every wave."""
