@@ -12,6 +12,7 @@ Shapes: B sequences, K drafts, k SHADOW_TOPK candidates.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, fields
 from typing import Optional
@@ -48,18 +49,26 @@ def _width(shape) -> int:
     return math.prod(shape)      # not np.prod: ~12 us a call, 30 calls a step on the host's path
 
 
+@functools.lru_cache(maxsize=256)
+def _spans(layout: Layout) -> tuple:
+    """Each name's (name, shape, first column, end column) in a packed [B, X] array of this layout
+    (made once per layout: the walks below run on the host's path every step)."""
+    out, at = [], 0
+    for name, shape in layout:
+        out.append((name, shape, at, at + _width(shape)))
+        at += _width(shape)
+    return tuple(out)
+
+
 def layout_width(layout: Layout) -> int:
     """Columns of a packed [B, X] array of this layout: X."""
-    return sum(_width(shape) for _, shape in layout)
+    spans = _spans(layout)
+    return spans[-1][3] if spans else 0
 
 
 def layout_columns(layout: Layout, base: int = 0) -> dict[str, list[int]]:
     """Each name's columns in a packed [B, X] array of this layout (its first column at `base`)."""
-    out, at = {}, base
-    for name, shape in layout:
-        out[name] = list(range(at, at + _width(shape)))
-        at += _width(shape)
-    return out
+    return {name: list(range(base + a, base + b)) for name, _, a, b in _spans(layout)}
 
 
 def pack_plan(**arrays: np.ndarray) -> tuple[np.ndarray, Layout]:
@@ -81,25 +90,18 @@ def first_difference(a: np.ndarray, b: np.ndarray, layout: Layout) -> Optional[t
     """The first (name, sequence) where two packed plans [B, X] of one layout differ; None if equal."""
     if np.array_equal(a, b):
         return None
-    at = 0
-    for name, shape in layout:
-        w = _width(shape)
-        rows = np.nonzero((a[:, at:at + w] != b[:, at:at + w]).any(axis=1))[0]
+    for name, _, at, end in _spans(layout):
+        rows = np.nonzero((a[:, at:end] != b[:, at:end]).any(axis=1))[0]
         if len(rows):
             return name, int(rows[0])
-        at += w
     return None
 
 
 def unpack_plan(x: torch.Tensor, layout: Layout) -> dict[str, torch.Tensor]:
     """Device: views of the plan tensor [B, X] by name, each [B, ...] as packed (or of a stack of
     them [..., B, X]: each [..., B, ...])."""
-    out, at = {}, 0
-    for name, shape in layout:
-        w = _width(shape)
-        out[name] = x[..., at:at + w].reshape(tuple(x.shape[:-1]) + tuple(shape))
-        at += w
-    return out
+    lead = tuple(x.shape[:-1])
+    return {name: x[..., at:end].reshape(lead + tuple(shape)) for name, shape, at, end in _spans(layout)}
 
 
 def pack_read(**values: Optional[torch.Tensor]) -> tuple[torch.Tensor, Layout]:
@@ -116,11 +118,9 @@ def pack_read(**values: Optional[torch.Tensor]) -> tuple[torch.Tensor, Layout]:
 
 def unpack_read(host: np.ndarray, layout: Layout) -> StepRead:
     """Host: the read step tensor [B, X] -> a StepRead."""
-    out, at = {}, 0
-    for name, shape in layout:
-        w = _width(shape)
-        col = host[:, at:at + w]
-        at += w
+    out = {}
+    for name, shape, at, end in _spans(layout):
+        col = host[:, at:end]
         if name in _FLOAT:
             col = col.astype(np.int32).view(np.float32)
         elif name in _BOOL:
