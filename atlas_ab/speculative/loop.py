@@ -46,6 +46,7 @@ import torch
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.base import RowFeed
 from atlas_ab.proposers.ring import Ring, gap_keys, gap_keys_on_device
+from atlas_ab.runtime.batch import ragged_runs
 from atlas_ab.runtime.graphs import bucket
 from atlas_ab.runtime.side_stream import SideStream
 from atlas_ab.speculative.host_io import (
@@ -255,18 +256,14 @@ class Wave:
         # appends at slot == key (the reference engine refuses a feed that would leave a
         # hole), so a misaligned dense drafter is left as it is.
         drafter_rows, newest = self.proposer.drafter_rows(), self.proposer.last_pair_key()
-        seqs, keys = [], []
-        for b in range(self.B):
-            k0 = max(start[b] - 1, newest[b] + 1, 0)
-            if self.proposer.slot_is_key and drafter_rows[b] != k0:
-                continue
-            ks = np.arange(k0, start[b] + count[b] - 1)
-            seqs.append(np.full(len(ks), b))
-            keys.append(ks)
-        if not seqs:
+        k0 = np.maximum(np.maximum(start - 1, newest + 1), 0)              # [B] each sequence's first key
+        n = np.maximum(start + count - 1 - k0, 0)                           # keys k0 .. start+count-2
+        if self.proposer.slot_is_key:
+            n = np.where(drafter_rows == k0, n, 0)
+        seq, j = ragged_runs(n)
+        if not len(seq):
             return
-        seq = np.concatenate(seqs).astype(np.int64)
-        key = np.concatenate(keys).astype(np.int64)
+        key = k0[seq] + j
         # hidden of position k: from this prefill, or the saved hidden of start-1
         rel = key - start[seq]
         from_saved = rel < 0

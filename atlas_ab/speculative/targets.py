@@ -144,12 +144,15 @@ class ReplayTarget:
         n = start + count
         # the loop built this context from the wave's documents and its own commits: it must be the stored one
         stored = self.traj.tokens
-        for b in range(B):
-            if not np.array_equal(history[b, :n[b]], stored[b, :n[b]]):
-                bad = int(np.nonzero(history[b, :n[b]] != stored[b, :n[b]])[0][0])
-                raise AtlasError(f"replay: sequence {b} (doc {int(self.traj.doc_ids[b])}) turn {turn} position "
-                                 f"{bad}: the context is not the stored trajectory's")
         L = stored.shape[1]
+        W, Wc = int(n.max()), min(int(n.max()), L)
+        differ = np.arange(W)[None, :] < n[:, None]             # [B, W]: in each context; past L never stored
+        differ[:, :Wc] &= history[:, :Wc] != stored[:, :Wc]
+        if differ.any():
+            b = int(np.nonzero(differ.any(axis=1))[0][0])
+            bad = int(np.nonzero(differ[b])[0][0])
+            raise AtlasError(f"replay: sequence {b} (doc {int(self.traj.doc_ids[b])}) turn {turn} position "
+                             f"{bad}: the context is not the stored trajectory's")
         cols = np.minimum(start[:, None] + np.arange(int(count.max()))[None, :], L - 1)
         hid = self.hiddens[torch.arange(B, device=self.device)[:, None], torch.as_tensor(cols, device=self.device)]
         first = torch.as_tensor(stored[np.arange(B), np.minimum(n, L - 1)], device=self.device).long()

@@ -284,3 +284,22 @@ def test_a_drifted_live_run_is_counted(models, docs, stored):
     c = compare_live(stored, trace.steps.table(), live_trace.steps.table(), bent)
     assert c["trajectories_left"] == 1 and c["departures"][0]["doc_id"] == 1
     assert c["rows_matched_same_context"] == (rep.doc_id != 1).sum() + ((rep.doc_id == 1) & (rep.turn < 2)).sum()
+
+
+def test_replay_names_the_first_context_token_that_is_not_the_stored_one(stored):
+    from atlas_ab import AtlasError
+    target = replay_target(stored)
+    L = stored.tokens.shape[1]
+    history = np.zeros((B, L + 4), dtype=np.int64)
+    history[:, :L] = stored.tokens
+    start, count = np.zeros(B, dtype=np.int64), np.full(B, 12)
+    target.prefill(0, history, start, count)                     # the stored context: accepted
+    history[2, 7] += 1
+    history[3, 5] += 1
+    with pytest.raises(AtlasError, match=r"sequence 2 \(doc \d+\) turn 0 position 7:"):
+        target.prefill(0, history, start, count)
+    history[2, 7] -= 1
+    history[3, 5] -= 1
+    count[1] = L + 2                                             # a context longer than the stored text
+    with pytest.raises(AtlasError, match=rf"sequence 1 \(doc \d+\) turn 0 position {L}:"):
+        target.prefill(0, history, start, count)
