@@ -64,6 +64,7 @@ def runner_goals(grid: list[dict], levers: dict) -> list[Goal]:
         Goal("FINGERPRINTS on / off throughput", 0.95, median(alternations) if len(alternations) >= 5 else None,
              higher_is_better=True,
              detail=f"median of {len(alternations)} alternations"
+             + (f" (they ranged {min(alternations):.3f}-{max(alternations):.3f})" if alternations else "")
              + ("" if len(alternations) >= 5 else " (< 5: not judged)")),
     ]
 

@@ -124,3 +124,17 @@ def test_bench_writes_smoke(tmp_path):
     assert res["smoke"] and res["rows"] > 0 and res["waves"] == 2
     assert set(res["wall_s"]) == {"fp_off_in_line", "fp_off_behind", "fp_on_in_line", "fp_on_behind"}
     assert set(res["add_shard_ms_median"]) == set(res["wall_s"])     # every run wrote its shards
+
+
+def test_fingerprints_goal_is_the_median_of_its_alternations_with_their_range():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from goals import runner_goals
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    fp = {"fingerprints": {"run_ratios": [0.92, 0.99, 0.85, 0.91, 0.96]}}
+    (*_, goal) = runner_goals([], fp)
+    assert goal.measured == 0.92 and goal.met is False
+    assert goal.detail == "median of 5 alternations (they ranged 0.850-0.990)"
+    (*_, few) = runner_goals([], {"fingerprints": {"run_ratios": [0.97, 0.96]}})
+    assert few.met is None and few.detail.endswith("(< 5: not judged)")
