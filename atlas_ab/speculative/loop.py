@@ -296,9 +296,9 @@ class Wave:
         Returns the step's telemetry record (`_record`'s arguments, less the timing)."""
         if self.fp_in_step and events:
             self._pre_events(active, n, h.fp)
-        self._commit(h, vh, n, active)
-        if self.ev is not None and self.ring is not None and events:
-            self._ring_events(h.ring_label, vh, h.fp)
+        written = self._commit(h, vh, n, active)
+        if self.ev is not None and written is not None and events:
+            self._ring_events(h.ring_label, written, vh, h.fp)
         act = np.nonzero(active)[0]
         record = (h, act, n, rows_at_propose, fed, self.step_no[act].copy(), self.turn)
         self.step_no[act] += 1
@@ -564,9 +564,10 @@ class Wave:
             self._record(*self._pending)
             self._pending = None
 
-    def _commit(self, h: StepRead, vh: torch.Tensor, n: np.ndarray, active: np.ndarray) -> None:
+    def _commit(self, h: StepRead, vh: torch.Tensor, n: np.ndarray, active: np.ndarray):
         """The host half of the commit: accepted drafts + the target's token after them, cut at the
-        turn's G tokens, into the history; the ring's and the drafter's bookkeeping."""
+        turn's G tokens, into the history; the ring's and the drafter's bookkeeping. Returns the
+        ring writes booked (`_book_ring`), None without a ring."""
         c = h.committed
         rows, cols = np.nonzero(np.arange(self.K + 1)[None, :] < c[:, None])
         self.history[rows, n[rows] + 1 + cols] = h.target[rows, cols]
@@ -574,10 +575,10 @@ class Wave:
         self.kv_len = np.where(active, n + c, self.kv_len)
         self.n_tok = np.where(active, self.n_tok + c, self.n_tok)
         self.gen += c
-        if self.ring is not None:
-            self._book_ring(h.ring_label)
+        written = self._book_ring(h.ring_label) if self.ring is not None else None
         # dropped (gated) drafts were never verified: their rows go as rejected ones do
         self.proposer.after_verify(np.where(h.gated, 0, a_eff), active)
+        return written
 
     # ------------------------------------------------- the device step
     def _device_step(self, x, layout, length, join: bool = True):
@@ -734,16 +735,19 @@ class Wave:
         slot = self.ring.write_masked(label, take, vh)
         return torch.where(take, label, torch.full_like(label, -1)), slot
 
-    def _book_ring(self, ring_label: np.ndarray) -> None:
-        """Host: book the labels the step wrote (ring_label [B, K+1], -1: none)."""
+    def _book_ring(self, ring_label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Host: book the labels the step wrote (ring_label [B, K+1], -1: none); returns where they
+        are in ring_label (seq, j)."""
         seq, j = np.nonzero(ring_label >= 0)
         if len(seq):
             self.ring.book(seq, ring_label[seq, j])
+        return seq, j
 
-    def _ring_events(self, ring_label: np.ndarray, vh: torch.Tensor, fp=None) -> None:
-        """The ring writes' fingerprint events (fp [B, S]: the step's fingerprints, hashed in it;
-        None: the rows snapshotted now, before the next step writes the ring)."""
-        seq, j = np.nonzero(ring_label >= 0)
+    def _ring_events(self, ring_label: np.ndarray, written: tuple, vh: torch.Tensor, fp=None) -> None:
+        """The ring writes' fingerprint events (written: `_book_ring`'s (seq, j); fp [B, S]: the
+        step's fingerprints, hashed in it; None: the rows snapshotted now, before the next step
+        writes the ring)."""
+        seq, j = written
         if len(seq) == 0:
             return
         if fp is not None:       # recorded while the device runs the next step
