@@ -55,15 +55,10 @@ def main(argv=None):
     out["import_s"] = time.perf_counter() - t
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     t = time.perf_counter()
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from atlas_ab.config.store import CONF_DIR
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"model={a.model}", "+arm=refeed_on",
-                                                       f"workload.n_docs={a.docs}", f"workload.turns={a.turns}",
-                                                       f"runner.batch_width={a.docs}"])
-    arm, model, workload, runner = (OmegaConf.to_object(cfg[k]) for k in ("arm", "model", "workload", "runner"))
+    from atlas_ab.run.session import compose_configs
+    c = compose_configs([f"model={a.model}", "+arm=refeed_on", f"workload.n_docs={a.docs}",
+                         f"workload.turns={a.turns}", f"runner.batch_width={a.docs}"])
+    arm, model, workload, runner = c.arm, c.model, c.workload, c.runner
     out["compose_s"] = time.perf_counter() - t
     prof = None
     if a.profile:

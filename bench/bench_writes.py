@@ -34,22 +34,17 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.smoke:
         a.docs, a.batch, a.turns, a.reps = 4, 2, 2, 1
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from atlas_ab.config.store import CONF_DIR
     from atlas_ab.run.runner import Runner
+    from atlas_ab.run.session import compose_configs
     from atlas_ab.run.shard_writer import ShardWriter
     from atlas_ab.run.store import RunStore
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     runners = {}
     for fp in (False, True):
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=[
-                f"model={a.model}", "+arm=refeed_on", f"arm.fingerprints={str(fp).lower()}",
-                f"workload.n_docs={a.docs}", f"workload.turns={a.turns}", f"runner.batch_width={a.batch}"]
-                + (["workload.chunk_tokens=16", "workload.gen_tokens=6"] if a.smoke else []))
-        runners[fp] = Runner(*(OmegaConf.to_object(cfg[k]) for k in ("arm", "model", "workload", "runner")))
+        c = compose_configs([f"model={a.model}", "+arm=refeed_on", f"arm.fingerprints={str(fp).lower()}",
+                             f"workload.n_docs={a.docs}", f"workload.turns={a.turns}", f"runner.batch_width={a.batch}"]
+                            + (["workload.chunk_tokens=16", "workload.gen_tokens=6"] if a.smoke else []))
+        runners[fp] = Runner(c.arm, c.model, c.workload, c.runner)
     write_s: dict = {}
 
     def run(fp: bool, behind: bool, root: Path) -> dict:

@@ -82,6 +82,16 @@ def configs(cfg: DictConfig, out=None) -> Configs:
     return c
 
 
+def compose_configs(overrides: list[str]) -> Configs:
+    """The checked configs `python -m atlas_ab OVERRIDES` would run, composed without the CLI (the
+    benches build runners in one process)."""
+    from hydra import compose, initialize_config_dir
+
+    from atlas_ab.config.store import CONF_DIR
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return configs(compose(config_name="config", overrides=overrides))
+
+
 def engine_factory(engine) -> Callable:
     """The engine class `runner.engine` names, as the partial Hydra's instantiate builds from its
     `_target_` (the session then calls it with the four configs)."""

@@ -133,3 +133,11 @@ def test_levers_env_cli_prints_sourceable_lines():
 def test_env_lines_name_the_arm():
     lines = env_lines(ArmConfig(name="x", catchup=True))
     assert lines[0] == "# atlas_ab arm x" and "ATLAS_MTP_CATCHUP=1" in lines
+
+
+def test_compose_configs_gives_the_checked_configs_a_run_would_use():
+    from atlas_ab.run.session import compose_configs
+    c = compose_configs(["+arm=refeed_on", "runner.batch_width=4", "arm.fingerprints=false"])
+    assert (c.arm.catchup, c.arm.refeed, c.arm.fingerprints, c.runner.batch_width) == (True, True, False, 4)
+    with pytest.raises(AtlasError, match="requires catchup"):
+        compose_configs(["+arm=refeed_on", "arm.catchup=false"])
