@@ -123,9 +123,9 @@ def test_attention_bf16_and_reads_only_live_slots():
 @pytest.mark.parametrize("qk_norm", [False, True])
 def test_rope_write_equals_torch_path(dtype, qk_norm):
     """RoPE (+ q/k norm) in place on q and into the pool equals model.apply_rope + KVPool.write:
-    bit for bit where the ops round alike (bf16 on the GPU, fp32 here) for positions inside the
-    cos/sin table (given the table's values), to fp32 / bf16 rounding with the norm or past the
-    table (cos/sin computed)."""
+    bit for bit where the ops round alike (fp32 in the interpreter) for positions inside the
+    cos/sin table (given the table's values), to fp32 / bf16 rounding elsewhere (the norm, past the
+    table, the GPU's FMA)."""
     B, T, H, KVH, D = 3, 4, 4, 2, 12
     caps = [9, 14, 6]
     g = torch.Generator().manual_seed(1)
@@ -167,7 +167,10 @@ def test_rope_write_equals_torch_path(dtype, qk_norm):
         tol = dict(atol=0.1, rtol=3e-2)         # five truncations, then x1*c - x2*s cancels
     else:
         tol = FP32 if dtype == torch.float32 else BF16_ULPS
-    exact = not qk_norm and (dtype == torch.bfloat16) != INTERPRETED   # the GPU may fuse fp32 x1*c - x2*s (FMA)
+    # bit for bit only in the interpreter's fp32 (numpy's ops, rounded as torch's): on the GPU Triton may
+    # contract x1*c - x2*s into an FMA (one rounding, not two), which now and then moves a bf16 result
+    # an ulp (H200, triton 3.6: one element of 144, 2026-12-01); BF16_ULPS above bounds it there
+    exact = not qk_norm and INTERPRETED and dtype == torch.float32
     q_got = got[..., :H * D].reshape(B, T, H, D)
     torch.testing.assert_close(q_got, q_ref, **tol)
     torch.testing.assert_close(got[..., H * D:], qkv[..., H * D:], atol=0, rtol=0)   # k, v columns untouched
