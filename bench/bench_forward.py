@@ -41,6 +41,7 @@ from atlas_ab.runtime.kernels.matmul import SKINNY_MAX_ROWS, skinny_linear, use_
 from atlas_ab.runtime.kernels.mlp import silu_mul
 from atlas_ab.runtime.kernels.norm import add_rmsnorm, rmsnorm
 from atlas_ab.runtime.kernels.rope import rope_write_kv
+from atlas_ab.runtime.kernels.top1 import argmax, argmax_rows, top1
 from atlas_ab.runtime.model import MTPModule, Transformer, fused, init_weights, rope_table
 
 from goals import RATED_BYTES_PER_S, forward_goals, table as goals_table  # bench/goals.py (this folder is on sys.path)
@@ -215,12 +216,13 @@ def verify_fn(trunk, kv, tok, pos, backend: str, matmul: str = "auto"):
 
     def f():
         with kernels.use(backend), use_matmul(matmul):
-            return trunk.logits(trunk.forward(tok, pos, pos, kv, length=length)).argmax(-1)
+            return argmax(trunk.logits(trunk.forward(tok, pos, pos, kv, length=length)))   # as the verify
     return f
 
 
 def draft_fn(trunk, mtp, kv, B, kv_len, dev, backend: str, matmul: str = "auto"):
-    """One MTP draft step over B rows (block + head + softmax): bench_runner's bare_draft_ms."""
+    """One MTP draft step over B rows (block + head + its top-1 and softmax prob, as a draft's
+    `head_outputs`): bench_runner's bare_draft_ms."""
     tok = torch.randint(0, trunk.args.vocab_size, (B, 1), device=dev)
     hid = torch.randn(B, 1, trunk.args.hidden_size, device=dev, dtype=trunk.dtype)
     pos = torch.full((B, 1), kv_len, device=dev)
@@ -228,7 +230,7 @@ def draft_fn(trunk, mtp, kv, B, kv_len, dev, backend: str, matmul: str = "auto")
     def f():
         with kernels.use(backend), use_matmul(matmul):
             out = mtp.forward(tok, hid, pos, pos, kv, trunk.embed_tokens, length=kv_len + 1)
-            return torch.softmax(mtp.logits(out, trunk.lm_head)[:, 0], -1).max(-1)
+            return top1(mtp.logits(out, trunk.lm_head)[:, 0])
     return f
 
 
@@ -280,7 +282,7 @@ def parts(trunk, kv, tok, pos, mm=F.linear):
     def misc():          # embedding, the last residual add, final norm, float + argmax
         x = trunk.embed_tokens(tok)
         rmsnorm(x + h, nw, 1e-6)
-        return logits.float().argmax(-1)
+        return argmax_rows(logits.float())
 
     return dict(matmuls=matmuls, attention=attn, norms_rope_silu=elementwise, misc=misc)
 

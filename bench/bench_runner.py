@@ -33,6 +33,7 @@ from atlas_ab.proposers.draft_model import DraftModelProposer
 from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.run.runner import DEFAULT_TOKENIZER
 from atlas_ab.runtime import checkpoint
+from atlas_ab.runtime.kernels.top1 import argmax, top1
 from atlas_ab.runtime.presets import random_checkpoint
 from atlas_ab.speculative.loop import Wave
 from atlas_ab.speculative.targets import LiveTarget
@@ -200,13 +201,14 @@ def bare_forward_ms(trunk, B, K, kv_len, dev, reps):
     kv = trunk.new_kv([kv_len + K + 2] * B)
     tok = torch.randint(0, trunk.args.vocab_size, (B, K + 1), device=dev)
     pos = (kv_len + torch.arange(K + 1, device=dev)).expand(B, K + 1).contiguous()
-    f = lambda: trunk.logits(trunk.forward(tok, pos, pos, kv, length=kv_len + K + 1)).argmax(-1)
+    f = lambda: argmax(trunk.logits(trunk.forward(tok, pos, pos, kv, length=kv_len + K + 1)))   # as the verify
     return _time(f, dev, reps)
 
 
 def bare_draft_ms(trunk, mtp, B, kv_len, dev, reps):
-    """One MTP draft step (block + head + softmax) over B rows at drafter length
-    kv_len, graphed on the GPU: what each of a propose's K drafts costs at least."""
+    """One MTP draft step (block + head + its top-1 and softmax prob, as `head_outputs`) over B
+    rows at drafter length kv_len, graphed on the GPU: what each of a propose's K drafts costs at
+    least."""
     kv = mtp.new_kv([kv_len + 4] * B)
     H = trunk.args.hidden_size
     tok = torch.randint(0, trunk.args.vocab_size, (B, 1), device=dev)
@@ -215,7 +217,7 @@ def bare_draft_ms(trunk, mtp, B, kv_len, dev, reps):
 
     def f():
         out = mtp.forward(tok, hid, pos, pos, kv, trunk.embed_tokens, length=kv_len + 1)
-        return torch.softmax(mtp.logits(out, trunk.lm_head)[:, 0], -1).max(-1)
+        return top1(mtp.logits(out, trunk.lm_head)[:, 0])
     return _time(f, dev, reps)
 
 

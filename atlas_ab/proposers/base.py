@@ -21,6 +21,8 @@ from typing import Optional, Protocol
 import numpy as np
 import torch
 
+from atlas_ab.runtime.kernels.top1 import top1
+
 
 @dataclass
 class Proposal:
@@ -85,9 +87,12 @@ def head_outputs(logits: torch.Tensor, topk: int):
     """(conf, draft, topk ids, topk probs) of a drafter head's logits [B, V]: the greedy draft,
     its softmax prob (DRAFT_CONF's chain confidence is the min over depths), and SHADOW_TOPK's
     candidates (the draft itself when topk = 0)."""
+    if not topk:          # one pass over the logits where the fast path is on (runtime/kernels/top1.py)
+        conf, draft = top1(logits)
+        return conf, draft, draft, conf
     probs = torch.softmax(logits.float(), dim=-1)
     conf, draft = probs.max(dim=-1)
-    p, ids = probs.topk(topk, dim=-1) if topk else (conf, draft)
+    p, ids = probs.topk(topk, dim=-1)
     return conf, draft, ids, p
 
 

@@ -38,7 +38,7 @@ class DraftModelProposer:
         """Kept: the next wave of the same shape reuses the KV pool (and the step graphs that read it)."""
 
     def _head(self, h, topk, logits: bool = False):
-        z = self.model.logits(h[:, None])[:, 0]
+        z = self.model.logits(h[:, None], fp32=logits)[:, 0]          # sampled: fp32 for q
         return head_outputs(z, topk) + ((z,) if logits else ())
 
     def drafter_rows(self) -> np.ndarray:

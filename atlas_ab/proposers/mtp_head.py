@@ -134,7 +134,7 @@ class MTPProposer:
             hid = self._handoff(hid)
         out = self.mtp.forward(tok[:, None], hid[:, None], rope[:, None], slot[:, None], self.kv,
                                self.embed, length=length, zero_at=self.zero_at)
-        z = self.mtp.logits(out, self.lm_head)[:, 0]
+        z = self.mtp.logits(out, self.lm_head, fp32=logits)[:, 0]       # sampled: fp32 for q
         return (self._recycle(out[:, 0]), *head_outputs(z, topk)) + ((z,) if logits else ())
 
     def plan_propose(self, history, positions, num_drafts, active, static: bool = False) -> tuple[dict, dict]:

@@ -357,10 +357,14 @@ class Transformer(nn.Module):
             positions = torch.arange(T, device=tokens.device).expand(B, T)
         return self._run(tokens, positions, _train_ctx(T, tokens.device, self.args.sliding_window))
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def logits(self, hidden: torch.Tensor, fp32: bool = True) -> torch.Tensor:
+        """fp32: as float32 (sampling, the gate); else in the activation dtype (an argmax reads bf16 as
+        exactly, without the copy: runtime/kernels/top1.py)."""
         if kernels.enabled(hidden.device):
-            return linear(self.model.norm.fast(hidden), self.lm_head.weight).float()
-        return self.lm_head(self.model.norm(hidden)).float()
+            z = linear(self.model.norm.fast(hidden), self.lm_head.weight)
+        else:
+            z = self.lm_head(self.model.norm(hidden))
+        return z.float() if fp32 else z
 
 
 # ---- the MTP module -----------------------------------------------------------------------------
@@ -458,12 +462,15 @@ class MTPModule(DecoderLayer):
         x = self._input(tokens, hiddens, embed, positions, 0)
         return self._block(x, positions, _train_ctx(T, tokens.device, self.args.sliding_window))
 
-    def logits(self, out: torch.Tensor, lm_head: Optional[nn.Module] = None) -> torch.Tensor:
+    def logits(self, out: torch.Tensor, lm_head: Optional[nn.Module] = None, fp32: bool = True) -> torch.Tensor:
+        """The head's logits; fp32 as Transformer.logits."""
         head = self.shared_head.head if self.shared_head.head is not None else lm_head
         if head is None:
             head = self._ref(1, "lm_head")
         if hasattr(head, "lm_head"):              # a Transformer was passed
             head = head.lm_head
         if kernels.enabled(out.device):
-            return linear(self.shared_head.norm.fast(out), head.weight).float()
-        return head(self.shared_head.norm(out)).float()
+            z = linear(self.shared_head.norm.fast(out), head.weight)
+        else:
+            z = head(self.shared_head.norm(out))
+        return z.float() if fp32 else z

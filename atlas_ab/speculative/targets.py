@@ -33,6 +33,7 @@ import torch
 from atlas_ab import AtlasError
 from atlas_ab.runtime.batch import ragged_window
 from atlas_ab.runtime.graphs import StaticBuffers, Steps
+from atlas_ab.runtime.kernels.top1 import argmax
 
 #: The argmax replay writes where the live verify's was conditioned on a rejected draft.
 UNKNOWN = -1
@@ -77,13 +78,13 @@ class LiveTarget:
         tok, pos, slots, length = ragged_window(history, start, count)
         hid = self.trunk.forward(self._t(tok), self._t(pos), self._t(slots), self.kv, length=length)
         last = hid[torch.arange(len(start), device=self.device), self._t(count - 1)]
-        return hid, self.trunk.logits(last[:, None])[:, 0].argmax(-1)
+        return hid, argmax(self.trunk.logits(last[:, None], fp32=False)[:, 0])
 
     def verify(self, vtok, pos, slots, length: int):
         """Target forward over [t_n, d1..dK] (or [t_n] for a DRAFT_CONF serial step): hiddens and
         argmaxes per depth. Device only: the loop captures it inside its step."""
         vh = self.trunk.forward(vtok, pos, slots, self.kv, length=length)
-        return vh, self.trunk.logits(vh).argmax(-1)
+        return vh, argmax(self.trunk.logits(vh, fp32=False))
 
     def verify_logits(self, vtok, pos, slots, length: int):
         """The verify of a sampled run: hiddens [B, K+1, H] and logits [B, K+1, V] (float32)."""

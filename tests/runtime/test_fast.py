@@ -146,6 +146,19 @@ def test_fast_mtp_equals_torch(wiring):
         torch.testing.assert_close(g_, r, **TOL)
 
 
+def test_logits_in_the_activation_dtype_are_the_fp32_logits_unrounded():
+    """fp32=False (what an argmax or a greedy draft reads: runtime/kernels/top1.py) returns the head's
+    output before its .float(): the same values, in the activation dtype (bf16 here)."""
+    trunk, mtp = build(args())
+    trunk, mtp = trunk.to(torch.bfloat16), mtp.to(torch.bfloat16)
+    h = torch.randn(2, 3, trunk.args.hidden_size, generator=torch.Generator().manual_seed(6)).to(DEV, torch.bfloat16)
+    with torch.no_grad():
+        for f in (trunk.logits, lambda x, **kw: mtp.logits(x, trunk, **kw)):
+            z32, z = f(h), f(h, fp32=False)
+            assert z32.dtype == torch.float32 and z.dtype == torch.bfloat16
+            assert torch.equal(z.float(), z32)
+
+
 def test_fused_weights_are_the_parameters():
     """Fusing keeps the Parameter objects and HF names; the weights live once, in the fused
     tensor; in-place updates and load_state_dict show through; a replaced parameter refuses."""

@@ -18,6 +18,7 @@ from atlas_ab.runtime.kernels.matmul import linear, skinny_linear, use_matmul
 from atlas_ab.runtime.kernels.mlp import silu_mul
 from atlas_ab.runtime.kernels.norm import add_rmsnorm, rmsnorm
 from atlas_ab.runtime.kernels.rope import rope_write_kv
+from atlas_ab.runtime.kernels.top1 import argmax, argmax_rows, top1, top1_softmax
 from atlas_ab.runtime.kv import KVPool
 from atlas_ab.runtime.model import RMSNorm, apply_rope, rope_cos_sin, rope_table
 
@@ -220,6 +221,63 @@ def test_silu_mul_equals_torch(dtype):
     gate, up = gu.chunk(2, dim=-1)
     tol = FP32 if dtype == torch.float32 else BF16_ULPS
     torch.testing.assert_close(silu_mul(gu), F.silu(gate) * up, **tol)
+
+
+def test_top1_literal_rows():
+    """The first index of the max (torch.argmax's tie rule), and softmax's value there."""
+    z = torch.tensor([[1.0, 3.0, 3.0, 2.0],            # tie: the first 3
+                      [-1.0, -1.0, -1.0, -1.0],        # all equal: 0, p = 1/4
+                      [0.0, 0.0, 0.0, math.log(5.0)],  # p = 5 / (3 + 5)
+                      [float("-inf"), -2.0, float("-inf"), -7.0]], device=DEV)
+    assert argmax_rows(z).tolist() == [1, 0, 3, 1]
+    p, i = top1_softmax(z)
+    assert i.tolist() == [1, 0, 3, 1]
+    torch.testing.assert_close(p.cpu(), torch.tensor([1 / (2 + math.exp(-1) + math.exp(-2)), 0.25, 5 / 8,
+                                                      1 / (1 + math.exp(-5))]), rtol=1e-6, atol=0)
+    assert argmax_rows(z[:0]).shape == (0,)
+
+
+def test_top1_rows_wider_than_a_block():
+    """V over the block (4,096): the max in a later block wins, a tie with an earlier block does not."""
+    V = 2 * 4096 + 5
+    z = torch.zeros(3, V)
+    z[0, 4096 + 7] = 2.0                                # only in the second block
+    z[1, 10], z[1, V - 1] = 2.0, 2.0                    # tie across blocks: the first
+    z[2, V - 1] = 1.0                                   # the masked tail
+    z = z.to(DEV)
+    assert argmax_rows(z).tolist() == [4096 + 7, 10, V - 1]
+    p, i = top1_softmax(z)
+    assert i.tolist() == [4096 + 7, 10, V - 1]
+    # against float64 (torch's own fp32 softmax is 3e-6 off here, on this CPU, summing 8,197 terms)
+    torch.testing.assert_close(p.double(), torch.softmax(z.double(), -1).max(-1).values, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("V", [37, 4096])
+def test_top1_equals_torch_on_bf16_logits(V):
+    """Logits as the fast path makes them (bf16 values in fp32, [B, T, V]): the index exactly; p to
+    1e-6 relative of float64's, and of torch's fp32 softmax to 1e-5 (the sum's order and exp's
+    rounding, each off by a few ulps)."""
+    g = torch.Generator().manual_seed(V)
+    z = (4 * torch.randn(6, 3, V, generator=g)).to(torch.bfloat16).float().to(DEV)
+    assert torch.equal(argmax_rows(z), z.argmax(-1))
+    p, i = top1_softmax(z)
+    ref_p, ref_i = torch.softmax(z, -1).max(-1)
+    assert torch.equal(i, ref_i) and i.shape == (6, 3)
+    torch.testing.assert_close(p.double(), torch.softmax(z.double(), -1).max(-1).values, rtol=1e-6, atol=0)
+    torch.testing.assert_close(p, ref_p, rtol=1e-5, atol=0)
+
+
+def test_top1_dispatch_keeps_torch_off_the_fast_path(monkeypatch):
+    """On the CPU (fast path off) `argmax` and `top1` are torch's ops: the CPU's numbers do not move."""
+    import atlas_ab.runtime.kernels.top1 as t1
+    monkeypatch.setattr(t1, "argmax_rows", lambda z: pytest.fail("the kernel ran off the fast path"))
+    monkeypatch.setattr(t1, "top1_softmax", lambda z: pytest.fail("the kernel ran off the fast path"))
+    z = torch.randn(4, 9)
+    with torch.no_grad(), kernels.use("torch"):
+        assert torch.equal(argmax(z), z.argmax(-1))
+        p, i = top1(z)
+        ref = torch.softmax(z, -1).max(-1)
+        assert torch.equal(p, ref.values) and torch.equal(i, ref.indices)
 
 
 @pytest.mark.parametrize("M,N,K", [(1, 48, 256), (5, 50, 200), (33, 96, 130), (64, 16, 128)])
