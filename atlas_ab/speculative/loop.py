@@ -733,7 +733,7 @@ class Wave:
         label = n[:, None] + 1 + j + refed[:, None].long() * self.arm.refeed_shift
         take = take & (label >= 0)
         slot = self.ring.write_masked(label, take, vh)
-        return torch.where(take, label, torch.full_like(label, -1)), slot
+        return torch.where(take, label, -1), slot
 
     def _book_ring(self, ring_label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Host: book the labels the step wrote (ring_label [B, K+1], -1: none); returns where they
@@ -783,7 +783,7 @@ class Wave:
         """ORACLE_P2: when draft 1 is accepted, would draft 2 from the target's
         true hidden of position n have hit? Null (-1) otherwise."""
         o2 = self.proposer.oracle_draft2(prop.drafts[:, 0], v.vh[:, 0], plan, length)
-        return torch.where(v.accepted >= 1, (o2 == v.tokens[:, 1]).long(), torch.full_like(v.accepted, -1))
+        return torch.where(v.accepted >= 1, (o2 == v.tokens[:, 1]).long(), -1)
 
     def _pre_events(self, active, n, fp=None) -> None:
         """The step's catch-up feed and propose events: their rows gathered now, before the step

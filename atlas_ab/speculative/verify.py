@@ -62,7 +62,7 @@ def serial(target, vtok, pos, slots, length, logits: bool = False):
 
 
 def _masked(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    return torch.where(keep, x, torch.full_like(x, float("nan")))
+    return torch.where(keep, x, float("nan"))
 
 
 class GreedyVerify:
@@ -81,7 +81,7 @@ class GreedyVerify:
         else:
             vh, tgt = target.verify(vtok, pos, slots, length)
         acc = greedy_accept(prop.drafts, tgt)
-        return Verified(vh=vh, tokens=tgt, accepted=torch.where(gated, torch.zeros_like(acc), acc))
+        return Verified(vh=vh, tokens=tgt, accepted=torch.where(gated, 0, acc))   # a scalar: no fill kernel in the graph
 
 
 class SampledVerify:
@@ -144,10 +144,10 @@ class CoupledVerify(SampledVerify):
             vh, tgt = serial(target, vtok, pos, slots, length)
         else:
             vh, tgt = target.verify(vtok, pos, slots, length)                  # tgt: y while the drafts match
-        acc = torch.where(gated, torch.zeros_like(gated, dtype=torch.long), greedy_accept(prop.drafts, tgt))
+        acc = torch.where(gated, 0, greedy_accept(prop.drafts, tgt))
         K = self.K
         depth = torch.arange(K + 1, device=acc.device)[None, :]                 # [1, K+1]
-        tokens = torch.where(depth <= acc[:, None], self.y, torch.full_like(self.y, PLACEHOLDER))
+        tokens = torch.where(depth <= acc[:, None], self.y, PLACEHOLDER)
         py = self.p[:, :K].gather(-1, self.y[:, :K, None]).squeeze(-1)     # [B, K] p_i(y_i), valid on the path
         on_path = (depth[:, :K] <= acc[:, None]) & ~gated[:, None]             # depths 1..a+1
         u = uniforms.uniform(self.plan.seed, self.doc[:, None], turn, pos[:, :1], depth + 1, uniforms.PIT)
