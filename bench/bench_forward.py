@@ -216,7 +216,7 @@ def verify_fn(trunk, kv, tok, pos, backend: str, matmul: str = "auto"):
 
     def f():
         with kernels.use(backend), use_matmul(matmul):
-            return argmax(trunk.logits(trunk.forward(tok, pos, pos, kv, length=length)))   # as the verify
+            return argmax(trunk.logits(trunk.forward(tok, pos, pos, kv, length=length), fp32=False))   # as the verify
     return f
 
 
@@ -230,7 +230,7 @@ def draft_fn(trunk, mtp, kv, B, kv_len, dev, backend: str, matmul: str = "auto")
     def f():
         with kernels.use(backend), use_matmul(matmul):
             out = mtp.forward(tok, hid, pos, pos, kv, trunk.embed_tokens, length=kv_len + 1)
-            return top1(mtp.logits(out, trunk.lm_head)[:, 0])
+            return top1(mtp.logits(out, trunk.lm_head, fp32=False)[:, 0])
     return f
 
 
@@ -279,10 +279,10 @@ def parts(trunk, kv, tok, pos, mm=F.linear):
 
     logits = torch.randn(B, T, a.vocab_size, device=dev, dtype=dt)
 
-    def misc():          # embedding, the last residual add, final norm, float + argmax
+    def misc():          # embedding, the last residual add, final norm, argmax (of bf16 logits, as the verify)
         x = trunk.embed_tokens(tok)
         rmsnorm(x + h, nw, 1e-6)
-        return argmax_rows(logits.float())
+        return argmax_rows(logits)
 
     return dict(matmuls=matmuls, attention=attn, norms_rope_silu=elementwise, misc=misc)
 

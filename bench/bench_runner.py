@@ -195,20 +195,23 @@ def profile_wave(trunk, mtp, arm, docs, gen, top=12):
                 host_split_ms_per_step=split.per_step_ms(r2["batched_steps"]))
 
 
-def bare_forward_ms(trunk, B, K, kv_len, dev, reps):
-    """The target's plain forward over B x (K+1) new tokens at KV length kv_len,
-    replayed from a CUDA graph on the GPU (eager on CPU)."""
+def bare_forward(trunk, B, K, kv_len, dev):
+    """The target's plain forward over B x (K+1) new tokens at KV length kv_len and its argmax, as
+    the verify computes them: a function to time (`bare_forward_ms`) or profile."""
     kv = trunk.new_kv([kv_len + K + 2] * B)
     tok = torch.randint(0, trunk.args.vocab_size, (B, K + 1), device=dev)
     pos = (kv_len + torch.arange(K + 1, device=dev)).expand(B, K + 1).contiguous()
-    f = lambda: argmax(trunk.logits(trunk.forward(tok, pos, pos, kv, length=kv_len + K + 1)))   # as the verify
-    return _time(f, dev, reps)
+    return lambda: argmax(trunk.logits(trunk.forward(tok, pos, pos, kv, length=kv_len + K + 1), fp32=False))
 
 
-def bare_draft_ms(trunk, mtp, B, kv_len, dev, reps):
+def bare_forward_ms(trunk, B, K, kv_len, dev, reps):
+    """`bare_forward`, replayed from a CUDA graph on the GPU (eager on CPU)."""
+    return _time(bare_forward(trunk, B, K, kv_len, dev), dev, reps)
+
+
+def bare_draft(trunk, mtp, B, kv_len, dev):
     """One MTP draft step (block + head + its top-1 and softmax prob, as `head_outputs`) over B
-    rows at drafter length kv_len, graphed on the GPU: what each of a propose's K drafts costs at
-    least."""
+    rows at drafter length kv_len: what each of a propose's K drafts costs at least (a function)."""
     kv = mtp.new_kv([kv_len + 4] * B)
     H = trunk.args.hidden_size
     tok = torch.randint(0, trunk.args.vocab_size, (B, 1), device=dev)
@@ -217,8 +220,13 @@ def bare_draft_ms(trunk, mtp, B, kv_len, dev, reps):
 
     def f():
         out = mtp.forward(tok, hid, pos, pos, kv, trunk.embed_tokens, length=kv_len + 1)
-        return top1(mtp.logits(out, trunk.lm_head)[:, 0])
-    return _time(f, dev, reps)
+        return top1(mtp.logits(out, trunk.lm_head, fp32=False)[:, 0])
+    return f
+
+
+def bare_draft_ms(trunk, mtp, B, kv_len, dev, reps):
+    """`bare_draft`, graphed on the GPU."""
+    return _time(bare_draft(trunk, mtp, B, kv_len, dev), dev, reps)
 
 
 def _time(f, dev, reps):

@@ -138,3 +138,37 @@ def test_fingerprints_goal_is_the_median_of_its_alternations_with_their_range():
     assert goal.detail == "median of 5 alternations (they ranged 0.850-0.990)"
     (*_, few) = runner_goals([], {"fingerprints": {"run_ratios": [0.97, 0.96]}})
     assert few.met is None and few.detail.endswith("(< 5: not judged)")
+
+
+def test_step_kernels_summary_literal():
+    """bench/bench_step_kernels.py's per-step summary of a profile: two steps of [attend 0-10 us, an
+    index add 11-13 us]: 2 kernels a step, 12 us busy, gaps (1 + 7 + 1) / 2, the add as the glue."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from bench_step_kernels import summary
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+    class Range:
+        def __init__(self, start, end):
+            self.start, self.end = start, end
+
+        def elapsed_us(self):
+            return self.end - self.start
+
+    class Kernel:
+        def __init__(self, name, start, end):
+            self.name, self.time_range = name, Range(start, end)
+
+    evs = [Kernel("attend", 0, 10), Kernel("index_add", 11, 13), Kernel("attend", 20, 30), Kernel("index_add", 31, 33)]
+    s = summary(evs, 2)
+    assert (s["kernels"], s["busy_us"], s["gaps_us"], s["glue_kernels"], s["glue_busy_us"]) == (2, 12, 4.5, 1, 2)
+    assert s["rows"] == [["attend", 1.0, 10.0], ["index_add", 1.0, 2.0]]
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="with a GPU it would profile")
+def test_step_kernels_refuses_a_machine_without_a_gpu():
+    r = subprocess.run([sys.executable, str(ROOT / "bench/bench_step_kernels.py")], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT)
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines()[-1] == "bench_step_kernels: needs a GPU (the step it profiles is a CUDA graph)"

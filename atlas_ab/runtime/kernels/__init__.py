@@ -5,7 +5,8 @@ Which path a cached forward takes:
             cat/chunk, separate q/k/v and gate/up matmuls, an additive mask and SDPA.
   "triton"  fused qkv and gate_up matmuls (cuBLAS), and Triton for the rest: attention straight
             from the KVPool without a mask (attention.py), RoPE + KV write (rope.py), RMSNorm with
-            the residual add fused in (norm.py), SiLU * up (mlp.py).
+            the residual add fused in (norm.py), SiLU * up (mlp.py), a row's top-1 over the
+            logits (top1.py).
   "auto"    (default) triton on CUDA when Triton imports, torch elsewhere.
 
 Set by ATLAS_AB_KERNELS=auto|torch|triton or `use(...)` (a context manager as well). Forcing
