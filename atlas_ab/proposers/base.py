@@ -87,12 +87,9 @@ def head_outputs(logits: torch.Tensor, topk: int):
     """(conf, draft, topk ids, topk probs) of a drafter head's logits [B, V]: the greedy draft,
     its softmax prob (DRAFT_CONF's chain confidence is the min over depths), and SHADOW_TOPK's
     candidates (the draft itself when topk = 0)."""
-    if not topk:          # one pass over the logits where the fast path is on (runtime/kernels/top1.py)
-        conf, draft = top1(logits)
-        return conf, draft, draft, conf
-    probs = torch.softmax(logits.float(), dim=-1)
-    conf, draft = probs.max(dim=-1)
-    p, ids = probs.topk(topk, dim=-1)
+    probs = torch.softmax(logits.float(), dim=-1) if topk else None
+    conf, draft = top1(logits, probs)     # one pass over the logits on the fast path (runtime/kernels/top1.py)
+    p, ids = probs.topk(topk, dim=-1) if topk else (conf, draft)
     return conf, draft, ids, p
 
 

@@ -278,6 +278,9 @@ def test_top1_dispatch_keeps_torch_off_the_fast_path(monkeypatch):
         p, i = top1(z)
         ref = torch.softmax(z, -1).max(-1)
         assert torch.equal(p, ref.values) and torch.equal(i, ref.indices)
+        probs = torch.softmax(z, -1)              # a caller's own probabilities (SHADOW_TOPK's) are used as given
+        assert torch.equal(top1(z, probs)[0], ref.values)
+        assert top1(z, torch.zeros_like(probs))[0].eq(0).all()
 
 
 @pytest.mark.parametrize("M,N,K", [(1, 48, 256), (5, 50, 200), (33, 96, 130), (64, 16, 128)])

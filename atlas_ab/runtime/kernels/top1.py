@@ -96,7 +96,9 @@ def argmax(z: torch.Tensor) -> torch.Tensor:
     return argmax_rows(z) if enabled(z.device) else z.argmax(-1)
 
 
-def top1(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def top1(z: torch.Tensor, probs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(p, index) of each row's top-1 (module doc): the kernel on the fast path, else
-    torch.softmax(z.float(), -1).max(-1)."""
-    return top1_softmax(z) if enabled(z.device) else torch.softmax(z.float(), dim=-1).max(dim=-1)
+    probs.max(-1), probs = torch.softmax(z.float(), -1) (given: a caller that has them already)."""
+    if enabled(z.device):
+        return top1_softmax(z)
+    return (torch.softmax(z.float(), dim=-1) if probs is None else probs).max(dim=-1)
