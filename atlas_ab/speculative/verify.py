@@ -81,7 +81,8 @@ class GreedyVerify:
         else:
             vh, tgt = target.verify(vtok, pos, slots, length)
         acc = greedy_accept(prop.drafts, tgt)
-        return Verified(vh=vh, tokens=tgt, accepted=torch.where(gated, 0, acc))   # a scalar: no fill kernel in the graph
+        # a scalar, not a filled tensor: no fill kernel in the step's graph
+        return Verified(vh=vh, tokens=tgt, accepted=torch.where(gated, 0, acc))
 
 
 class SampledVerify:
