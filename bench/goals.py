@@ -3,6 +3,13 @@
 A goal is a ratio taken in one run (the runner's step over its graphed bare verify, the
 forward over its memory/FLOP bound, FINGERPRINTS on over off), its target, and whether the
 run met it. A goal the run did not measure is listed as such, never guessed.
+
+A figure that is the median of alternations also carries an interval for that median
+(`median_interval`: order statistics, distribution-free), and the verdict is taken on it: MET only
+when the whole interval meets the target, NOT MET only when none of it does, and otherwise
+"INSIDE ITS NOISE", not judged. One H200 call's FINGERPRINTS alternations ranged 0.90-1.15 and
+their median read 0.992 with nothing on its path changed since a call that read 0.921 (0.85-0.95):
+a median alone would have called that MET (bench/RESULTS.md, the eighth session).
 """
 from __future__ import annotations
 
@@ -10,9 +17,25 @@ from dataclasses import asdict, dataclass
 from statistics import median
 from typing import Optional
 
+from scipy.stats import binom
+
 # The H200's rated HBM3e bandwidth (vendor datasheet, 4.8 TB/s), printed beside the measured copy
 # bandwidth: the bound uses the measured one, which varied 2.76-4.25 TB/s between calls.
 RATED_BYTES_PER_S = {"NVIDIA H200": 4.8e12}
+#: The least coverage of a median's interval (5 alternations give min..max, 93.75%).
+COVERAGE = 0.90
+
+
+def median_interval(values: list[float]) -> tuple[float, float, float]:
+    """(lo, hi, coverage): a distribution-free interval for the median of the population the
+    values were drawn from, the order statistics x_(k) and x_(n+1-k) with the largest k whose
+    coverage 1 - 2 P(Bin(n, 1/2) <= k - 1) is at least COVERAGE (n = 5: min and max, 0.9375;
+    n = 10: the 2nd and 9th, 0.9785). Needs n >= 5 (below that no k reaches the coverage)."""
+    x, n = sorted(values), len(values)
+    k = 1
+    while k < (n + 1) // 2 and 1 - 2 * binom.cdf(k, n, 0.5) >= COVERAGE:
+        k += 1
+    return x[k - 1], x[n - k], float(1 - 2 * binom.cdf(k - 1, n, 0.5))
 
 
 @dataclass(frozen=True)
@@ -22,22 +45,41 @@ class Goal:
     measured: Optional[float]
     higher_is_better: bool = False
     detail: str = ""
+    #: the interval of the measured median (`median_interval`), where it is one; the verdict's basis
+    interval: Optional[tuple[float, float]] = None
+
+    def _meets(self, x: float) -> bool:
+        return x >= self.target if self.higher_is_better else x <= self.target
 
     @property
     def met(self) -> Optional[bool]:
         if self.measured is None or self.target != self.target:      # nan target: shown, not judged
             return None
-        return self.measured >= self.target if self.higher_is_better else self.measured <= self.target
+        if self.interval is None:
+            return self._meets(self.measured)
+        lo, hi = self.interval
+        if self._meets(lo) and self._meets(hi):
+            return True
+        if not self._meets(lo) and not self._meets(hi):
+            return False
+        return None                                                  # inside its noise: not judged
+
+    @property
+    def verdict(self) -> str:
+        if self.met is None:
+            judged = self.measured is not None and self.target == self.target and self.interval is not None
+            return "INSIDE ITS NOISE" if judged else "-"
+        return "MET" if self.met else "NOT MET"
 
     def line(self) -> str:
         op = ">=" if self.higher_is_better else "<="
-        got = "not measured in this run" if self.measured is None else f"{self.measured:.3f}"
+        got = "not measured in this run" if self.measured is None else f"{self.measured:.3f}" + (
+            f" ({self.interval[0]:.3f}-{self.interval[1]:.3f})" if self.interval else "")
         target = "-" if self.target != self.target else f"{op} {self.target:g}"      # nan: shown, not judged
-        verdict = {True: "MET", False: "NOT MET", None: "-"}[self.met]
-        return f"| {self.name} | {target} | {got} | {verdict} | {self.detail} |"
+        return f"| {self.name} | {target} | {got} | {self.verdict} | {self.detail} |"
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "met": self.met}
+        return {**asdict(self), "met": self.met, "verdict": self.verdict}
 
 
 def table(goals: list[Goal]) -> str:
@@ -50,22 +92,39 @@ def worst(values: list[float]) -> Optional[float]:
     return max(values) if values else None
 
 
+def worst_interval(cells: list[list[float]]) -> Optional[tuple[float, float]]:
+    """The interval of the worst (largest) of several cells' medians, each cell's alternations
+    given: (the largest low end, the largest high end). None where a cell has < 5 alternations
+    (or there is none): the verdict is then the figure's alone."""
+    if not cells or min(len(c) for c in cells) < 5:
+        return None
+    ends = [median_interval(c)[:2] for c in cells]
+    return max(lo for lo, _ in ends), max(hi for _, hi in ends)
+
+
 def runner_goals(grid: list[dict], levers: dict) -> list[Goal]:
     """From bench_runner's grid rows (model, B, K, step_over_bare) and lever ratios."""
-    def over(model, Bs, Ks):
-        return [r["step_over_bare"] for r in grid if r["model"] == model and r["B"] in Bs and r["K"] in Ks
+    def cells(model, Bs, Ks):
+        return [r for r in grid if r["model"] == model and r["B"] in Bs and r["K"] in Ks
                 and r.get("grid_arm", "plain") == "plain"]       # the goals are the plain arm's
+
+    def goal(name, target, rows, detail=""):
+        # each alternation's step median over the cell's bare verify (measured once a cell)
+        alts = [[s / r["bare_forward_ms"] for s in r.get("step_ms_medians", [])] for r in rows]
+        return Goal(name, target, worst([r["step_over_bare"] for r in rows]), detail=detail,
+                    interval=worst_interval(alts))
     fp = levers.get("fingerprints") or {}
     alternations = fp.get("run_ratios") or []
+    judged = len(alternations) >= 5
     return [
-        Goal("runner step / bare verify, 33.6M preset, B=64 K=2", 1.3, worst(over("gpu", (64,), (2,)))),
-        Goal("runner step / bare verify, 5.7B shape, B=16,64 K=1-3", 1.1, worst(over("llama8b", (16, 64), (1, 2, 3))),
+        goal("runner step / bare verify, 33.6M preset, B=64 K=2", 1.3, cells("gpu", (64,), (2,))),
+        goal("runner step / bare verify, 5.7B shape, B=16,64 K=1-3", 1.1, cells("llama8b", (16, 64), (1, 2, 3)),
              detail="worst of the shapes measured"),
-        Goal("FINGERPRINTS on / off throughput", 0.95, median(alternations) if len(alternations) >= 5 else None,
-             higher_is_better=True,
+        Goal("FINGERPRINTS on / off throughput", 0.95, median(alternations) if judged else None,
+             higher_is_better=True, interval=median_interval(alternations)[:2] if judged else None,
              detail=f"median of {len(alternations)} alternations"
              + (f" (they ranged {min(alternations):.3f}-{max(alternations):.3f})" if alternations else "")
-             + ("" if len(alternations) >= 5 else " (< 5: not judged)")),
+             + ("" if judged else " (< 5: not judged)")),
     ]
 
 
@@ -76,6 +135,10 @@ def forward_goals(grid: list[dict], rated_grid: list[dict] | None = None) -> lis
     the measured bound loose and the goal easy."""
     def at(rows):
         return worst([r["ratio_new"] for r in rows if r["shape"] == "5.7B"])
+
+    def interval(rows):       # each round's forward over the same bound
+        return worst_interval([[r["ratio_new"] * t / r["new_ms"] for t in r.get("new_ms_rounds", [])]
+                               for r in rows if r["shape"] == "5.7B"])
     # each cell's forward is the median of its alternations with the old one (runs before those
     # had one timing a cell: shown, not judged)
     rounds = min((r.get("rounds", 1) for r in grid if r["shape"] == "5.7B"), default=0)
@@ -83,12 +146,12 @@ def forward_goals(grid: list[dict], rated_grid: list[dict] | None = None) -> lis
         + ("" if rounds >= 5 else " (< 5: not judged)")
     target = 1.3 if rounds >= 5 else float("nan")
     shown = Goal("forward / bound at the measured copy bandwidth, 5.7B shape, B=16,64 K=1-3",
-                 float("nan") if rated_grid else target, at(grid),
+                 float("nan") if rated_grid else target, at(grid), interval=interval(grid),
                  detail=how + ("; not the verdict (below)" if rated_grid else ""))
     if not rated_grid:
         return [shown]
     return [shown, Goal("forward / bound at the rated bandwidth, 5.7B shape, B=16,64 K=1-3", target, at(rated_grid),
-                        detail=how + ": the verdict")]
+                        interval=interval(rated_grid), detail=how + ": the verdict")]
 
 
 def startup_goals(out: dict) -> list[Goal]:

@@ -132,12 +132,57 @@ def test_fingerprints_goal_is_the_median_of_its_alternations_with_their_range():
         from goals import runner_goals
     finally:
         sys.path.remove(str(ROOT / "bench"))
-    fp = {"fingerprints": {"run_ratios": [0.92, 0.99, 0.85, 0.91, 0.96]}}
-    (*_, goal) = runner_goals([], fp)
-    assert goal.measured == 0.92 and goal.met is False
-    assert goal.detail == "median of 5 alternations (they ranged 0.850-0.990)"
-    (*_, few) = runner_goals([], {"fingerprints": {"run_ratios": [0.97, 0.96]}})
-    assert few.met is None and few.detail.endswith("(< 5: not judged)")
+    def fp(ratios):
+        return runner_goals([], {"fingerprints": {"run_ratios": ratios}})[-1]
+    straddles = fp([0.92, 0.99, 0.85, 0.91, 0.96])          # its median 0.92 is below 0.95, its max above
+    assert straddles.measured == 0.92 and straddles.interval == (0.85, 0.99)
+    assert straddles.met is None and straddles.verdict == "INSIDE ITS NOISE"
+    assert straddles.detail == "median of 5 alternations (they ranged 0.850-0.990)"
+    assert "| 0.920 (0.850-0.990) | INSIDE ITS NOISE |" in straddles.line()
+    below = fp([0.853, 0.921, 0.945, 0.904, 0.919])          # the H200 call of 2026-12-01, s8d
+    assert below.met is False and below.verdict == "NOT MET"
+    above = fp([0.96, 0.99, 0.951, 1.02, 0.97])
+    assert above.met is True and above.as_dict()["verdict"] == "MET"
+    few = fp([0.97, 0.96])
+    assert few.met is None and few.verdict == "-" and few.detail.endswith("(< 5: not judged)")
+
+
+def test_median_interval_golden():
+    """Order statistics (x_(k), x_(n+1-k)), k the largest with 1 - 2 P(Bin(n, 1/2) <= k-1) >= 0.90:
+    n=5: min..max, 1 - 2/32; n=10: 2nd..9th, 1 - 2 * 11/1024; n=20: 6th..15th, 1 - 2 * 21700/2^20
+    (21700 = C(20,0) + ... + C(20,5))."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from goals import median_interval
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    assert median_interval([5, 1, 4, 2, 3]) == (1, 5, 0.9375)
+    lo, hi, cov = median_interval(list(range(10, 0, -1)))
+    assert (lo, hi) == (2, 9) and cov == pytest.approx(1 - 22 / 1024, abs=1e-12)
+    lo, hi, cov = median_interval(list(range(1, 21)))
+    assert (lo, hi) == (6, 15) and cov == pytest.approx(1 - 43400 / 2 ** 20, abs=1e-12)
+
+
+def test_runner_goal_is_judged_on_its_cells_intervals():
+    """The worst cell's interval: each alternation's step median over the cell's bare verify."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from goals import runner_goals
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+    def cell(K, steps, bare=1.0):
+        return dict(model="llama8b", B=16, K=K, bare_forward_ms=bare, step_ms_medians=steps,
+                    step_over_bare=sorted(steps)[len(steps) // 2] / bare)
+    fine = cell(1, [1.05, 1.06, 1.07, 1.08, 1.09])
+    noisy = cell(2, [1.08, 1.09, 1.095, 1.12, 1.13])
+    slow = cell(3, [1.2, 1.21, 1.22, 1.23, 1.24])
+    goal = runner_goals([fine, noisy], {})[1]
+    assert goal.measured == pytest.approx(1.095) and goal.interval == (1.08, 1.13) and goal.met is None
+    assert runner_goals([fine], {})[1].met is True
+    assert runner_goals([fine, noisy, slow], {})[1].met is False
+    smoke = cell(1, [1.2])                                    # one alternation: the figure alone decides
+    assert runner_goals([smoke], {})[1].interval is None and runner_goals([smoke], {})[1].met is False
 
 
 def test_step_kernels_summary_literal():
