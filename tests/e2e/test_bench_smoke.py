@@ -13,9 +13,9 @@ needs_default = pytest.mark.skipif(not (ROOT / "atlas_ab/models/default/model.sa
 pytestmark = pytest.mark.slow
 
 
-def smoke(script: str, tmp_path) -> dict:
+def smoke(script: str, tmp_path, *args: str) -> dict:
     out = tmp_path / "bench.json"
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--smoke", "--json", str(out)],
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--smoke", "--json", str(out), *args],
                        capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(out.read_text())
@@ -34,6 +34,14 @@ def test_bench_runner_smoke(tmp_path):
     split = prof["host_split_ms_per_step"]
     assert set(split) == {"plan", "run", "commit", "flush", "pre_events", "read_and_rest", "step"}
     assert split["step"] >= split["plan"] + split["run"] + split["commit"] > 0
+
+
+@needs_default
+def test_bench_runner_only_fingerprints_smoke(tmp_path):
+    """The FINGERPRINTS goal's figure alone: no grid, no other lever, no peer."""
+    res = smoke("bench_runner.py", tmp_path, "--only-fingerprints")
+    assert res["grid"] == [] and list(res["levers"]) == ["fingerprints"] and "peer" not in res
+    assert len(res["levers"]["fingerprints"]["run_ratios"]) == 2          # the smoke's two alternations
 
 
 def test_bench_forward_smoke(tmp_path):
