@@ -17,7 +17,7 @@ at a KV length of ~400, all graphed (one CUDA graph per shape), same random bf16
     allocating the pools and running one forward at that width);
   - a correctness check on the GPU: old and new bf16 paths against an fp32 reference.
 `--smoke`: tiny and eager on the CPU (through Triton's interpreter), for CI; its times mean nothing.
-Imports only torch and atlas_ab.runtime (the GPU machine has neither hydra nor statsmodels).
+Imports torch, atlas_ab.runtime and (bench/goals.py) scipy: the GPU machine has neither hydra nor statsmodels.
 """
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ import torch.nn.functional as F
 
 from atlas_ab.runtime import kernels
 from atlas_ab.runtime.args import ModelArgs
-from atlas_ab.runtime.graphs import StaticStep
 from atlas_ab.runtime.kernels import matmul
 from atlas_ab.runtime.kernels.attention import attention, plan
 from atlas_ab.runtime.kernels.matmul import SKINNY_MAX_ROWS, skinny_linear, use_matmul
@@ -44,7 +43,8 @@ from atlas_ab.runtime.kernels.rope import rope_write_kv
 from atlas_ab.runtime.kernels.top1 import argmax, argmax_rows, top1
 from atlas_ab.runtime.model import MTPModule, Transformer, fused, init_weights, rope_table
 
-from goals import RATED_BYTES_PER_S, forward_goals, table as goals_table  # bench/goals.py (this folder is on sys.path)
+from common import graphed, graphed_ms, replay_ms, sync  # bench/common.py (this folder is on sys.path)
+from goals import RATED_BYTES_PER_S, forward_goals, table as goals_table  # bench/goals.py
 
 VOCAB = 4096
 SHAPES = {  # hidden, layers, heads, kv heads, intermediate, vocab
@@ -64,33 +64,6 @@ def log(*parts) -> None:
     print(f"[{time.perf_counter() - _T0:6.1f}s]", *parts, file=sys.stderr, flush=True)
 
 
-def sync(dev):
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-
-
-def graphed(f, dev):
-    """f warmed up and captured in one CUDA graph (runtime/graphs.py); f itself on the CPU."""
-    with torch.no_grad():
-        if dev.type != "cuda":
-            f()                                  # the interpreter's first call builds the kernels
-            return f
-        return StaticStep(f, [])
-
-
-def _replay_ms(step, dev, reps: int) -> float:
-    """Mean ms of `reps` calls of a captured step, after three of warm-up (none on the CPU)."""
-    with torch.no_grad():
-        for _ in range(3 if dev.type == "cuda" else 0):
-            step()
-        sync(dev)
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            step()
-        sync(dev)
-    return (time.perf_counter() - t0) / reps * 1e3
-
-
 def alternated_ms(fs: dict, dev, reps: int, rounds: int) -> dict:
     """Each of fs captured once, then `rounds` rounds timing each in turn (reps replays a
     timing): {name: [ms per round]}. Drift (clocks, a neighbour) hits every f alike, and the
@@ -99,13 +72,9 @@ def alternated_ms(fs: dict, dev, reps: int, rounds: int) -> dict:
     out = {k: [] for k in fs}
     for _ in range(rounds):
         for k, step in steps.items():
-            out[k].append(_replay_ms(step, dev, reps))
+            out[k].append(replay_ms(step, dev, reps))
     return out
 
-
-def graphed_ms(f, dev, reps: int) -> float:
-    """Mean ms of f() replayed from one CUDA graph (eager on the CPU), after warm-up."""
-    return _replay_ms(graphed(f, dev), dev, reps)
 
 
 # ---- the machine -------------------------------------------------------------------------------

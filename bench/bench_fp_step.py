@@ -21,14 +21,15 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_runner import _time, docs_for, load_models, profile_wave  # noqa: E402
-
 from atlas_ab.config.structured import ArmConfig  # noqa: E402
 from atlas_ab.proposers.mtp_head import MTPProposer  # noqa: E402
 from atlas_ab.runtime.side_stream import SideStream  # noqa: E402
 from atlas_ab.speculative.loop import Wave  # noqa: E402
 from atlas_ab.speculative.targets import LiveTarget  # noqa: E402
 from atlas_ab.telemetry.fingerprint import fingerprint_rows  # noqa: E402
+
+from bench_runner import docs_for, load_models, profile_wave  # noqa: E402
+from common import graphed_ms  # noqa: E402
 
 
 def step_graph_ms(trunk, mtp, docs, reps: int = 7, replays: int = 200) -> dict:
@@ -91,7 +92,7 @@ def main(argv=None):
     out = {"model": a.model, "hidden": H, "kernel_us": {}, "waves": {}}
     for n in (a.batch * 12, a.batch * 48):          # a step's rows (2 + W + 2(K+1) per sequence)
         x = torch.randn(n, H, device=dev, dtype=torch.bfloat16)
-        out["kernel_us"][n] = _time(lambda x=x: fingerprint_rows(x), dev, 200) * 1e3
+        out["kernel_us"][n] = graphed_ms(lambda x=x: fingerprint_rows(x), dev, 200) * 1e3
     docs = docs_for(a.batch, 2, 64, 32)
     for name, fp in (("off", False), ("on", True)):
         arm = ArmConfig(name=f"refeed_fp_{name}", catchup=True, refeed=True, fingerprints=fp)

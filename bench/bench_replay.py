@@ -26,13 +26,14 @@ import tempfile
 import time
 
 import torch
-from common import dump_json  # bench/common.py (this folder is on sys.path)
 
 from atlas_ab.config.levers import compose_arm
 from atlas_ab.config.structured import ModelConfig, RunnerConfig, WorkloadConfig
 from atlas_ab.run.runner import Runner
 from atlas_ab.speculative.replay_check import compare_live, replay_gate
 from atlas_ab.speculative.targets import LiveTarget, ReplayTarget
+
+from common import dump_json  # bench/common.py (this folder is on sys.path)
 
 ARMS = ["catchup_on", "refeed_on", "drafter_prefill_on", "ring_prefill_on", "k3"]
 

@@ -40,16 +40,12 @@ from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.telemetry.fingerprint import fingerprint_rows
 from atlas_ab.workload.documents import build_workload
 
-from goals import runner_goals, table as goals_table  # bench/goals.py (this folder is on sys.path)
+from common import graphed_ms, sync  # bench/common.py (this folder is on sys.path)
+from goals import runner_goals, table as goals_table  # bench/goals.py
 
 GRAPHS = torch.cuda.is_available()    # the runner's default on a GPU
 DEFAULT = "atlas_ab/models/default"
 DRAFT = "atlas_ab/models/draft"
-
-
-def sync(dev):
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
 
 
 def load_models(name, dev, dtype):
@@ -206,7 +202,7 @@ def bare_forward(trunk, B, K, kv_len, dev):
 
 def bare_forward_ms(trunk, B, K, kv_len, dev, reps):
     """`bare_forward`, replayed from a CUDA graph on the GPU (eager on CPU)."""
-    return _time(bare_forward(trunk, B, K, kv_len, dev), dev, reps)
+    return graphed_ms(bare_forward(trunk, B, K, kv_len, dev), dev, reps)
 
 
 def bare_draft(trunk, mtp, B, kv_len, dev):
@@ -226,32 +222,7 @@ def bare_draft(trunk, mtp, B, kv_len, dev):
 
 def bare_draft_ms(trunk, mtp, B, kv_len, dev, reps):
     """`bare_draft`, graphed on the GPU."""
-    return _time(bare_draft(trunk, mtp, B, kv_len, dev), dev, reps)
-
-
-def _time(f, dev, reps):
-    with torch.no_grad():
-        for _ in range(3):
-            f()
-        sync(dev)
-        if dev.type == "cuda":
-            g = torch.cuda.CUDAGraph()
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                f()
-            torch.cuda.current_stream().wait_stream(s)
-            with torch.cuda.graph(g):
-                f()
-            f = g.replay
-            for _ in range(3):
-                f()
-        sync(dev)
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            f()
-        sync(dev)
-    return (time.perf_counter() - t0) / reps * 1e3
+    return graphed_ms(bare_draft(trunk, mtp, B, kv_len, dev), dev, reps)
 
 
 def hf_assisted(dev, dtype, prompts, gen, K):

@@ -18,6 +18,13 @@ import json
 import sys
 
 import torch
+from torch.profiler import ProfilerActivity, profile
+
+from atlas_ab.config.structured import ArmConfig
+from atlas_ab.proposers.mtp_head import MTPProposer
+from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.targets import LiveTarget
+
 from bench_runner import (  # this folder
     GRAPHS,
     bare_draft,
@@ -28,12 +35,7 @@ from bench_runner import (  # this folder
     load_models,
     run_wave,
 )
-from torch.profiler import ProfilerActivity, profile
-
-from atlas_ab.config.structured import ArmConfig
-from atlas_ab.proposers.mtp_head import MTPProposer
-from atlas_ab.speculative.loop import Wave
-from atlas_ab.speculative.targets import LiveTarget
+from common import graphed, replay_ms  # this folder
 
 #: The forward's kernels (attention, GEMMs, norms, RoPE, SiLU, the head's top-1); the rest is glue.
 FORWARD = ("attend", "combine", "nvjet", "sm90_", "cutlass", "gemm", "rmsnorm_rows", "add_rmsnorm", "skinny_mm",
@@ -70,19 +72,6 @@ def profiled(fn, n: int) -> list:
     return kernels(p)
 
 
-def graph_of(f):
-    """f captured in a CUDA graph (after a warm-up on a side stream): its replay."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        f()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        f()
-    return g.replay
-
-
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="gpu")
@@ -115,14 +104,14 @@ def main(argv=None) -> dict:
     kv_len = int(r["mean_position"])
     out = dict(model=a.model, B=a.batch, K=a.k, device=torch.cuda.get_device_name(dev),
                torch=torch.__version__, kv_len=kv_len, wave_step_ms_median=r["step_ms_median"],
-               step_graph_ms=bare_ms(replay, a.replays),
+               step_graph_ms=replay_ms(replay, dev, a.replays),
                bare_verify_ms=bare_forward_ms(trunk, a.batch, a.k, kv_len, dev, 50),
                bare_draft_ms=bare_draft_ms(trunk, mtp, a.batch, kv_len, dev, 50))
     out["step"] = summary(profiled(replay, a.replays), a.replays)
     with torch.no_grad():
         for name, f in (("verify", bare_forward(trunk, a.batch, a.k, kv_len, dev)),
                         ("draft", bare_draft(trunk, mtp, a.batch, kv_len, dev))):
-            out[name] = summary(profiled(graph_of(f), a.replays), a.replays)
+            out[name] = summary(profiled(graphed(f, dev), a.replays), a.replays)
     for k in ("step", "verify", "draft"):
         s = out[k]
         print(f"== {k}: {s['kernels']:.1f} kernels a step, busy {s['busy_us']:.1f} us, gaps {s['gaps_us']:.1f} us; "
@@ -135,18 +124,6 @@ def main(argv=None) -> dict:
         with open(a.json, "w") as fh:
             json.dump(out, fh, indent=1)
     return out
-
-
-def bare_ms(f, n: int) -> float:
-    """Mean ms of f() over n calls, CUDA events, after one warm call."""
-    f()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(n):
-        f()
-    e1.record()
-    torch.cuda.synchronize()
-    return e0.elapsed_time(e1) / n
 
 
 if __name__ == "__main__":

@@ -14,12 +14,13 @@ import sys
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from common import acceptance_line, arm_study_args, dump_json  # bench/common.py (this folder is on sys.path)
 
 from atlas_ab.config.levers import compose_arm
 from atlas_ab.config.structured import ModelConfig, RunnerConfig
 from atlas_ab.run.runner import Runner
 from atlas_ab.run.session import acceptance_summary
+
+from common import acceptance_line, arm_study_args, dump_json  # bench/common.py (this folder is on sys.path)
 
 ARMS = ["prefill_catchup", "prefill_refeed"]
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 import sys
 
 import pyarrow as pa
-from common import acceptance_line, arm_study_args, dump_json  # bench/common.py (this folder is on sys.path)
 
 from atlas_ab.config.levers import compose_arm
 from atlas_ab.config.structured import ModelConfig, RunnerConfig
 from atlas_ab.run.runner import Runner
 from atlas_ab.run.session import acceptance_summary
+
+from common import acceptance_line, arm_study_args, dump_json  # bench/common.py (this folder is on sys.path)
 
 ARMS = ["catchup_on", "ring_prefill_on", "refeed_on", "refeed_ring_prefill"]
 
