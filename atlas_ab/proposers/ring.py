@@ -56,7 +56,7 @@ class Ring:
         rows [B, A, H]); the rest go to the dump slot. Returns the slots written [B, A] (the dump
         slot where not taken). The host books the labels after its read (`book`)."""
         B = rows.shape[0]
-        slot = torch.where(take, labels.remainder(self.capacity), torch.full_like(labels, self.capacity))
+        slot = torch.where(take, labels.remainder(self.capacity), self.capacity)
         self.hiddens[torch.arange(B, device=rows.device)[:, None], slot] = rows.to(self.hiddens.dtype)
         if self.mirror is not None:
             self.mirror.scatter_(1, slot, labels)

@@ -117,7 +117,7 @@ def coupled_accept_probabilities(q: torch.Tensor | None, drafts: torch.Tensor, y
 
 def accept_probabilities(px: torch.Tensor, qx: torch.Tensor) -> torch.Tensor:
     """[B, K] min(1, p/q) (0 where q = 0, which the accept test rejects)."""
-    return torch.where(qx > 0, torch.minimum(px / qx.clamp(min=1e-30), torch.ones_like(px)), torch.zeros_like(px))
+    return torch.where(qx > 0, (px / qx.clamp(min=1e-30)).clamp(max=1.0), 0.0)
 
 
 def alpha_1(p1: torch.Tensor, q1: torch.Tensor | None, x1: torch.Tensor) -> torch.Tensor:
@@ -159,9 +159,9 @@ def pit_order(p: torch.Tensor, q: torch.Tensor | None, drafts: torch.Tensor,
     if q is None:
         r = torch.zeros(B, K, p.shape[-1], device=p.device).scatter(-1, drafts[..., None], 1.0)
     else:
-        r = torch.where(p[:, :K] > 0, q / p[:, :K].clamp(min=1e-30), torch.full_like(q, -1.0))
+        r = torch.where(p[:, :K] > 0, q / p[:, :K].clamp(min=1e-30), -1.0)
     if gated is not None:
-        r = torch.where(gated[:, None, None], torch.zeros_like(r), r)
+        r = torch.where(gated[:, None, None], 0.0, r)
     return torch.cat([r, torch.zeros_like(r[:, :1])], dim=1)
 
 
@@ -172,7 +172,7 @@ def output_pit(p: torch.Tensor, tokens: torch.Tensor, accepted: torch.Tensor, v:
     A = tokens.shape[1]
     out = pit(p, tokens, v, key).float()                                         # [B, K+1]
     live = torch.arange(A, device=tokens.device)[None, :] <= accepted[:, None]
-    return torch.where(live, out, torch.full_like(out, float("nan")))
+    return torch.where(live, out, float("nan"))
 
 
 def rejection_sample(drafts: torch.Tensor, q: torch.Tensor | None, p: torch.Tensor, u: StepUniforms,
@@ -200,7 +200,7 @@ def rejection_sample(drafts: torch.Tensor, q: torch.Tensor | None, p: torch.Tens
     depth = torch.arange(K + 1, device=drafts.device)[None, :]                   # [1, K+1]
     padded = torch.cat([drafts, drafts.new_full((B, 1), PLACEHOLDER)], dim=1)    # [B, K+1]
     tokens = torch.where(depth < j[:, None], padded,
-                         torch.where(depth == j[:, None], z[:, None], torch.full_like(padded, PLACEHOLDER)))
+                         torch.where(depth == j[:, None], z[:, None], PLACEHOLDER))
     return Verdict(accepted=accepted, tokens=tokens, accept_prob=accept_probabilities(px, qx).float(),
                    alpha1=alpha_1(p[:, 0], None if q is None else q[:, 0], drafts[:, 0]).float(),
                    pit=output_pit(p, tokens, accepted, u.pit, pit_order(p, q, drafts, gated)))

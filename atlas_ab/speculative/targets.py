@@ -190,8 +190,8 @@ class ReplayTarget:
         # depth j is known while d1 .. dj all matched the path (depth 0 always)
         match = (vtok[:, 1:] == path[:, :-1]).long().cumprod(dim=1)
         known = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=self.device), match.bool()], dim=1)
-        target = torch.where(known, path, torch.full_like(path, UNKNOWN))
+        target = torch.where(known, path, UNKNOWN)
         L = self.hiddens.shape[1]
         vh = self.hiddens[ar, pos.clamp(0, L - 1)]
-        vh = torch.where((known & inside)[..., None], vh, torch.zeros_like(vh))
+        vh = torch.where((known & inside)[..., None], vh, 0)
         return vh, target
