@@ -1,4 +1,5 @@
 """CI smoke of the benchmarks (tiny, CPU, not timed): they must not rot."""
+import importlib
 import json
 import subprocess
 import sys
@@ -11,6 +12,15 @@ needs_default = pytest.mark.skipif(not (ROOT / "atlas_ab/models/default/model.sa
                                    reason="the embedded default model is not in this checkout")
 # each runs a benchmark script end to end in a subprocess: the whole suite (CI) runs them, the fast tier does not
 pytestmark = pytest.mark.slow
+
+
+def bench_module(name: str):
+    """A module of bench/, imported as the benches import each other (from their own folder)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
 
 
 def smoke(script: str, tmp_path, *args: str) -> dict:
@@ -68,11 +78,7 @@ def test_bench_forward_smoke(tmp_path):
 def test_forward_goal_is_judged_on_five_alternations():
     """bench/goals.py: the forward goal's figure is each cell's median of >= 5 alternations; a run
     with fewer is shown, not judged. The verdict is at the rated bandwidth where the device has one."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        from goals import forward_goals
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    forward_goals = bench_module("goals").forward_goals
     grid = [dict(shape="5.7B", ratio_new=1.2, rounds=5), dict(shape="5.7B", ratio_new=1.25, rounds=5),
             dict(shape="0.77B", ratio_new=9.0, rounds=5)]
     rated = [dict(r, ratio_new=r["ratio_new"] * 1.5) for r in grid]
@@ -135,11 +141,7 @@ def test_bench_writes_smoke(tmp_path):
 
 
 def test_fingerprints_goal_is_the_median_of_its_alternations_with_their_range():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        from goals import runner_goals
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    runner_goals = bench_module("goals").runner_goals
     def fp(ratios):
         return runner_goals([], {"fingerprints": {"run_ratios": ratios}})[-1]
     straddles = fp([0.92, 0.99, 0.85, 0.91, 0.96])          # its median 0.92 is below 0.95, its max above
@@ -159,11 +161,7 @@ def test_median_interval_golden():
     """Order statistics (x_(k), x_(n+1-k)), k the largest with 1 - 2 P(Bin(n, 1/2) <= k-1) >= 0.90:
     n=5: min..max, 1 - 2/32; n=10: 2nd..9th, 1 - 2 * 11/1024; n=20: 6th..15th, 1 - 2 * 21700/2^20
     (21700 = C(20,0) + ... + C(20,5))."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        from goals import median_interval
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    median_interval = bench_module("goals").median_interval
     assert median_interval([5, 1, 4, 2, 3]) == (1, 5, 0.9375)
     lo, hi, cov = median_interval(list(range(10, 0, -1)))
     assert (lo, hi) == (2, 9) and cov == pytest.approx(1 - 22 / 1024, abs=1e-12)
@@ -173,11 +171,7 @@ def test_median_interval_golden():
 
 def test_runner_goal_is_judged_on_its_cells_intervals():
     """The worst cell's interval: each alternation's step median over the cell's bare verify."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        from goals import runner_goals
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    runner_goals = bench_module("goals").runner_goals
 
     def cell(K, steps, bare=1.0):
         return dict(model="llama8b", B=16, K=K, bare_forward_ms=bare, step_ms_medians=steps,
@@ -196,11 +190,7 @@ def test_runner_goal_is_judged_on_its_cells_intervals():
 def test_step_kernels_summary_literal():
     """bench/bench_step_kernels.py's per-step summary of a profile: two steps of [attend 0-10 us, an
     index add 11-13 us]: 2 kernels a step, 12 us busy, gaps (1 + 7 + 1) / 2, the add as the glue."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        from bench_step_kernels import summary
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    summary = bench_module("bench_step_kernels").summary
 
     class Range:
         def __init__(self, start, end):
