@@ -48,12 +48,12 @@ class DraftChain:
 
     def add(self, draft: torch.Tensor, conf: torch.Tensor, ids: torch.Tensor, probs: torch.Tensor,
             q: Optional[torch.Tensor] = None) -> None:
-        # clones: with CUDA graphs the step's outputs are static buffers the next replay overwrites
-        self.drafts.append(draft.clone())
-        self.confs.append(conf.clone())
+        # no clones: each depth's outputs are fresh tensors (inside a step's graph too) and the stacks copy
+        self.drafts.append(draft)
+        self.confs.append(conf)
         if self.topk:
-            self.ids.append(ids.clone())
-            self.probs.append(probs.clone())
+            self.ids.append(ids)
+            self.probs.append(probs)
         if q is not None:
             self.qs.append(q)
 
