@@ -124,6 +124,9 @@ class RunnerConfig:
     # with graphs: the device plans and runs a turn's steps ahead of the host where the arm allows
     # (every arm but DRAFT_CONF's: speculative/loop.py `_run_ahead`); the same rows, a chunk's mean step_ms
     run_ahead: bool = True
+    # with graphs: the step's bookkeeping (plan, acceptance, packing, book) compiled by torch.compile
+    # into a few kernels (runtime/fusion.py); the same rows, a shorter step
+    fuse_bookkeeping: bool = True
     # live: the target verifies every step. replay: every arm replays one stored target-only greedy
     # trajectory per workload (built once, under `trajectories`); no trunk forward, no step timings.
     mode: str = "live"

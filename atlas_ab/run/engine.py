@@ -27,6 +27,9 @@ class RunInfo:
     # how the steps were timed: each on its own (step_by_step) or as a chunk's mean (run_ahead:
     # speculative/loop.py); analysis compares step times only between runs of one loop
     loop: str = "step_by_step"
+    # the step's bookkeeping ran compiled (runtime/fusion.py: GPU graphs and runner.fuse_bookkeeping);
+    # like the loop, it changes step times only, so analysis compares runs of one setting
+    fused: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)

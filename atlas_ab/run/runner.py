@@ -133,7 +133,8 @@ class Runner:
             mode=self.mode, replay=replay,
             loop="run_ahead" if self.mode == "live" and runner.run_ahead and runs_ahead(self.arm, self.graphs,
                                                                                         self.proposer)
-            else "step_by_step")
+            else "step_by_step",
+            fused=bool(self.mode == "live" and self.graphs and runner.fuse_bookkeeping))
 
     def _trajectories(self, ck, runner: RunnerConfig) -> dict:
         """Replay: find (or build, once across concurrent jobs) the workload's stored trajectory."""
@@ -193,7 +194,7 @@ class Runner:
     def _live_target(self) -> LiveTarget:
         """The run's one live target: its KV pool and step graphs serve every wave."""
         if self._live is None:
-            self._live = LiveTarget(self.trunk, self.graphs)
+            self._live = LiveTarget(self.trunk, self.graphs, fuse=self.cfg.fuse_bookkeeping)
         return self._live
 
     def _pit_gate(self, docs, trace) -> dict:

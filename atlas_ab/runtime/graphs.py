@@ -79,9 +79,12 @@ class Steps:
     `graphs=True` runs the same static path eagerly, so tests pin it to the dynamic one;
     `capture=False` does that on the GPU too (to check the capture against it)."""
 
-    def __init__(self, graphs: bool, capture: bool | None = None):
+    def __init__(self, graphs: bool, capture: bool | None = None, fuse: bool = True):
+        """fuse: a GPU step's bookkeeping regions run compiled (runtime/fusion.py); at static
+        shapes only, where the step is captured or checked against its capture."""
         self.graphs = graphs
         self.capture = capture
+        self.fuse = fuse
         self._steps: dict = {}
         self._seen: set = set()
         self._bound: tuple = ()

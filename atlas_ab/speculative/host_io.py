@@ -20,6 +20,8 @@ from typing import Optional
 import numpy as np
 import torch
 
+from atlas_ab.runtime.fusion import fused
+
 Layout = tuple   # ((name, shape per sequence), ...)
 
 
@@ -41,6 +43,7 @@ class StepRead:
     fp: Optional[np.ndarray] = None           # [B, S] int64: FINGERPRINTS of the step's event rows, hashed in it
 
 
+_FIELDS = tuple(f.name for f in fields(StepRead))     # the read's order (a compiled `pack_read` reads it)
 _FLOAT = {"conf", "topk_probs", "accept_prob", "alpha1", "pit"}
 _BOOL = {"gated"}
 
@@ -49,15 +52,22 @@ def _width(shape) -> int:
     return math.prod(shape)      # not np.prod: ~12 us a call, 30 calls a step on the host's path
 
 
-@functools.lru_cache(maxsize=256)
 def _spans(layout: Layout) -> tuple:
     """Each name's (name, shape, first column, end column) in a packed [B, X] array of this layout
-    (made once per layout: the walks below run on the host's path every step)."""
+    (made once per layout: the walks below run on the host's path every step; a compiled region
+    walks it as it traces, with nothing cached)."""
+    return _walk(layout) if torch.compiler.is_compiling() else _walk_cached(layout)
+
+
+def _walk(layout: Layout) -> tuple:
     out, at = [], 0
     for name, shape in layout:
         out.append((name, shape, at, at + _width(shape)))
         at += _width(shape)
     return tuple(out)
+
+
+_walk_cached = functools.lru_cache(maxsize=256)(_walk)
 
 
 def layout_width(layout: Layout) -> int:
@@ -104,9 +114,11 @@ def unpack_plan(x: torch.Tensor, layout: Layout) -> dict[str, torch.Tensor]:
     return {name: x[..., at:end].reshape(lead + tuple(shape)) for name, shape, at, end in _spans(layout)}
 
 
+@fused
 def pack_read(**values: Optional[torch.Tensor]) -> tuple[torch.Tensor, Layout]:
-    """Device: the named tensors (each [B, ...]; see StepRead) -> one int64 tensor [B, X]."""
-    names = [f.name for f in fields(StepRead) if values.get(f.name) is not None]
+    """Device: the named tensors (each [B, ...]; see StepRead) -> one int64 tensor [B, X]
+    (`fuse=True`: compiled, runtime/fusion.py)."""
+    names = [name for name in _FIELDS if values.get(name) is not None]
     cols, layout = [], []
     for name in names:
         x = values[name]

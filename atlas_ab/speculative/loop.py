@@ -19,7 +19,7 @@ per shape on the GPU (runtime/graphs.py), and the host commits it after ONE read
 (host_io.py: accepted and committed counts, drafts, the target's tokens, confidences,
 the ring labels written, and under sampling the exact acceptance probabilities and PITs).
 Each lever is one short, named branch:
-CATCHUP (`_catchup`), REFEED and SHIFT (`_ring_after_verify`), RING_PREFILL
+CATCHUP (`_catchup`), REFEED and SHIFT (`_ring_take`), RING_PREFILL
 (`_ring_prefill`), DRAFT_CONF (`gated`), SHADOW_TOPK (`topk`), ORACLE_P2
 (`_oracle`), DRAFTER_PREFILL (`_prefill_turn`), FINGERPRINTS (`self.ev`).
 
@@ -47,6 +47,7 @@ from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.base import RowFeed
 from atlas_ab.proposers.ring import Ring, gap_keys, gap_keys_on_device
 from atlas_ab.runtime.batch import ragged_runs
+from atlas_ab.runtime.fusion import fused
 from atlas_ab.runtime.graphs import bucket
 from atlas_ab.runtime.side_stream import SideStream
 from atlas_ab.speculative.host_io import (
@@ -82,10 +83,11 @@ def runs_ahead(arm: ArmConfig, graphs: bool, proposer) -> bool:
     return graphs and arm.draft_conf <= 0 and hasattr(proposer, "plan_on_device")
 
 
-def verifier(plan: SamplingPlan | None, target, doc: torch.Tensor, K: int):
-    """Greedy verification, live speculative sampling, or its coupled replay (verify.py)."""
+def verifier(plan: SamplingPlan | None, target, doc: torch.Tensor, K: int, fuse: bool = False):
+    """Greedy verification, live speculative sampling, or its coupled replay (verify.py); fuse:
+    greedy's acceptance runs compiled (runtime/fusion.py)."""
     if plan is None:
-        return GreedyVerify()
+        return GreedyVerify(fuse)
     return SampledVerify(plan, doc, K) if target.live else CoupledVerify(plan, doc, K)
 
 
@@ -135,6 +137,8 @@ class Wave:
         self.last_hidden = bufs.get("last_hidden", (B, H), self.dtype, self.device).zero_()  # hidden of kv_len-1
         R = arm.ring_size
         self.steps = self.target.steps    # the device step, one graph per shape
+        # its bookkeeping compiled into a few kernels (runtime/fusion.py): GPU static shapes only
+        self.fuse = self.steps.graphs and self.steps.fuse and self.device.type == "cuda"
         # run-ahead: the device plans the turn's steps itself (`_run_ahead`)
         self.ahead = run_ahead and runs_ahead(arm, self.steps.graphs, proposer)
         mirror = bufs.get("ring_labels", (B, R + 1), torch.long, self.device) if self.ahead and arm.has_ring else None
@@ -173,7 +177,7 @@ class Wave:
             self._seen_tokens = np.zeros(B, dtype=np.int64)                   # committed tokens and steps
             self._seen_steps = np.zeros(B, dtype=np.int64)                    # per sequence, from the reads
         doc = bufs.get("doc", (B,), torch.long, self.device).copy_(self._t(self.doc_ids))
-        self.verifier = verifier(plan, self.target, doc, self.K)
+        self.verifier = verifier(plan, self.target, doc, self.K, self.fuse)
         self.steps.bind(self._graph_state(doc))
         self.step_no = np.zeros(B, dtype=np.int64)
         self.gen = np.zeros(B, dtype=np.int64)
@@ -395,6 +399,21 @@ class Wave:
         the CATCHUP copies, run it, and move them on; returns the packed read, the plan, whether the
         ring held the propose's label (laid-out FINGERPRINTS only) and the halt flag side by side
         [B, X] and the read's and the plan's layouts."""
+        x, layout, s = self._plan_ahead(book, fuse=self.fuse)
+        packed, read_layout, _ = self._device_step(x, layout, length, join=False)
+        # the region returns the book rather than write it: the step's input is the book itself where
+        # the step is not captured, and a compiled region must not write what it reads through a view
+        self.book.copy_(self._book_ahead(packed, read_layout, s, fuse=self.fuse))
+        if self.side is not None:
+            self.side.join()          # the read's fingerprints, hashed beside the bookkeeping above
+        return torch.cat([packed, x, *s["live"], s["halted"].expand(self.B)[:, None]], dim=1), read_layout, layout
+
+    @fused
+    def _plan_ahead(self, book: torch.Tensor) -> tuple:
+        """Device: the step's plan from the book [5, B] and the CATCHUP copies (whose pair keys it
+        books for the propose's and the fed rows); returns the packed plan [B, X], its layout and
+        what `_book_ahead` reads (n, gen, rows after the catch-up, last, active, halted [B], and
+        the FINGERPRINTS column of `_ahead_step`'s output)."""
         n, gen, rows, last, halted = book                                               # [B] each
         K, B = self.K, self.B
         ar = torch.arange(B, device=n.device)
@@ -426,7 +445,16 @@ class Wave:
         # a column of the output only where the events are laid out from it)
         live = ([(self.ring.mirror[ar, n.remainder(self.ring.capacity)] == n).long()[:, None]
                  if self.ring is not None else torch.zeros_like(n)[:, None]] if self.fp_dense else [])
-        packed, read_layout, _ = self._device_step(x, layout, length, join=False)
+        return x, layout, {"n": n, "gen": gen, "rows": rows, "last": last, "active": active, "halted": halted,
+                           "live": live}
+
+    @fused
+    def _book_ahead(self, packed: torch.Tensor, read_layout, s: dict) -> torch.Tensor:
+        """Device: the next step's book [5, B] from this one's read (packed [B, X]) and `_plan_ahead`'s s:
+        n and gen moved on by the committed tokens, the last committed token, the drafter's rows
+        after the verify; CATCHUP: the committed tokens into the device's history."""
+        K, B = self.K, self.B
+        n, last = s["n"], s["last"]
         r = unpack_plan(packed, read_layout)
         c = r["committed"]                                                                # [B]
         kept = (c - 1).clamp(min=0)                                                       # [B] drafts kept
@@ -435,11 +463,8 @@ class Wave:
             d = torch.arange(K + 1, device=n.device)[None, :]
             at = torch.where(d < c[:, None], n[:, None] + 1 + d, self.hist_dev.shape[1] - 1)
             self.hist_dev.scatter_(1, at, r["target"])                                    # the committed tokens
-        self.book.copy_(torch.stack([n + c, gen + c, self.proposer.rows_on_device(rows, kept, active, K, self.trim),
-                                     last, halted.expand(B)]))
-        if self.side is not None:
-            self.side.join()          # the read's fingerprints, hashed beside the bookkeeping above
-        return torch.cat([packed, x, *live, halted.expand(B)[:, None]], dim=1), read_layout, layout
+        rows = self.proposer.rows_on_device(s["rows"], kept, s["active"], K, self.trim)
+        return torch.stack([n + c, s["gen"] + c, rows, last, s["halted"].expand(B)])
 
     def _replay(self, ready: list) -> tuple[list, bool]:
         """Host: a chunk's steps as the step-by-step loop books them, each as soon as its read has
@@ -629,26 +654,23 @@ class Wave:
         vtok = torch.cat([a["last_tok"][:, None], prop.drafts], dim=1)               # [B, K+1]
         v = self.verifier.verify(self.target, prop, vtok, a["pos"], a["vslot"], length["verify"], gated,
                                  all_gated, self.turn)
-        active = a["left"] > 0
-        c = commit_counts(v.accepted, a["left"])                                       # [B]
-        a_eff = (c - 1).clamp(min=0)                                                   # [B] drafts kept
-        ar = torch.arange(self.B, device=x.device)
         if self.side is not None:
             self.side.join()               # the propose's rows are hashed: last_hidden and the ring may move on
-        self.last_hidden.copy_(torch.where(active[:, None], v.vh[ar, a_eff], self.last_hidden))
+        c, label, take, ring_label = self._accept_on_device(a["left"], a["pos"][:, 0], v.accepted, v.vh, gated,
+                                                            fuse=self.fuse)
         ring = self.ring is not None
-        ring_label, slot = self._ring_after_verify(active, a["pos"][:, 0], a_eff, gated, v.vh) if ring \
-            else (None, None)
+        slot = self.ring.write_masked(label, take, v.vh) if ring else None
         # the read's fp columns [B, S], filled beside the path once the read is packed (below)
         late = None if fp is None else torch.empty((self.B, fp.shape[1] + 2 * (self.K + 1) * ring),
                                                    dtype=torch.long, device=x.device)
         oracle = self._oracle(prop, v, a, length) if self.arm.oracle_p2 else None
-        packed, read_layout = pack_read(acc=v.accepted, gated=gated, drafts=prop.drafts, target=v.tokens,
-                                        conf=prop.conf, committed=c, ring_label=ring_label, oracle=oracle,
-                                        topk_ids=prop.topk_ids, topk_probs=prop.topk_probs,
+        packed, read_layout = pack_read(fuse=self.fuse, acc=v.accepted, gated=gated, drafts=prop.drafts,
+                                        target=v.tokens, conf=prop.conf, committed=c, ring_label=ring_label,
+                                        oracle=oracle, topk_ids=prop.topk_ids, topk_probs=prop.topk_probs,
                                         accept_prob=v.accept_prob, alpha1=v.alpha1, pit=v.pit, fp=late)
         if fp is not None:
             cols = layout_columns(read_layout)["fp"]
+            ar = torch.arange(self.B, device=x.device)
             with self.side.fork(fp, packed, v.vh, ar, slot):
                 if ring:                   # the rows written and the ring's rows after the write
                     after = self.ring.hiddens[ar[:, None], slot]                         # [B, K+1, H]
@@ -719,21 +741,35 @@ class Wave:
                         slot=w.slot)
         return fed
 
-    def _ring_after_verify(self, active, n, a_eff, gated, vh) -> torch.Tensor:
-        """Device: ring writes after a verify. Serial (gated) steps ring their one hidden
+    @fused
+    def _accept_on_device(self, left, n, accepted, vh, gated) -> tuple:
+        """Device: the commit's device half from the verify (left, n, accepted, gated [B]; vh
+        [B, K+1, H]): the tokens committed [B] (`commit_counts`), the next propose's hidden (the
+        last kept position's, into last_hidden) and, with a ring, the label each depth's hidden
+        goes to, whether it goes, and the label as read (-1 where not) ([B, K+1] each: `_ring_take`;
+        None without a ring). The ring's write itself is outside (`Ring.write_masked`)."""
+        active = left > 0
+        c = commit_counts(accepted, left)                                              # [B]
+        a_eff = (c - 1).clamp(min=0)                                                   # [B] drafts kept
+        ar = torch.arange(self.B, device=vh.device)
+        self.last_hidden.copy_(torch.where(active[:, None], vh[ar, a_eff], self.last_hidden))
+        if self.ring is None:
+            return c, None, None, None
+        label, take = self._ring_take(active, n, a_eff, gated)
+        return c, label, take, torch.where(take, label, -1)
+
+    def _ring_take(self, active, n, a_eff, gated) -> tuple:
+        """Device: the ring's writes after a verify. Serial (gated) steps ring their one hidden
         (CATCHUP); with REFEED every accepted position's true hidden is ringed,
         0..=accepted, the last being the next propose's own target hidden.
-        SHIFT moves every re-fed label by s (mapping validation). All tensors [B] but vh
-        [B, K+1, H]; returns the label written from each depth [B, K+1] (-1: none) and the ring
-        slot it went to (the dump slot: none)."""
-        j = torch.arange(self.K + 1, device=vh.device)[None, :]
+        SHIFT moves every re-fed label by s (mapping validation). All tensors [B]; returns the
+        label of each depth's hidden and whether it is written, [B, K+1] each."""
+        j = torch.arange(self.K + 1, device=n.device)[None, :]
         serial = active & gated                                  # a serial step: ring its hidden (CATCHUP)
         refed = active & ~gated & self.arm.refeed                # REFEED: every accepted position, 0..=accepted
         take = (serial[:, None] & (j == 0)) | (refed[:, None] & (j <= a_eff[:, None]))
         label = n[:, None] + 1 + j + refed[:, None].long() * self.arm.refeed_shift
-        take = take & (label >= 0)
-        slot = self.ring.write_masked(label, take, vh)
-        return torch.where(take, label, -1), slot
+        return label, take & (label >= 0)
 
     def _book_ring(self, ring_label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Host: book the labels the step wrote (ring_label [B, K+1], -1: none); returns where they

@@ -44,9 +44,10 @@ class LiveTarget:
 
     live = True
 
-    def __init__(self, trunk, graphs: bool = False, capture: bool | None = None):
+    def __init__(self, trunk, graphs: bool = False, capture: bool | None = None, fuse: bool = True):
         """graphs: the wave runs its steps at static shapes, captured as CUDA graphs on the GPU
-        (`capture`: False keeps the static shapes but runs them eagerly, to check the capture)."""
+        (`capture`: False keeps the static shapes but runs them eagerly, to check the capture).
+        fuse: on the GPU at static shapes, the steps' bookkeeping runs compiled (runtime/fusion.py)."""
         self.trunk = trunk
         p = next(trunk.parameters())
         self.device, self.dtype = p.device, p.dtype
@@ -55,7 +56,7 @@ class LiveTarget:
         self.capture = graphs and self.device.type == "cuda" if capture is None else capture
         # one target serves a run's waves: its step graphs, the KV pool and the waves' state
         # buffers they read are kept while the next wave's shapes match (Wave binds them)
-        self.steps = Steps(graphs, self.capture)
+        self.steps = Steps(graphs, self.capture, fuse)
         self.buffers = StaticBuffers()
         self.kv = None
 

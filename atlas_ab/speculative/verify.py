@@ -21,6 +21,7 @@ from typing import Optional
 
 import torch
 
+from atlas_ab.runtime.fusion import fused
 from atlas_ab.speculative import uniforms
 from atlas_ab.speculative.distribution import draw, pit, probs
 from atlas_ab.speculative.draws import CoupledDraws, LiveDraws
@@ -65,8 +66,17 @@ def _masked(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return torch.where(keep, x, float("nan"))
 
 
+@fused
+def greedy_accepted(drafts: torch.Tensor, target: torch.Tensor, gated: torch.Tensor) -> torch.Tensor:
+    """[B] `greedy_accept`, 0 where DRAFT_CONF dropped the drafts (gated [B] bool)."""
+    return torch.where(gated, 0, greedy_accept(drafts, target))   # a scalar: no fill kernel in the graph
+
+
 class GreedyVerify:
     sampled = False
+
+    def __init__(self, fuse: bool = False):
+        self.fuse = fuse       # the acceptance compiled (runtime/fusion.py)
 
     def draws(self, target, turn: int, n_t: torch.Tensor):
         return None
@@ -80,9 +90,7 @@ class GreedyVerify:
             vh, tgt = serial(target, vtok, pos, slots, length)
         else:
             vh, tgt = target.verify(vtok, pos, slots, length)
-        acc = greedy_accept(prop.drafts, tgt)
-        # a scalar, not a filled tensor: no fill kernel in the step's graph
-        return Verified(vh=vh, tokens=tgt, accepted=torch.where(gated, 0, acc))
+        return Verified(vh=vh, tokens=tgt, accepted=greedy_accepted(prop.drafts, tgt, gated, fuse=self.fuse))
 
 
 class SampledVerify:

@@ -66,8 +66,20 @@ def test_step_times_of_different_loops_are_not_compared(tmp_path):
     a = load_run(a.path)
     with pytest.raises(AtlasError, match=r"step times from different loops: .*a \(run_ahead\), .*b \(step_by_step\)"):
         throughput_difference(a, b)
-    with pytest.raises(AtlasError, match="one runner.run_ahead setting"):
+    with pytest.raises(AtlasError, match="one runner.run_ahead and runner.fuse_bookkeeping setting"):
         economics(a, [b])
+
+
+def test_step_times_with_and_without_fused_bookkeeping_are_not_compared(tmp_path):
+    """Compiled bookkeeping (runtime/fusion.py) shortens a step: a fused run is compared only with fused ones."""
+    runs = [_timed_run(tmp_path / n, arm, _steps(seed=s)) for n, arm, s in (("a", "draft_conf_000", 0),
+                                                                           ("b", "draft_conf_066", 1))]
+    for r, fused in zip(runs, (True, False)):
+        m = json.loads((r.path / "manifest.json").read_text())
+        (r.path / "manifest.json").write_text(json.dumps({**m, "loop": "run_ahead", "fused": fused}))
+    a, b = (load_run(r.path) for r in runs)
+    with pytest.raises(AtlasError, match=r"different loops: .*a \(run_ahead \+ fused\), .*b \(run_ahead\)"):
+        throughput_difference(a, b)
 
 
 def test_break_even_and_tau_star(tmp_path):

@@ -40,13 +40,15 @@ def models():
     return trunk.cuda().to(torch.bfloat16), mtp.cuda().to(torch.bfloat16).attach(trunk)
 
 
-def wave(models, arm, temperature, capture, run_ahead=True):
+def wave(models, arm, temperature, capture, run_ahead=True, fuse=True):
     trunk, mtp = models
     plan = plan_of(arm, SamplingConfig(temperature=temperature, seed=5)) if temperature else None
     fp = fingerprint_rows if arm.fingerprints_on else None
-    w = Wave(LiveTarget(trunk, graphs=True, capture=capture), MTPProposer(trunk, mtp, arm.row_space, arm.refeed),
+    w = Wave(LiveTarget(trunk, graphs=True, capture=capture, fuse=fuse),
+             MTPProposer(trunk, mtp, arm.row_space, arm.refeed),
              arm, tiny_docs(n=8, turns=3, chunk=12), G, fingerprint_rows=fp, plan=plan, run_ahead=run_ahead)
     assert w.ahead == (run_ahead and arm.draft_conf <= 0)
+    assert w.fuse == fuse
     return w.run()
 
 
@@ -79,6 +81,17 @@ def test_captured_run_ahead_equals_the_captured_step_by_step_loop(models, name, 
     (and texts, and fingerprint events) as steps that each wait for the host's plan."""
     arm = arm_config(name)
     assert_same_rows(wave(models, arm, temperature, True, run_ahead=False), wave(models, arm, temperature, True))
+
+
+@pytest.mark.parametrize("name,temperature", CASES + [("k3", None)],
+                         ids=[f"{a}{'_t1' if t else ''}" for a, t in CASES + [("k3", None)]])
+def test_fused_bookkeeping_equals_the_eager_ops(models, name, temperature):
+    """The step's bookkeeping compiled by torch.compile (runtime/fusion.py, the GPU default) gives the
+    rows (and texts and fingerprint events) of the same ops run eagerly, captured both."""
+    arm = arm_config(name)
+    if "draft_conf" in name:
+        arm.draft_conf = min(arm.draft_conf, 0.2)
+    assert_same_rows(wave(models, arm, temperature, True, fuse=False), wave(models, arm, temperature, True))
 
 
 @pytest.mark.parametrize("name,temperature", [("refeed_on", None), ("refeed_on", 1.0), ("draft_conf_066", None)],
