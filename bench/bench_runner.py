@@ -297,21 +297,25 @@ def main(argv=None):
             for K in ks:
                 arm = ArmConfig(name=f"k{K}" + ("_refeed" if a.grid_arm == "refeed" else ""), num_drafts=K,
                                 catchup=a.grid_arm == "refeed", refeed=a.grid_arm == "refeed")
-                # the same wave step by step (each step waits for the host's plan) and run ahead, each
-                # mode on its own target and proposer kept across its waves (as a run keeps its graphs),
-                # after a warm-up wave of each, alternated `reps` times: the medians of the waves' medians
-                kept = {m: (LiveTarget(trunk, GRAPHS), MTPProposer(trunk, mtp, "compact", arm.refeed)) for m in (0, 1)}
-                waves = {0: [], 1: []}
+                # the same wave step by step (each step waits for the host's plan), run ahead, and run
+                # ahead with the bookkeeping eager (runtime/fusion.py off), each mode on its own target and
+                # proposer kept across its waves (as a run keeps its graphs), after a warm-up wave of
+                # each, alternated `reps` times: the medians of the waves' medians
+                modes = (0, 1, 2)
+                kept = {m: (LiveTarget(trunk, GRAPHS, fuse=m != 2), MTPProposer(trunk, mtp, "compact", arm.refeed))
+                        for m in modes}
+                waves = {m: [] for m in modes}
                 for rep in range(a.reps + 1):
-                    for m in (0, 1):
+                    for m in modes:
                         w, _ = run_wave(trunk, kept[m][1], arm, docs_all[:B], gen, target=kept[m][0],
-                                        run_ahead=bool(m))
+                                        run_ahead=m != 0)
                         if rep:
                             waves[m].append(w)
                 stepwise, r = waves[0][-1], dict(waves[1][-1])
-                step_ms = {m: [w["step_ms_median"] for w in waves[m]] for m in (0, 1)}
+                step_ms = {m: [w["step_ms_median"] for w in waves[m]] for m in modes}
                 r["step_ms_median"], stepwise = median(step_ms[1]), dict(stepwise, step_ms_median=median(step_ms[0]))
                 r.update(step_ms_medians=step_ms[1], stepwise_step_ms_medians=step_ms[0], alternations=a.reps,
+                         unfused_step_ms_medians=step_ms[2], unfused_step_ms_median=median(step_ms[2]),
                          grid_arm=a.grid_arm)
                 kv_len = int(r["mean_position"])
                 reps = 5 if smoke else 50
@@ -325,11 +329,13 @@ def main(argv=None):
                          step_over_bare=r["step_ms_median"] / bare, floor_over_bare=(bare + K * draft) / bare,
                          stepwise_step_ms_median=stepwise["step_ms_median"],
                          stepwise_over_bare=stepwise["step_ms_median"] / bare,
+                         unfused_over_bare=r["unfused_step_ms_median"] / bare,
                          wall_stepwise_over_ahead=stepwise["wall_s"] / r["wall_s"])
                 out["grid"].append(r)
                 print(f"{name:8s} {arm.name:9s} B={B:4d} K={K} rows/s={r['rows_per_s']:10.0f} "
                       f"step={r['step_ms_median']:7.2f}ms "
                       f"bare={bare:6.3f}ms x{r['step_over_bare']:5.2f} (stepwise x{r['stepwise_over_bare']:5.2f}, "
+                      f"unfused x{r['unfused_over_bare']:5.2f}, "
                       f"floor x{r['floor_over_bare']:4.2f}) "
                       f"draft={draft:6.3f}ms glue={r['glue_ms']:6.3f}ms "
                       f"p1={r['p1']:.3f}", file=sys.stderr)

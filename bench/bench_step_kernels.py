@@ -79,6 +79,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--k", type=int, default=2)
     ap.add_argument("--replays", type=int, default=100)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--no-fuse", action="store_true",
+                    help="the step's bookkeeping eager, as before runtime/fusion.py (for the comparison)")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("bench_step_kernels: needs a GPU (the step it profiles is a CUDA graph)")
@@ -86,7 +88,7 @@ def main(argv=None) -> dict:
     ck = load_models(a.model, dev, torch.bfloat16)
     trunk, mtp = ck.trunk.eval(), ck.mtp.eval()
     docs, arm = docs_for(a.batch, 2, 64, 32), ArmConfig(name=f"k{a.k}", num_drafts=a.k)
-    target, proposer = LiveTarget(trunk, GRAPHS), MTPProposer(trunk, mtp, "compact", False)
+    target, proposer = LiveTarget(trunk, GRAPHS, fuse=not a.no_fuse), MTPProposer(trunk, mtp, "compact", False)
     run_wave(trunk, proposer, arm, docs, 32, target=target)         # captures the step graphs
     # the device's book before the longest chunk of the next wave: a mid-turn state every replay restarts from
     books, launch = [], Wave._launch
@@ -102,7 +104,7 @@ def main(argv=None) -> dict:
         wave.book.copy_(book)
         step.graph.replay()
     kv_len = int(r["mean_position"])
-    out = dict(model=a.model, B=a.batch, K=a.k, device=torch.cuda.get_device_name(dev),
+    out = dict(model=a.model, B=a.batch, K=a.k, fused=not a.no_fuse, device=torch.cuda.get_device_name(dev),
                torch=torch.__version__, kv_len=kv_len, wave_step_ms_median=r["step_ms_median"],
                step_graph_ms=replay_ms(replay, dev, a.replays),
                bare_verify_ms=bare_forward_ms(trunk, a.batch, a.k, kv_len, dev, 50),
