@@ -24,6 +24,9 @@ import functools
 
 import torch
 
+from atlas_ab import AtlasError
+from atlas_ab.errors import first_line
+
 #: Shapes (batch, K, arm) one region may be compiled for in a process before torch.compile gives
 #: up and runs it eagerly (dynamo's default, 8, is reached by a GPU test session's waves).
 RECOMPILE_LIMIT = 64
@@ -40,7 +43,12 @@ def fused(fn):
         if call.compiled is None:
             _raise_recompile_limit()
             call.compiled = torch.compile(fn, dynamic=False)
-        return call.compiled(*args, **kw)
+        try:
+            return call.compiled(*args, **kw)
+        except torch._dynamo.exc.BackendCompilerFailed as e:   # the machine's compiler, not the region
+            why = first_line(getattr(e, "inner_exception", None) or e)
+            raise AtlasError(f"runner.fuse_bookkeeping: torch.compile could not build {fn.__qualname__} on this "
+                             f"machine ({why}); run with runner.fuse_bookkeeping=false") from e
 
     call.eager, call.compiled = fn, None
     return call

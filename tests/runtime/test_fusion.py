@@ -58,3 +58,34 @@ def test_the_loops_regions_compiled_give_its_rows(name, temperature):
     assert_same_rows(run(False), run(True))
     for region in (Wave._plan_ahead, Wave._accept_on_device, Wave._book_ahead, pack_read):
         assert region.compiled is not None, region.__name__
+
+
+def test_a_compiler_that_cannot_build_a_region_is_one_line_naming_the_switch(monkeypatch):
+    """Where inductor cannot compile (no compiler, no Triton), the run stops with one line that
+    names runner.fuse_bookkeeping, not a compiler's traceback."""
+    import torch._dynamo.exc
+
+    from atlas_ab import AtlasError
+    from atlas_ab.errors import one_line
+
+    def broken(fn, **kw):
+        def run(*a, **k):
+            cls = torch._dynamo.exc.BackendCompilerFailed           # (its constructor differs across torch versions)
+            e = cls.__new__(cls)
+            Exception.__init__(e, "backend='inductor' raised:\nRuntimeError: Failed to find C compiler")
+            e.inner_exception = RuntimeError("Failed to find C compiler.\nmore")
+            raise e
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken)
+
+    @fused
+    def region(x):
+        return x + 1
+
+    with pytest.raises(AtlasError) as e:
+        region(torch.arange(2), fuse=True)
+    line = one_line(e.value)
+    assert "\n" not in line and "runner.fuse_bookkeeping=false" in line and "region" in line, line
+    assert "Failed to find C compiler." in line
+    assert region(torch.arange(2)).tolist() == [1, 2]         # eager still works
