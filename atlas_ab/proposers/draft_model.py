@@ -20,6 +20,7 @@ _SLACK = 10
 
 class DraftModelProposer:
     kind = "draft_model"
+    per_depth = ("n_pos", "n_slot")   # plan arrays read a depth's column at a time (the loop lays them out so)
     slot_is_key = False       # it has no pair-keyed rows: its KV is the committed tokens'
 
     def __init__(self, draft_trunk):

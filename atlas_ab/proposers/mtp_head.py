@@ -29,6 +29,7 @@ _SLACK = 10
 
 class MTPProposer:
     kind = "mtp"
+    per_depth = ("d_rope", "d_slot")   # plan arrays read a depth's column at a time (the loop lays them out so)
 
     def __init__(self, trunk, mtp, row_space: str, refeed: bool, graphs: bool = False,
                  handoff_norm: str = "pre", recycle_norm: str = "pre"):

@@ -399,8 +399,8 @@ class Wave:
         the CATCHUP copies, run it, and move them on; returns the packed read, the plan, whether the
         ring held the propose's label (laid-out FINGERPRINTS only) and the halt flag side by side
         [B, X] and the read's and the plan's layouts."""
-        x, layout, s = self._plan_ahead(book, fuse=self.fuse)
-        packed, read_layout, _ = self._device_step(x, layout, length, join=False)
+        x, layout, a, s = self._plan_ahead(book, fuse=self.fuse)
+        packed, read_layout, _ = self._device_step(x, layout, length, join=False, a=a)
         # the region returns the book rather than write it: the step's input is the book itself where
         # the step is not captured, and a compiled region must not write what it reads through a view
         self.book.copy_(self._book_ahead(packed, read_layout, s, fuse=self.fuse))
@@ -411,9 +411,10 @@ class Wave:
     @fused
     def _plan_ahead(self, book: torch.Tensor) -> tuple:
         """Device: the step's plan from the book [5, B] and the CATCHUP copies (whose pair keys it
-        books for the propose's and the fed rows); returns the packed plan [B, X], its layout and
-        what `_book_ahead` reads (n, gen, rows after the catch-up, last, active, halted [B], and
-        the FINGERPRINTS column of `_ahead_step`'s output)."""
+        books for the propose's and the fed rows); returns the packed plan [B, X], its layout, its
+        arrays laid out for the step (`_laid_out`) and what `_book_ahead` reads (n, gen, rows after
+        the catch-up, last, active, halted [B], and the FINGERPRINTS column of `_ahead_step`'s
+        output)."""
         n, gen, rows, last, halted = book                                               # [B] each
         K, B = self.K, self.B
         ar = torch.arange(B, device=n.device)
@@ -445,8 +446,8 @@ class Wave:
         # a column of the output only where the events are laid out from it)
         live = ([(self.ring.mirror[ar, n.remainder(self.ring.capacity)] == n).long()[:, None]
                  if self.ring is not None else torch.zeros_like(n)[:, None]] if self.fp_dense else [])
-        return x, layout, {"n": n, "gen": gen, "rows": rows, "last": last, "active": active, "halted": halted,
-                           "live": live}
+        return x, layout, self._laid_out(plan), {"n": n, "gen": gen, "rows": rows, "last": last, "active": active,
+                                                 "halted": halted, "live": live}
 
     @fused
     def _book_ahead(self, packed: torch.Tensor, read_layout, s: dict) -> torch.Tensor:
@@ -606,18 +607,33 @@ class Wave:
         return written
 
     # ------------------------------------------------- the device step
-    def _device_step(self, x, layout, length, join: bool = True):
-        """The whole step on the device, static shapes: x [B, X] the packed plan. join False: the
-        read's fingerprints are still being hashed beside the path (the caller joins `self.side`)."""
-        prop, gated, fp = self._propose(x, layout, length, join=False)
-        return self._verify(x, layout, prop, gated, False, length, fp, join=join)
+    def _device_step(self, x, layout, length, join: bool = True, a: dict | None = None):
+        """The whole step on the device, static shapes: x [B, X] the packed plan (a: its arrays laid
+        out, `_plan_arrays`, where the caller has them). join False: the read's fingerprints are
+        still being hashed beside the path (the caller joins `self.side`)."""
+        a = self._plan_arrays(x, layout, fuse=self.fuse) if a is None else a
+        prop, gated, fp = self._propose(x, layout, length, join=False, a=a)
+        return self._verify(x, layout, prop, gated, False, length, fp, join=join, a=a)
 
-    def _propose(self, x, layout, length, join: bool = True):
+    def _laid_out(self, a: dict) -> dict:
+        """The plan's arrays as the step's forwards read them, so that none of them copies one:
+        each contiguous, and the drafter's per-depth arrays (its `per_depth`) with the batch
+        innermost, so a depth's column is one contiguous [B] (views of the packed plan were six
+        copy kernels a step at K=2 on the GPU: bench/RESULTS.md, ninth session)."""
+        cols = getattr(self.proposer, "per_depth", ())
+        return {k: v.t().contiguous().t() if k in cols else v.contiguous() for k, v in a.items()}
+
+    @fused
+    def _plan_arrays(self, x: torch.Tensor, layout) -> dict:
+        """Device: the packed plan x [B, X] by name (`unpack_plan`), laid out (`_laid_out`)."""
+        return self._laid_out(unpack_plan(x, layout))
+
+    def _propose(self, x, layout, length, join: bool = True, a: dict | None = None):
         """Catch-up rows, then K drafts; returns the Proposal, DRAFT_CONF's gate [B] bool and
         (FINGERPRINTS at static shapes) the fingerprints [B, 2+W] of the propose's hidden, the
         ring's row of its label and each fed row, hashed beside the drafter (`self.side`; join
         False: not joined yet, `_verify` joins before it writes what they read)."""
-        a = unpack_plan(x, layout)
+        a = self._plan_arrays(x, layout, fuse=self.fuse) if a is None else a
         n = a["pos"][:, 0]
         fed = self._feed_rows(a, length["catchup"]) if "cu_tok" in a else None
         fp = None
@@ -644,13 +660,14 @@ class Wave:
         self.proposer.write_rows(a["cu_tok"], hid, a["cu_rope"], a["cu_slot"], length)
         return hid
 
-    def _verify(self, x, layout, prop, gated, all_gated: bool, length, fp=None, join: bool = True):
+    def _verify(self, x, layout, prop, gated, all_gated: bool, length, fp=None, join: bool = True,
+                a: dict | None = None):
         """Verify and accept, then the device half of the commit (the next propose's hidden, the
         ring writes); returns the packed read, its layout and the verify's hiddens [B, K+1, H].
         FINGERPRINTS at static shapes (fp: `_propose`'s [B, 2+W]): the read's fp columns are the
         propose's and, with a ring, the verify's rows and the ring's rows after the write, hashed
         beside the path into the packed read (join False: the caller joins `self.side`)."""
-        a = unpack_plan(x, layout)
+        a = self._plan_arrays(x, layout, fuse=self.fuse) if a is None else a
         vtok = torch.cat([a["last_tok"][:, None], prop.drafts], dim=1)               # [B, K+1]
         v = self.verifier.verify(self.target, prop, vtok, a["pos"], a["vslot"], length["verify"], gated,
                                  all_gated, self.turn)
