@@ -189,7 +189,8 @@ def test_runner_goal_is_judged_on_its_cells_intervals():
 
 def test_step_kernels_summary_literal():
     """bench/bench_step_kernels.py's per-step summary of a profile: two steps of [attend 0-10 us, an
-    index add 11-13 us]: 2 kernels a step, 12 us busy, gaps (1 + 7 + 1) / 2, the add as the glue."""
+    index add 11-13 us, a generated kernel 14-15 us]: 3 kernels a step, 13 us busy, gaps
+    (1 + 1 + 5 + 1 + 1) / 2, the add and the generated kernel as the glue, the latter generated."""
     summary = bench_module("bench_step_kernels").summary
 
     class Range:
@@ -203,10 +204,12 @@ def test_step_kernels_summary_literal():
         def __init__(self, name, start, end):
             self.name, self.time_range = name, Range(start, end)
 
-    evs = [Kernel("attend", 0, 10), Kernel("index_add", 11, 13), Kernel("attend", 20, 30), Kernel("index_add", 31, 33)]
+    evs = [Kernel("attend", 0, 10), Kernel("index_add", 11, 13), Kernel("triton_poi_fused_add_0", 14, 15),
+           Kernel("attend", 20, 30), Kernel("index_add", 31, 33), Kernel("triton_poi_fused_add_0", 34, 35)]
     s = summary(evs, 2)
-    assert (s["kernels"], s["busy_us"], s["gaps_us"], s["glue_kernels"], s["glue_busy_us"]) == (2, 12, 4.5, 1, 2)
-    assert s["rows"] == [["attend", 1.0, 10.0], ["index_add", 1.0, 2.0]]
+    assert (s["kernels"], s["busy_us"], s["gaps_us"], s["glue_kernels"], s["glue_busy_us"]) == (3, 13, 4.5, 2, 3)
+    assert (s["generated_kernels"], s["generated_busy_us"]) == (1, 1)
+    assert s["rows"] == [["attend", 1.0, 10.0], ["index_add", 1.0, 2.0], ["triton_poi_fused_add_0", 1.0, 1.0]]
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="with a GPU it would profile")
