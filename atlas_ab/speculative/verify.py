@@ -153,7 +153,7 @@ class CoupledVerify(SampledVerify):
             vh, tgt = serial(target, vtok, pos, slots, length)
         else:
             vh, tgt = target.verify(vtok, pos, slots, length)                  # tgt: y while the drafts match
-        acc = torch.where(gated, 0, greedy_accept(prop.drafts, tgt))
+        acc = greedy_accepted(prop.drafts, tgt, gated)
         K = self.K
         depth = torch.arange(K + 1, device=acc.device)[None, :]                 # [1, K+1]
         tokens = torch.where(depth <= acc[:, None], self.y, PLACEHOLDER)
