@@ -76,7 +76,6 @@ def alternated_ms(fs: dict, dev, reps: int, rounds: int) -> dict:
     return out
 
 
-
 # ---- the machine -------------------------------------------------------------------------------
 def machine_rates(dev, smoke: bool) -> dict:
     """Copy bandwidth (bytes read + written / s, a 2 GiB device-to-device copy) and the bf16

@@ -265,7 +265,7 @@ def main(argv=None):
     ap.add_argument("--fp-alternations", type=int, default=11,
                     help="alternations of the FINGERPRINTS goal's figure (>= 5; 11 narrow its median's interval to "
                          "the 3rd..9th, 93%%, where 5 give min..max: bench/goals.py)")
-    ap.add_argument("--reps", type=int, default=5, help="alternations of the two loops per grid cell (median)")
+    ap.add_argument("--reps", type=int, default=5, help="alternations of the three loops per grid cell (median)")
     ap.add_argument("--grid-arm", choices=("plain", "refeed"), default="plain",
                     help="the grid's arm: every lever off (the goals'), or CATCHUP + REFEED (fingerprints on, as the "
                          "main job's arm)")
