@@ -77,7 +77,7 @@ def load_runs(paths, args, columns=(), optional=(), per_unit: bool = False) -> t
     from atlas_ab.analysis.load import check_provenance, load_run, unchecked_provenance
 
     if per_unit:
-        from atlas_ab.analysis.units import load_units
+        from atlas_ab.analysis.unit_runs import load_units
 
         runs = [load_units(p, allow_incomplete=args.allow_incomplete) for p in expand(paths)]
     else:

@@ -84,7 +84,7 @@ def without_steps(run, keys):
 
 
 def without_units(run, keys):
-    """A per-unit run (analysis.units.UnitRun) without the units of the (doc_id, turn) in `keys`."""
+    """A per-unit run (analysis.unit_runs.UnitRun) without the units of the (doc_id, turn) in `keys`."""
     if not keys:
         return run
     t = run.units.table

@@ -38,7 +38,7 @@ from atlas_ab.analysis.stats import (
     relative_cluster_se,
     relative_se_independent,
 )
-from atlas_ab.analysis.units import figure
+from atlas_ab.analysis.unit_runs import figure
 from atlas_ab.config.prereg import (
     ESTIMAND_WORDS,
     NATURAL_SE,
@@ -255,7 +255,7 @@ def _clusters(run: Run, unit: ClusterUnit) -> tuple:
 
 def _cells(run: Run, clusters: tuple) -> Cells | Units:
     """The run's counts clustered as declared: a step run's cells, or an engine run's per-unit
-    table (analysis/units.py; its clusters are its documents or requests, whatever is declared)."""
+    table (analysis/unit_runs.py; its clusters are its documents or requests, whatever is declared)."""
     if not hasattr(run, "steps"):
         return run.cells()
     return cell_counts(run.steps, run.arm, K=run.K, clusters=clusters[0], cluster_unit=clusters[1])

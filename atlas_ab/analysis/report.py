@@ -32,7 +32,7 @@ from atlas_ab.analysis.load import Run
 from atlas_ab.analysis.markdown import table as _table
 from atlas_ab.analysis.metrics import TURN_CLASSES, Cells, arm_metrics
 from atlas_ab.analysis.stats import compare as compare_cells, format_delta
-from atlas_ab.analysis.units import UnitComparison, UnitRun, compare_units, figure, from_run, metrics
+from atlas_ab.analysis.unit_runs import UnitComparison, UnitRun, compare_units, figure, from_run, metrics
 from atlas_ab.config.prereg import Prereg, Registration, registrations
 
 HEAD = [("n_verify", "n"), ("p1", "p1"), ("p2_uncond", "p2_uncond"), ("p2_cond", "p2_cond"),

@@ -7,7 +7,7 @@ import pytest
 
 from atlas_ab.analysis.__main__ import main as analysis
 from atlas_ab.analysis.load import load_run
-from atlas_ab.analysis.units import figure, load_units
+from atlas_ab.analysis.unit_runs import figure, load_units
 from atlas_ab.ingest.collect import main as collect
 from tests.helpers.engine_fixtures import FakeEngine, reply_for
 

@@ -13,7 +13,7 @@ from atlas_ab.analysis.load import load_run
 from atlas_ab.analysis.metrics import doc_sums
 from atlas_ab.analysis.stats import compare, estimate
 from atlas_ab.analysis.synth import simulate_steps, write_run
-from atlas_ab.analysis.units import figure, load_units
+from atlas_ab.analysis.unit_runs import figure, load_units
 from atlas_ab.ingest import ingest
 from tests.helpers.engine_fixtures import greedy_positions
 
@@ -34,7 +34,7 @@ def test_ingest_imports_no_analysis():
     # and the analysis reads runs, engine runs included, without the ingest (only the CLI verb
     # `ingest` calls into it)
     analysis = ("import sys\n"
-                "import atlas_ab.analysis.units, atlas_ab.analysis.export\n"
+                "import atlas_ab.analysis.unit_runs, atlas_ab.analysis.export\n"
                 "import atlas_ab.analysis.report, atlas_ab.analysis.criteria\n"
                 "print(','.join(sorted(m for m in sys.modules if m.startswith('atlas_ab.ingest'))))\n")
     # two fresh interpreters, side by side (neither waits on the other's imports)

@@ -12,7 +12,7 @@ from atlas_ab.analysis.metrics import cell_counts, doc_sums
 from atlas_ab.analysis.paired import between_runs
 from atlas_ab.analysis.stats import estimate
 from atlas_ab.analysis.synth import simulate_steps, write_run
-from atlas_ab.analysis.units import figure, load_units
+from atlas_ab.analysis.unit_runs import figure, load_units
 from atlas_ab.ingest import ingest
 from tests.helpers.engine_fixtures import greedy_positions
 

@@ -26,7 +26,7 @@ def run_pairs(args) -> int:
     from atlas_ab.analysis.code_check import check_code, code_json, top_lines
     from atlas_ab.analysis.completions import check_texts, without_units
     from atlas_ab.analysis.load import check_provenance
-    from atlas_ab.analysis.units import load_units, pairs
+    from atlas_ab.analysis.unit_runs import load_units, pairs
 
     a, b = (load_units(p, args.allow_incomplete) for p in (args.run_a, args.run_b))
     mismatches = check_provenance([a, b], args.allow_mismatch) + check_code([a, b], args.allow_mismatch)
