@@ -87,7 +87,7 @@ def source_units(source: str, paths, **options):
 def ignored_fields(units, strict: bool) -> tuple[dict[str, str], tuple[str, ...]]:
     """What the readers saw and did not use (field -> why), and the warning for unknown ones;
     with `strict` the first unknown field is an error naming where it was."""
-    from atlas_ab.ingest.units import UNKNOWN
+    from atlas_ab.ingest.engine_units import UNKNOWN
 
     ignored, unknown = {}, {}
     for u in units:

@@ -40,8 +40,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from atlas_ab import AtlasError
+from atlas_ab.ingest.engine_units import UNKNOWN, Unit, Where, check_unit, fixed_k
 from atlas_ab.ingest.jsonio import read_text
-from atlas_ab.ingest.units import UNKNOWN, Unit, Where, check_unit, fixed_k
 
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\S+)?\s*$")
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from atlas_ab.ingest.engine_units import Where
 from atlas_ab.ingest.jsonio import json_items
-from atlas_ab.ingest.units import Where
 
 WRAPPER_KEYS = {"doc_id", "turn", "response", "stream", "request", "reply", "attempts", "seconds", "extra"}
 

@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 
 from atlas_ab import AtlasError
-from atlas_ab.ingest.units import Unit
+from atlas_ab.ingest.engine_units import Unit
 from atlas_ab.telemetry.grain import Telemetry
 from atlas_ab.telemetry.schema import COUNT_NAMES, COUNT_SCHEMA, step_type
 
