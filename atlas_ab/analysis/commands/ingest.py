@@ -24,7 +24,7 @@ def run_export(args) -> int:
 
 def run_pairs(args) -> int:
     from atlas_ab.analysis.code_check import check_code, code_json, top_lines
-    from atlas_ab.analysis.completions import check_texts, without_units
+    from atlas_ab.analysis.completion_match import check_texts, without_units
     from atlas_ab.analysis.load import check_provenance
     from atlas_ab.analysis.unit_runs import load_units, pairs
 
