@@ -1,7 +1,7 @@
 """Engine runs pair only what is really paired: two arms' requests (and the steps inside them)
 pair when both decoded the same text, which greedy decoding guarantees and a sampling server
 does not. The collector stores each completion's sha256 in the counts table
-(`completion_sha256`, ingest/completions.py); `pairs` and `mcnemar` compare them on
+(`completion_sha256`, ingest/completion_hash.py); `pairs` and `mcnemar` compare them on
 (doc_id, turn) and refuse requests whose texts differ, or leave them out (counted) when told
 `--drop-differing`. Our own runs decode greedily under the lossless gate and have no such
 column: nothing to compare.

@@ -117,7 +117,7 @@ def file_hashes(paths) -> list[dict]:
 def ingest(source: str, paths, out, arm: str | None = None, k: int | None = None, base: dict | None = None,
            own_running: bool = False, strict: bool = False) -> IngestResult:
     """Read one source's files and write the run directory `out`."""
-    from atlas_ab.ingest.completions import REQUEST_SOURCES, completion_hashes
+    from atlas_ab.ingest.completion_hash import REQUEST_SOURCES, completion_hashes
     from atlas_ab.ingest.tables import build, counts_table, steps_table
     from atlas_ab.ingest.write import check_out, write_run
 

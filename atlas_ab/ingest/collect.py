@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from atlas_ab import AtlasError
-from atlas_ab.ingest.completions import completion_text, text_sha256
+from atlas_ab.ingest.completion_hash import completion_text, text_sha256
 from atlas_ab.ingest.jsonio import sse_payloads
 
 PROG = "atlas_ab.ingest.collect"

@@ -252,7 +252,7 @@ def _counts(units: list[Unit], K: int) -> pd.DataFrame:
                      "y2_tok": None if hist is None else float(sum(c * (1 + j) ** 2 for j, c in enumerate(hist))),
                      "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
                      "n_recorded": u.n_recorded, "zero_max": u.zero_max if u.n_recorded is not None else None,
-                     "completion_sha256": None})     # filled from the records' texts (ingest/completions.py)
+                     "completion_sha256": None})     # filled from the records' texts (ingest/completion_hash.py)
     return pd.DataFrame(rows, columns=list(COUNT_NAMES))
 
 

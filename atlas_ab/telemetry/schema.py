@@ -142,7 +142,7 @@ COUNT_COLUMNS: tuple[Column, ...] = (
     Column("zero_max", _I64, True, "with n_recorded: at most this many of them carried no draft", nullable=True),
     Column("completion_sha256", pa.string(), False, "sha256 of the completion's text, where the record carries "
                                                     "it and a (doc_id, turn): two runs pair only requests whose "
-                                                    "texts are equal (ingest/completions.py)", nullable=True),
+                                                    "texts are equal (ingest/completion_hash.py)", nullable=True),
 )
 
 STEP_SCHEMA = pa.schema([pa.field(c.name, c.type) for c in STEP_COLUMNS])
