@@ -66,7 +66,7 @@ from atlas_ab.speculative.timing import StepTimer
 from atlas_ab.speculative.verify import CoupledVerify, GreedyVerify, SampledVerify
 from atlas_ab.telemetry.events import EventLog, StepEvents
 from atlas_ab.telemetry.fingerprint import fingerprint_rows as default_fingerprint_rows
-from atlas_ab.telemetry.records import StepBlocks
+from atlas_ab.telemetry.step_blocks import StepBlocks
 from atlas_ab.workload.documents import Document
 
 

@@ -16,9 +16,9 @@ def test_docs_tables_are_the_schema():
 
 def test_writer_and_reader_share_the_schema():
     from atlas_ab.analysis import load
-    from atlas_ab.telemetry import events, records
+    from atlas_ab.telemetry import events, step_blocks
 
-    assert records.STEP_SCHEMA is schema.STEP_SCHEMA
+    assert step_blocks.STEP_SCHEMA is schema.STEP_SCHEMA
     assert events.EVENT_SCHEMA is schema.EVENT_SCHEMA
     assert load.REQUIRED == ("doc_id", "turn", "step", "k", "accept_len")
     assert load.INT_TYPES == {"doc_id": "int64", "turn": "int32", "step": "int64", "k": "int32",
