@@ -459,7 +459,7 @@ def collect(args) -> int:
     from atlas_ab.atomic import write_json
     from atlas_ab.ingest import ingest
     from atlas_ab.ingest.engine_units import Where
-    from atlas_ab.ingest.records import Record
+    from atlas_ab.ingest.responses import Record
     from atlas_ab.ingest.write import check_out
     from atlas_ab.run.provenance import code_identity, now
     from atlas_ab.run.store import MANIFEST

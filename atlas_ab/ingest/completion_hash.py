@@ -35,7 +35,7 @@ def text_sha256(text: str) -> str:
 def completion_hashes(paths) -> dict[tuple[int, int], str]:
     """(doc_id, turn) -> sha256 of the completion, for the records that carry a doc_id."""
     from atlas_ab import AtlasError
-    from atlas_ab.ingest.records import read_records
+    from atlas_ab.ingest.responses import read_records
 
     out = {}
     for p in paths:

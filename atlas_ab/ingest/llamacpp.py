@@ -14,7 +14,7 @@ every step drafted the depth (then k was fixed and the steps are written out).
 from __future__ import annotations
 
 from atlas_ab.ingest.engine_units import UNKNOWN, Unit, check_unit, fixed_k
-from atlas_ab.ingest.records import Record, read_records
+from atlas_ab.ingest.responses import Record, read_records
 
 DEPTH_ROW = {"depth", "draft_n", "draft_n_accepted"}
 

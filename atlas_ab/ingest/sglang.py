@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 
 from atlas_ab.ingest.engine_units import UNKNOWN, Unit, check_unit, fixed_k
-from atlas_ab.ingest.records import Record, read_records
+from atlas_ab.ingest.responses import Record, read_records
 
 ACCEPTED = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
 PROPOSED = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")

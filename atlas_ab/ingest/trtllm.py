@@ -26,7 +26,7 @@ from pathlib import Path
 from atlas_ab import AtlasError
 from atlas_ab.ingest.engine_units import UNKNOWN, Unit, Where, check_unit
 from atlas_ab.ingest.jsonio import json_items
-from atlas_ab.ingest.records import Record, read_records
+from atlas_ab.ingest.responses import Record, read_records
 
 PER_REQUEST = {"acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens"}
 ITERATION = {"numDraftTokens", "numAcceptedTokens", "numRequestsWithDraftTokens", "acceptanceLength",

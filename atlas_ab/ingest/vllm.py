@@ -25,7 +25,7 @@ from pathlib import Path
 from atlas_ab import AtlasError
 from atlas_ab.ingest.engine_units import UNKNOWN, Unit, Where, check_unit, fixed_k
 from atlas_ab.ingest.jsonio import read_text
-from atlas_ab.ingest.records import Record, read_records
+from atlas_ab.ingest.responses import Record, read_records
 
 # the spec-decode object's fields (vllm/v1/metrics/stats.py RequestSpecDecodeMetrics.to_dict)
 SUMMARY = {"mean_acceptance_length", "draft_acceptance_rate", "acceptance_histogram", "num_spec_steps",
