@@ -63,13 +63,13 @@ def main() -> int:
     """Entry point: Hydra's main, with bad input turned into one line on stderr."""
     import hydra
 
-    from atlas_ab.config import store as config_store
+    from atlas_ab.config import hydra_schema
 
     # Let exceptions reach us instead of Hydra's multi-line report; we print one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
     # A log line that cannot be written (run.log on a full disk) is dropped, not printed as a traceback.
     logging.raiseExceptions = False
-    entry = hydra.main(config_path=str(config_store.CONF_DIR), config_name="config", version_base="1.3")(task)
+    entry = hydra.main(config_path=str(hydra_schema.CONF_DIR), config_name="config", version_base="1.3")(task)
     # Hydra writes "Error executing job with overrides: [...]" to stderr before re-raising a
     # job's exception; the one line below replaces it.
     real_stderr = sys.stderr

@@ -45,7 +45,7 @@ def one_line(ex: BaseException) -> Optional[str]:
     from hydra.errors import MissingConfigException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
-    from atlas_ab.config.store import GROUPS, field_type, unknown_key
+    from atlas_ab.config.hydra_schema import GROUPS, field_type, unknown_key
 
     if isinstance(ex, MissingConfigException):
         missing = getattr(ex, "missing_cfg_file", None) or ""
@@ -56,7 +56,7 @@ def one_line(ex: BaseException) -> Optional[str]:
         return first_line(ex)
     cause = ex.__cause__ or ex.__context__
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key:
-        # an unknown key (without `+`; with `+`, config_store.check_keys catches it)
+        # an unknown key (without `+`; with `+`, hydra_schema.check_keys catches it)
         group, _, key = str(cause.full_key).partition(".")
         return unknown_key(group if key and group in GROUPS else None, key or group)
     if isinstance(cause, ValidationError) and cause.full_key:

@@ -300,7 +300,7 @@ def compose_arm(overrides: list[str]) -> ArmConfig:
     """The validated arm that `python -m atlas_ab OVERRIDES` would run."""
     from hydra import compose, initialize_config_dir
 
-    from atlas_ab.config.store import CONF_DIR
+    from atlas_ab.config.hydra_schema import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="levers"):
         return arm_of(compose(config_name="config", overrides=overrides))
@@ -310,7 +310,7 @@ def arm_of(cfg) -> ArmConfig:
     """A composed config's arm: its keys checked, its levers validated."""
     from omegaconf import OmegaConf
 
-    from atlas_ab.config.store import check_keys
+    from atlas_ab.config.hydra_schema import check_keys
     from atlas_ab.config.structured import validate_arm
 
     check_keys(cfg)

@@ -2,7 +2,7 @@
 is written there and held until the run ends.
 
 Hydra writes into a job's directory (its saved config, run.log) before our task starts, so a
-job first takes the lock while Hydra resolves `hydra.output_subdir` (config/store.py), right
+job first takes the lock while Hydra resolves `hydra.output_subdir` (config/hydra_schema.py), right
 after Hydra creates the directory: a second process started on the same directory is refused
 there, in one line, having written nothing, and the session adopts the lock its own process
 already holds. A directory this process cannot write (read-only, full, no permission) is

@@ -22,10 +22,10 @@ from typing import Any, Callable, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from atlas_ab import AtlasError
+from atlas_ab.config.hydra_schema import check_keys
 from atlas_ab.config.levers import arm_from_env, env_report, resolved_levers
 from atlas_ab.config.paths import resolve_path
 from atlas_ab.config.prereg import load_prereg, lock
-from atlas_ab.config.store import check_keys
 from atlas_ab.config.structured import (
     ArmConfig,
     ModelConfig,
@@ -87,7 +87,7 @@ def compose_configs(overrides: list[str]) -> Configs:
     benches build runners in one process)."""
     from hydra import compose, initialize_config_dir
 
-    from atlas_ab.config.store import CONF_DIR
+    from atlas_ab.config.hydra_schema import CONF_DIR
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return configs(compose(config_name="config", overrides=overrides))
 

@@ -18,8 +18,8 @@ from atlas_ab.analysis import synth
 from atlas_ab.analysis.__main__ import main as analysis_main
 from atlas_ab.analysis.load import load_run
 from atlas_ab.analysis.report import build_report
+from atlas_ab.config.hydra_schema import check_keys
 from atlas_ab.config.paths import PACKAGE_ROOT
-from atlas_ab.config.store import check_keys
 from atlas_ab.errors import one_line
 from atlas_ab.run.session import run
 from atlas_ab.run.store import RunStore

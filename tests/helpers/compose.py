@@ -10,7 +10,7 @@ import functools
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from atlas_ab.config.store import CONF_DIR  # (registers the schema)
+from atlas_ab.config.hydra_schema import CONF_DIR  # (registers the schema)
 
 
 @functools.lru_cache(maxsize=None)

@@ -31,7 +31,7 @@ def test_sampled_run_live_and_replay_pass_the_gate(tmp_path, tiny_ckpt):  # noqa
 def _compose(overrides):
     from hydra import compose, initialize_config_dir
 
-    from atlas_ab.config.store import CONF_DIR
+    from atlas_ab.config.hydra_schema import CONF_DIR
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="t"):
         return compose(config_name="config", overrides=overrides)
 
