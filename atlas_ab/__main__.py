@@ -64,7 +64,9 @@ def main() -> int:
     import hydra
 
     from atlas_ab.config import hydra_schema
+    from atlas_ab.run import claim
 
+    claim.register_resolver()       # each job locks its directory before Hydra writes into it
     # Let exceptions reach us instead of Hydra's multi-line report; we print one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
     # A log line that cannot be written (run.log on a full disk) is dropped, not printed as a traceback.

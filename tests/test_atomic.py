@@ -51,3 +51,16 @@ def test_the_run_lock_is_adopted_refuses_a_second_taker_and_goes_with_its_releas
     lock.release()
     assert not (tmp_path / claim.LOCK).exists()
     claim.take(tmp_path).release()                       # free again
+
+
+def test_configuration_names_the_hydra_subdir_and_only_the_run_side_takes_the_lock(tmp_path):
+    from atlas_ab.config.hydra_schema import hydra_subdir
+
+    assert hydra_subdir(None, str(tmp_path)) == ".hydra"
+    assert not (tmp_path / claim.LOCK).exists()          # composing a config locks nothing
+    (tmp_path / "manifest.json").write_text("{}")
+    assert hydra_subdir(None, str(tmp_path)).startswith(".hydra/resume-")
+    assert claim.claimed_hydra_subdir(None, str(tmp_path)) == hydra_subdir(None, str(tmp_path))
+    assert (tmp_path / claim.LOCK).read_text() == f"pid {os.getpid()}\n"   # parked for the job
+    claim.take(tmp_path).release()                       # the session adopts it and lets it go
+    assert not (tmp_path / claim.LOCK).exists()

@@ -13,7 +13,8 @@ The group schemas are deliberately NOT stored under the group names (`arm`,
 Struct mode rejects an unknown key given without `+`; one added with `+` (Hydra's
 "append", which opens the struct flag) composes silently, so `check_keys` walks the
 composed config against the dataclasses and refuses it, naming the nearest valid key.
-Also registers the resolvers the Hydra config uses (`atlas.*`), at import.
+Also registers the resolvers the Hydra config uses (`atlas.*`), at import; they compute values
+and touch nothing (the run directory's lock is the run side's: run/claim.py).
 """
 from __future__ import annotations
 
@@ -52,21 +53,16 @@ def _run_dir(resume: Optional[str], default: str) -> str:
     return default
 
 
-def _hydra_subdir(resume: Optional[str], output_dir: str) -> str:
+def hydra_subdir(resume: Optional[str], output_dir: str) -> str:
     """hydra.output_subdir: `.hydra`, unless the directory already holds a run.
 
     Resuming must not overwrite the original run's saved config (it is what the
     data was produced with), so a second invocation in the same directory saves
     its own under `.hydra/resume-<time>/`.
 
-    Hydra resolves this after creating the job's directory and before writing into it, so this
-    is where the job takes the directory's lock (run/claim.py): a directory another process is
-    writing, or one nobody can write, is refused here, before Hydra writes anything.
+    Configuration only names the folder: the run's entry point wraps this resolver to take the
+    directory's lock first (run/claim.py `claimed_hydra_subdir`).
     """
-    if output_dir and Path(output_dir).is_dir():
-        from atlas_ab.run.claim import park
-
-        park(Path(output_dir))
     if output_dir and (Path(output_dir) / "manifest.json").exists():
         # the invocation's time, not the resolution's: Hydra resolves this once to create the
         # folder and the session again to find it (and remove it if the resume is refused)
@@ -109,7 +105,7 @@ def _model_shape(init: str, path: Optional[str], hidden: Optional[int], layers: 
 
 
 def register_resolvers() -> None:
-    for name, fn in (("atlas.run_dir", _run_dir), ("atlas.hydra_subdir", _hydra_subdir),
+    for name, fn in (("atlas.run_dir", _run_dir), ("atlas.hydra_subdir", hydra_subdir),
                      ("atlas.n_devices", _n_devices), ("atlas.model_shape", _model_shape)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)

@@ -89,6 +89,11 @@ class SamplingConfig:
         return self.temperature == 0
 
 
+#: `workload.corpus` and `workload.split`'s values (workload/corpus.py builds the text of each)
+CORPUS_SOURCES = ("stdlib", "pydoc")
+SPLITS = ("train", "heldout")
+
+
 @dataclass
 class WorkloadConfig:
     corpus: str = "stdlib"      # stdlib (Python source) | pydoc (language reference prose)
@@ -242,10 +247,8 @@ def validate_model(model: ModelConfig) -> ModelConfig:
 
 
 def validate_workload(w: WorkloadConfig) -> WorkloadConfig:
-    from atlas_ab.workload.corpus import SOURCES, SPLITS
-
-    if w.corpus not in SOURCES:
-        raise AtlasError(f"workload.corpus={w.corpus!r} must be one of {list(SOURCES)}")
+    if w.corpus not in CORPUS_SOURCES:
+        raise AtlasError(f"workload.corpus={w.corpus!r} must be one of {list(CORPUS_SOURCES)}")
     if w.split not in SPLITS:
         raise AtlasError(f"workload.split={w.split!r} must be one of {list(SPLITS)}")
     for key in ("n_docs", "turns", "chunk_tokens"):

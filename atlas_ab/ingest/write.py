@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from atlas_ab import AtlasError
 from atlas_ab.atomic import write_json, write_table
-from atlas_ab.run.provenance import now
+from atlas_ab.clock import now
 from atlas_ab.run.store import MANIFEST
 from atlas_ab.telemetry.grain import Telemetry
 from atlas_ab.telemetry.schema import MANIFEST_SCHEMA, SHARD_ROWS

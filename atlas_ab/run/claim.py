@@ -1,14 +1,15 @@
 """One process per run directory: an exclusive lock on `<run_dir>/.lock`, taken before anything
 is written there and held until the run ends.
 
-Hydra writes into a job's directory (its saved config, run.log) before our task starts, so a
-job first takes the lock while Hydra resolves `hydra.output_subdir` (config/hydra_schema.py), right
-after Hydra creates the directory: a second process started on the same directory is refused
-there, in one line, having written nothing, and the session adopts the lock its own process
-already holds. A directory this process cannot write (read-only, full, no permission) is
-refused at the same point. The lock file is removed on release; a taker checks that the file it
-locked is still the one at the path (its previous holder may have removed it meanwhile), so the
-removal never lets two processes in.
+Hydra writes into a job's directory (its saved config, run.log) before our task starts, so a job
+first takes the lock while Hydra resolves `hydra.output_subdir`, right after Hydra creates the
+directory (the run's entry point registers `claimed_hydra_subdir` over configuration's pure
+`atlas.hydra_subdir` resolver, so composing a config never takes a lock): a second process
+started on the same directory is refused there, in one line, having written nothing, and the
+session adopts the lock its own process already holds. A directory this process cannot write
+(read-only, full, no permission) is refused at the same point. The lock file is removed on
+release; a taker checks that the file it locked is still the one at the path (its previous
+holder may have removed it meanwhile), so the removal never lets two processes in.
 """
 from __future__ import annotations
 
@@ -123,6 +124,24 @@ def take(directory: Path) -> DirLock:
     lock = DirLock(directory).acquire()
     _held[_key(directory)] = lock
     return lock
+
+
+def claimed_hydra_subdir(resume: Optional[str], output_dir: str) -> str:
+    """`atlas.hydra_subdir` for a job: park the directory's lock, then name the subdir as
+    configuration does. Hydra resolves it after creating the directory and before writing into
+    it, so a directory another process is writing, or one nobody can write, is refused here."""
+    from atlas_ab.config.hydra_schema import hydra_subdir
+
+    if output_dir and Path(output_dir).is_dir():
+        park(Path(output_dir))
+    return hydra_subdir(resume, output_dir)
+
+
+def register_resolver() -> None:
+    """Make every job of this process take its directory's lock as Hydra resolves its subdir."""
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("atlas.hydra_subdir", claimed_hydra_subdir, replace=True)
 
 
 @atexit.register

@@ -1,11 +1,10 @@
 """Provenance for the manifest: the code that ran (a content hash, and the git commit of a clean
-checkout of this project), package versions, host, file hashes, time.
+checkout of this project), package versions, host, file hashes (the time: atlas_ab/clock.py).
 
 `python -m atlas_ab.run.provenance` prints the code identity as one JSON line (the GPU scripts
 log it next to their runs)."""
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import platform
 import socket
@@ -19,10 +18,6 @@ from atlas_ab.config.paths import PACKAGE_DIR, PACKAGE_ROOT
 
 _PACKAGES = ("atlas_ab", "torch", "numpy", "pandas", "pyarrow", "hydra-core", "omegaconf",
              "safetensors", "tokenizers", "tqdm")
-
-
-def now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
 def sha256_file(path: str | Path) -> str:

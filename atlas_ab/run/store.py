@@ -34,9 +34,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from atlas_ab import AtlasError, atomic
+from atlas_ab.clock import now
 from atlas_ab.run import claim
 from atlas_ab.run.engine import status_of
-from atlas_ab.run.provenance import now
 from atlas_ab.telemetry.schema import MANIFEST_SCHEMA as SCHEMA, SHARD_ROWS
 
 MANIFEST = "manifest.json"

@@ -31,7 +31,7 @@ from safetensors.torch import load as st_load, save as st_save
 
 from atlas_ab import AtlasError
 from atlas_ab.atomic import write_bytes, write_json
-from atlas_ab.run.provenance import now
+from atlas_ab.clock import now
 from atlas_ab.speculative.trajectory import Trajectory
 
 log = logging.getLogger("atlas_ab")

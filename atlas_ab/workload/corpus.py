@@ -25,9 +25,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from atlas_ab import AtlasError
+from atlas_ab.config.structured import CORPUS_SOURCES as SOURCES  # the names `workload.corpus` takes
 
-SOURCES = ("stdlib", "pydoc")
-SPLITS = ("train", "heldout")
 HELDOUT_PER_MILLE = 50          # ~5% of documents are held out
 SPLIT_RULE = "heldout iff int(sha256(name)[:8], 16) % 1000 < 50"
 
