@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from atlas_ab.analysis.comparison import compare_runs
-from atlas_ab.analysis.load import load_run
-from atlas_ab.analysis.metrics import arm_metrics, cell_counts
-from atlas_ab.analysis.synth import simulate_steps, write_run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the checkout: its tests/helpers write the runs
+
+from atlas_ab.analysis.comparison import compare_runs  # noqa: E402
+from atlas_ab.analysis.load import load_run  # noqa: E402
+from atlas_ab.analysis.metrics import arm_metrics, cell_counts  # noqa: E402
+from tests.helpers.synth import simulate_steps, write_run  # noqa: E402
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from atlas_ab.analysis.__main__ import main
-from atlas_ab.analysis.synth import simulate_steps, steps_from_counts, write_run
+from tests.helpers.synth import simulate_steps, steps_from_counts, write_run
 
 ROOT = Path(__file__).parents[2]
 PREREG = ROOT / "analysis/prereg/refeed_p2_uncond.yaml"

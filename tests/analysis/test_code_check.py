@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from atlas_ab.analysis.synth import simulate_steps, write_run
 from tests.analysis.test_cli import FAST, one_error, run_cli
 from tests.helpers.engine_fixtures import greedy_positions
+from tests.helpers.synth import simulate_steps, write_run
 
 OTHER = "sha256:" + "1" * 64
 SAME = "sha256:" + "0" * 64

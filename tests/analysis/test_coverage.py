@@ -11,7 +11,7 @@ from atlas_ab import AtlasError
 from atlas_ab.analysis.__main__ import main as cli_main
 from atlas_ab.analysis.coverage import topk_coverage
 from atlas_ab.analysis.metrics import cell_counts, rates
-from atlas_ab.analysis.synth import write_run
+from tests.helpers.synth import write_run
 
 
 def simulate_topk_steps(n: int = 600, K: int = 3, topk: int = 4, vocab: int = 40, seed: int = 0,

@@ -6,11 +6,11 @@ import pandas as pd
 import pytest
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis import synth
 from atlas_ab.analysis.criteria import judge
 from atlas_ab.analysis.load import load_run
 from atlas_ab.analysis.paired import paired_difference
 from atlas_ab.config.prereg import load_prereg
+from tests.helpers import synth
 
 
 def _pair_runs(tmp_path, n_docs=12, per_doc=200, p=(0.6, 0.3), lift=0.05, shared=0.9, seed=0):

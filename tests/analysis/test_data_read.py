@@ -8,9 +8,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from atlas_ab.analysis import synth
 from atlas_ab.analysis.__main__ import main
-from tests.helpers import faults
+from tests.helpers import faults, synth
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAIMS_RUNS = ROOT / "analysis/reports/claims_2026-11-29/runs/conf.tar.xz"

@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis import synth
 from atlas_ab.analysis.economics import confidence_bins, economics, throughput, throughput_difference, timed
 from atlas_ab.analysis.load import load_run
+from tests.helpers import synth
 
 
 def _timed_run(root, arm, steps, mode="live", batch_width=1):

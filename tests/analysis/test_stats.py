@@ -9,7 +9,7 @@ from atlas_ab.analysis import cluster
 from atlas_ab.analysis.metrics import cell_counts, doc_sums
 from atlas_ab.analysis.sizing import se_at
 from atlas_ab.analysis.stats import compare, difference, format_delta, rate
-from atlas_ab.analysis.synth import simulate_steps, steps_from_counts
+from tests.helpers.synth import simulate_steps, steps_from_counts
 
 # speculative.rs.txt, POWERED A/B (2026-07-21, dgx2), nd = 2 so every verify step has k = 2.
 OFF_N, ON_N = 10_400, 10_100

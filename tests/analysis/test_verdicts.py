@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis import synth
 from atlas_ab.analysis.__main__ import main as analysis_main
 from atlas_ab.analysis.load import load_run
 from atlas_ab.analysis.report import build_report
@@ -24,6 +23,7 @@ from atlas_ab.errors import one_line
 from atlas_ab.run.session import run
 from atlas_ab.run.store import RunStore
 from atlas_ab.telemetry.schema import TIMING_COLUMNS
+from tests.helpers import synth
 from tests.helpers.compose import cfg_of
 
 FAKE = "runner.engine._target_=tests.helpers.fakerunner.FakeRunner"

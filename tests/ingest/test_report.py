@@ -68,8 +68,8 @@ def test_one_build_report_for_every_grain(tmp_path):
     verdict by the one judge, and each per-step section as a row saying why the grain lacks it."""
     from atlas_ab.analysis.load import load_run
     from atlas_ab.analysis.report import build_report
-    from atlas_ab.analysis.synth import simulate_steps, write_run
     from atlas_ab.analysis.unit_runs import load_units
+    from tests.helpers.synth import simulate_steps, write_run
 
     (tmp_path / "off.prom").write_text(vllm_prom(2000, 4000, 2500, [1500, 1000]))
     (tmp_path / "on.prom").write_text(vllm_prom(2000, 4000, 2700, [1550, 1150]))

@@ -11,10 +11,10 @@ from atlas_ab.analysis.load import load_run
 from atlas_ab.analysis.metrics import cell_counts, doc_sums
 from atlas_ab.analysis.paired import between_runs
 from atlas_ab.analysis.stats import estimate
-from atlas_ab.analysis.synth import simulate_steps, write_run
 from atlas_ab.analysis.unit_runs import figure, load_units
 from atlas_ab.ingest import ingest
 from tests.helpers.engine_fixtures import greedy_positions
+from tests.helpers.synth import simulate_steps, write_run
 
 HEAD = ("p1", "p2_uncond", "p2_cond", "tokens_per_step")
 ERR = "atlas_ab.analysis: error: "

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from atlas_ab.analysis import synth
-from tests.helpers import faults
+from tests.helpers import faults, synth
 from tests.helpers.cli import cli as run_cli, env_with as _env
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Synthetic runs in the telemetry layout, for the tests and the benchmark.
+"""Synthetic runs in the telemetry layout, for the tests and bench/bench_analysis.py.
 
 Not a simulator of a drafter: just step tables with chosen acceptance rates,
 optional document-level random effects (clustering), and exact counts when a
