@@ -1,7 +1,7 @@
 """Read what engines and clients write: JSON (an object or a list), JSON lines, and
 server-sent-event streams (`data: {...}` lines, `data: [DONE]` last).
 
-One reader for the ingest (`responses.py`, files on disk) and the collector (`collect.py`,
+One reader for the ingest (`responses.py`, files on disk) and the collector (`atlas_ab/collect/client.py`,
 answers as they arrive). Every failure is one AtlasError naming the file or URL and the line.
 """
 from __future__ import annotations

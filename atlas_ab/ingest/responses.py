@@ -3,7 +3,7 @@
 A record is one request's answer, either bare (as the engine returned it) or wrapped by
 the client that sent it, which is where the document and turn live (engines do not know
 them): {"doc_id": 3, "turn": 1, "response": {...}} or {"doc_id": 3, "turn": 1,
-"stream": [chunk, ...]}. `atlas_ab.ingest.collect` writes the wrapped form.
+"stream": [chunk, ...]}. `atlas_ab.collect` writes the wrapped form.
 """
 from __future__ import annotations
 

@@ -169,7 +169,7 @@ def build(units: list[Unit], source: str, fmt: str, notes: tuple[str, ...] = ())
     if clusters == "doc_id":
         exact += ["by_turn", "request_pairing"]
     elif clusters == "request":
-        na["by_turn"] = "records carry no turn (give doc_id and turn per record, as `atlas_ab.ingest.collect` does)"
+        na["by_turn"] = "records carry no turn (give doc_id and turn per record, as `atlas_ab.collect` does)"
         na["request_pairing"] = "records carry no (doc_id, turn) to pair two runs on"
     else:
         na["by_turn"] = na["request_pairing"] = "global counters"

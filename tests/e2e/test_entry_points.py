@@ -15,7 +15,7 @@ SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scrip
 def test_the_console_scripts_beside_python_m():
     assert SCRIPTS == {"atlas-ab": "atlas_ab.__main__:main",
                        "atlas-ab-analysis": "atlas_ab.analysis.__main__:main",
-                       "atlas-ab-collect": "atlas_ab.ingest.collect:main",
+                       "atlas-ab-collect": "atlas_ab.collect.cli:main",
                        "atlas-ab-levers": "atlas_ab.config.levers:main"}
 
 

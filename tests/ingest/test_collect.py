@@ -1,4 +1,4 @@
-"""`python -m atlas_ab.ingest.collect` against fake engines on 127.0.0.1 (tests/helpers/engine_fixtures.py):
+"""`python -m atlas_ab.collect` against fake engines on 127.0.0.1 (tests/helpers/engine_fixtures.py):
 the A/B end to end (two arms -> report --prereg, mcnemar), each engine's format, retries,
 resume, and the refusals (one line, exit 2)."""
 import json
@@ -8,10 +8,10 @@ import pytest
 from atlas_ab.analysis.__main__ import main as analysis
 from atlas_ab.analysis.load import load_run
 from atlas_ab.analysis.unit_runs import figure, load_units
-from atlas_ab.ingest.collect import main as collect
+from atlas_ab.collect.cli import main as collect
 from tests.helpers.engine_fixtures import FakeEngine, reply_for
 
-ERR = "atlas_ab.ingest.collect: error: "
+ERR = "atlas_ab.collect: error: "
 SMALL = ["--workload", "tiny", "--set", "n_docs=4", "--set", "gen_tokens=30", "--no-progress"]
 
 

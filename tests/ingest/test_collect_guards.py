@@ -7,8 +7,8 @@ import json
 import pytest
 
 from atlas_ab.analysis.__main__ import main as analysis
-from atlas_ab.ingest import collect as collect_mod
-from atlas_ab.ingest.collect import main as collect
+from atlas_ab.collect import client as collect_client
+from atlas_ab.collect.cli import main as collect
 from tests.helpers.engine_fixtures import FakeEngine
 from tests.ingest.test_collect import ERR, SMALL, one_error, run
 
@@ -126,9 +126,9 @@ def test_a_hung_server_fails_after_one_wait_and_shows_it(tmp_path, capsys):
     lines, err = errors(capsys)
     assert code == 2 and len(lines) == 1, err
     assert "no answer within --timeout 1.2 s (after 1 attempt(s))" in lines[0] and sent == 3
-    assert any(line.startswith(f"{collect_mod.PROG}: waiting: doc 0 turn 0 for ") and "(--timeout 1.2 s)" in line
+    assert any(line.startswith(f"{collect_client.PROG}: waiting: doc 0 turn 0 for ") and "(--timeout 1.2 s)" in line
                for line in err), err
-    assert (collect_mod.TIMEOUT_S, collect_mod.RETRIES) == (60.0, 2)
+    assert (collect_client.TIMEOUT_S, collect_client.RETRIES) == (60.0, 2)
 
 
 # ---- the engines (issue 21, "The collector") --------------------------------------------------
@@ -149,7 +149,7 @@ def test_streamed_tensorrt_llm_metrics_are_waited_for(tmp_path, capsys, monkeypa
         assert run(fe, tmp_path, "t", "--stream", "--concurrency", "1") == 0
     m = json.loads((tmp_path / "t" / "manifest.json").read_text())
     assert m["status"] == "complete" and m["collect"]["params"]["stream"] is True
-    monkeypatch.setattr(collect_mod, "PERF_WAIT_S", 0.3)
+    monkeypatch.setattr(collect_client, "PERF_WAIT_S", 0.3)
     with FakeEngine("trtllm", perf_delay=10 ** 6) as fe:       # never recorded: the flag is missing
         one_error(capsys, run(fe, tmp_path, "n", "--stream", "--concurrency", "1"),
                   ["GET /perf_metrics returned 0 entries", "none within 0.3 s", "return_perf_metrics: true"])

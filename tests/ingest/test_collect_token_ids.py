@@ -8,9 +8,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from atlas_ab.collect.cli import main as collect
 from atlas_ab.config.paths import PACKAGE_DIR
 from atlas_ab.config.structured import SamplingConfig, WorkloadConfig
-from atlas_ab.ingest.collect import main as collect
 from atlas_ab.workload.documents import build_workload
 
 SET = ["--set", "n_docs=2", "--set", "turns=3", "--set", "gen_tokens=5"]

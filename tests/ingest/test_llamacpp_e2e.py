@@ -95,7 +95,7 @@ def our_run(tmp: Path, arm: str, *extra: str) -> Path:
 
 def collected(tmp: Path, url: str, arm: str) -> Path:
     out = tmp / f"llamacpp_{arm}"
-    run(["-m", "atlas_ab.ingest.collect", "--url", url, "--arm", arm, "--out", str(out), "--token-ids",
+    run(["-m", "atlas_ab.collect", "--url", url, "--arm", arm, "--out", str(out), "--token-ids",
          "--ignore-eos", "--no-progress", "--timeout", "120", "--concurrency", "1",
          *(x for k, v in WORKLOAD.items() for x in ("--set", f"{k}={v}"))], timeout=600)
     return out

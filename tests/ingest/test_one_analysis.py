@@ -12,10 +12,10 @@ from atlas_ab.analysis.export import export
 from atlas_ab.analysis.load import load_run
 from atlas_ab.analysis.metrics import doc_sums
 from atlas_ab.analysis.stats import compare, estimate
-from atlas_ab.analysis.synth import simulate_steps, write_run
 from atlas_ab.analysis.unit_runs import figure, load_units
 from atlas_ab.ingest import ingest
 from tests.helpers.engine_fixtures import greedy_positions
+from tests.helpers.synth import simulate_steps, write_run
 
 METRICS = ("p1", "p2_uncond", "p2_cond", "tokens_per_step", "draft_acceptance_rate")
 
@@ -27,7 +27,7 @@ def test_ingest_imports_no_analysis():
     ingest = ("import sys, importlib\n"
               "from atlas_ab.ingest import SOURCES\n"
               "for m in list(SOURCES.values()) + ['atlas_ab.ingest', 'atlas_ab.ingest.tables', 'atlas_ab.ingest.write',"
-              " 'atlas_ab.ingest.collect', 'atlas_ab.ingest.jsonio']:\n"
+              " 'atlas_ab.collect', 'atlas_ab.ingest.jsonio']:\n"
               "    importlib.import_module(m)\n"
               "bad = sorted(m for m in sys.modules if m.startswith(('atlas_ab.analysis', 'scipy', 'statsmodels')))\n"
               "print(','.join(bad))\n")

@@ -277,14 +277,15 @@ def test_registry_and_one_reader():
     import importlib
     import inspect
 
-    from atlas_ab.ingest import SOURCES, collect, jsonio, responses
+    from atlas_ab.collect import client
+    from atlas_ab.ingest import SOURCES, jsonio, responses
 
     for name, path in SOURCES.items():
         mod = importlib.import_module(path)
         entry = getattr(mod, "units", None) or mod.events
         assert list(inspect.signature(entry).parameters)[0] == "paths", name
         assert set(getattr(mod, "OPTIONS", ())) <= set(inspect.signature(entry).parameters), name
-    assert collect.sse_payloads is jsonio.sse_payloads and responses.json_items is jsonio.json_items
+    assert client.sse_payloads is jsonio.sse_payloads and responses.json_items is jsonio.json_items
     with pytest.raises(AtlasError, match="applies to sglang only, not to vllm"):
         from atlas_ab.ingest import source_units
         source_units("vllm", [], k=3)
