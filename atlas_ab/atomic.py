@@ -100,8 +100,7 @@ def write_table(path: str | Path, table) -> str:
     import pyarrow.parquet as pq
 
     buf = pa.BufferOutputStream()
-    # A column's dictionary gives up at 16 KB instead of 1 MB: the events' fingerprints never repeat,
-    # and building their dictionary to 1 MB before falling back halved the encode's speed (a B=256
-    # wave's events: 12.1 -> 6.1 ms, the file 2% smaller; bench/RESULTS.md, "Shards written behind").
+    # dictionaries give up at 16 KB, not 1 MB: fingerprints never repeat, so a full one is built for
+    # nothing (bench/RESULTS.md, "Shards written behind the next wave")
     pq.write_table(table, buf, dictionary_pagesize_limit=1 << 14)
     return write_bytes(path, memoryview(buf.getvalue()))

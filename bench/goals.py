@@ -7,9 +7,8 @@ run met it. A goal the run did not measure is listed as such, never guessed.
 A figure that is the median of alternations also carries an interval for that median
 (`median_interval`: order statistics, distribution-free), and the verdict is taken on it: MET only
 when the whole interval meets the target, NOT MET only when none of it does, and otherwise
-"INSIDE ITS NOISE", not judged. One H200 call's FINGERPRINTS alternations ranged 0.90-1.15 and
-their median read 0.992 with nothing on its path changed since a call that read 0.921 (0.85-0.95):
-a median alone would have called that MET (bench/RESULTS.md, the eighth session).
+"INSIDE ITS NOISE", not judged: on a shared host a median of five alternations swings by more
+than the 5% a goal may judge.
 """
 from __future__ import annotations
 

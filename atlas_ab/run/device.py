@@ -35,7 +35,7 @@ def thread_count(requested: int, side_by_side: int = 1) -> int:
 
 def set_threads(n: int) -> int:
     """torch's CPU threads, where the engine already imported torch: an engine that does not use
-    it (the tests' fake runner, an ingest) does not pay its import (1.5 s on this 2-core CPU)."""
+    it (the tests' fake runner, an ingest) does not pay its import."""
     torch = sys.modules.get("torch")
     if torch is None:
         return n
@@ -60,8 +60,8 @@ class DeviceClaim:
     """The device a job runs on, plus an advisory lock when it shares a host's GPUs with other jobs.
 
     With auto and several local GPUs (the joblib launcher), a job prefers the GPU its process
-    already used (a worker runs many jobs, and one process must stay on one GPU: measured on two
-    H200s, a worker that moved from cuda:1 to cuda:0 captured empty CUDA graphs), else
+    already used (a worker runs many jobs, and one process must stay on one GPU: a process that
+    moves to another GPU captures empty CUDA graphs), else
     cuda:(n % device_count) for job n; if another running job of this host holds that GPU, it
     takes the first free one instead, and waits for its preferred one only when all are held.
     The lock (flock on a file in the temp dir) is released when the job ends.

@@ -76,9 +76,8 @@ class Runner:
         if self.device.type == "cuda":
             if self.device.index is None:
                 self.device = torch.device("cuda", torch.cuda.current_device())
-            # the job's GPU becomes the current device: Triton kernels and CUDA graphs use the
-            # current device, so a job on cuda:1 would otherwise launch them on cuda:0 (measured:
-            # "Pointer argument cannot be accessed from Triton" in a two-GPU sweep)
+            # the job's GPU becomes the current device: Triton kernels and CUDA graphs launch on the
+            # current device, whatever device their tensors are on
             torch.cuda.set_device(self.device)
         self.dtype = resolve_dtype(runner.dtype, self.device)
         torch.manual_seed(runner.seed)

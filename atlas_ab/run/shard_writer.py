@@ -1,8 +1,7 @@
 """A wave's shard written while the next wave runs (`runner.write_behind`).
 
 `RunStore.add_shard` encodes a wave's tables to Parquet, hashes and fsyncs them and grows the
-manifest: 17 ms for a B=256 wave's 50,000 FINGERPRINTS events on this repository's CPU VM, against
-a ~70 ms wave on the H200 (bench/RESULTS.md, "Shards written behind the next wave"). The writer
+manifest, a large share of a short wave (bench/RESULTS.md, "Shards written behind the next wave"). The writer
 does that on one background thread with one shard in flight: a submit first waits for the shard
 before it, so shards land and the manifest grows in wave order, as when written in line. Parquet's
 encoder, sha256 and the file writes release the GIL, so the thread overlaps the next wave.

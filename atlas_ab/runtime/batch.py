@@ -27,9 +27,8 @@ def ragged_window(history: np.ndarray, start: np.ndarray, count: np.ndarray, wid
 
 def ragged_runs(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sequence b's run of lengths[b] items for every b, flattened in sequence order: each item's
-    sequence and its index in its run, (seq, j), each [sum(lengths)]. (The turn prefill's context
-    keys at B=256: 0.53 ms as a loop over the sequences, 0.04 ms so, on this repository's CPU VM;
-    bench/RESULTS.md, "The turn prefill".)"""
+    sequence and its index in its run, (seq, j), each [sum(lengths)]. Vectorised because the turn
+    prefill is host-bound (bench/RESULTS.md, "The turn prefill")."""
     lengths = np.asarray(lengths, dtype=np.int64)
     seq = np.repeat(np.arange(len(lengths)), lengths)
     return seq, np.arange(len(seq)) - np.repeat(np.cumsum(lengths) - lengths, lengths)

@@ -40,7 +40,7 @@ def _on_device(module: torch.nn.Module, device, dtype) -> torch.nn.Module:
 
     Each parameter is replaced by a `torch.empty` of its shape rather than by `Module.to_empty`:
     that runs `empty_like` on meta tensors through torch's Python reference path, which imports
-    sympy (2.2 s of a 2.8 s Runner build at 5.7B: bench/results/startup_warm_h200_2026-12-01b_profile.txt)."""
+    sympy, most of the Runner's build (bench/results/startup_warm_h200_2026-12-01b_profile.txt)."""
     def empty(t):
         return torch.empty(t.shape, device=device, dtype=dtype if t.is_floating_point() else t.dtype)
     made = {}

@@ -121,10 +121,10 @@ def lay_out_steps(outs: torch.Tensor, kinds: tuple, doc_id: np.ndarray, turn: np
 
 
 def _to_host(x: torch.Tensor) -> np.ndarray:
-    """A device tensor's values on the host, read through page-locked memory: a wave's events (~5 MB
-    at B=256) take the H200's host 3.0 ms to read into pageable memory and 0.1 ms into pinned
-    (bench/RESULTS.md, FINGERPRINTS laid out on the device). The array keeps the pinned block (the
-    caching host allocator's) until the wave's table is dropped."""
+    """A device tensor's values on the host, read through page-locked memory: a wave's events read
+    several times faster into pinned memory than pageable (bench/RESULTS.md, "FINGERPRINTS laid out on
+    the device"). The array keeps the pinned block (the caching host allocator's) until the wave's
+    table is dropped."""
     if x.device.type != "cuda":
         return x.numpy()
     host = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
@@ -259,8 +259,7 @@ class EventLog:
             return chunks[0] if len(chunks) == 1 else pa.chunked_array(chunks, type=type_)
         arrays = {k: column(i, EVENT_SCHEMA.field(k).type) for i, k in enumerate(FIELDS)}
         arrays["order"] = pa.array(np.arange(sum(p.shape[1] for p in pieces)), type=EVENT_SCHEMA.field("order").type)
-        # the kind column taken from codes (no Python string per event), in one call (a B=256 wave's
-        # 50,000 events: 0.26 ms on this CPU, the table's largest Arrow call)
+        # the kind column taken from codes in one call: no Python string per event
         codes = pieces[0][_KIND] if len(pieces) == 1 else np.concatenate([p[_KIND] for p in pieces])
         arrays["kind"] = pa.array(EVENT_KINDS, type=pa.string()).take(pa.array(codes))
         arrays["fp"] = column(_FP, pa.int64())

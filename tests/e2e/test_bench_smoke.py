@@ -149,7 +149,8 @@ def test_fingerprints_goal_is_the_median_of_its_alternations_with_their_range():
     assert straddles.met is None and straddles.verdict == "INSIDE ITS NOISE"
     assert straddles.detail == "median of 5 alternations (they ranged 0.850-0.990)"
     assert "| 0.920 (0.850-0.990) | INSIDE ITS NOISE |" in straddles.line()
-    below = fp([0.853, 0.921, 0.945, 0.904, 0.919])          # the H200 call of 2026-12-01, s8d
+    # an H200 call: bench/results/bench_runner_default_fp_h200_2026-12-01s8d.json
+    below = fp([0.853, 0.921, 0.945, 0.904, 0.919])
     assert below.met is False and below.verdict == "NOT MET"
     above = fp([0.96, 0.99, 0.951, 1.02, 0.97])
     assert above.met is True and above.as_dict()["verdict"] == "MET"

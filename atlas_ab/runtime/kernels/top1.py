@@ -6,10 +6,9 @@ depths); top-1 index i = the first j with z[j] = max(z) (torch.argmax's rule on 
 probability p = 1 / sum_j exp(z[j] - max z) (softmax's value at the max, exp(0) / sum, without
 writing the other V - 1 probabilities).
 
-Why a kernel: torch's reductions over [64, 4096] logits take ~15 us each on an H200 at these
-widths (one softmax pass, then a max over the probabilities it wrote; or the argmax), ~10% of the
-33.6M preset's step at B=64, K=2 (bench/RESULTS.md, "The step's glue, kernel by kernel"). One
-program per row reads it once (twice where V is wider than a block).
+Why a kernel: torch's reductions (one softmax pass, then a max over the probabilities it wrote; or
+the argmax) were the largest glue of a small model's step (bench/RESULTS.md, "The step's glue,
+kernel by kernel"). One program per row reads it once (twice where V is wider than a block).
 
 Numerics: the index is z.argmax(-1)'s exactly (a discrete outcome: same max, same tie rule). A
 drafter head took the index of softmax(z)'s max before: the same index, except where exp rounds
