@@ -233,6 +233,8 @@ def save(path: Union[str, os.PathLike], args: ModelArgs, trunk: Transformer, mtp
 
     if tokenizer_json is not None:
         dst = d / "tokenizer.json"
+        if dst.is_symlink():      # a shipped dir's link to another's tokenizer: write this dir its own file
+            dst.unlink()
         if isinstance(tokenizer_json, os.PathLike):
             dst.write_bytes(Path(tokenizer_json).read_bytes())
         elif isinstance(tokenizer_json, dict):

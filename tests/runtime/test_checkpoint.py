@@ -149,3 +149,18 @@ def test_load_time_6m_params(tmp_path):
     n = sum(p.numel() for p in ck.trunk.parameters()) + sum(p.numel() for p in ck.mtp.parameters())
     assert n > 6e6
     assert dt < 2.0, dt
+
+
+def test_a_linked_tokenizer_is_read_through_and_a_save_writes_its_own(good, tmp_path):
+    """A shipped checkpoint may link its tokenizer.json to another's (models/draft -> default): loading
+    reads through the link, and saving into that directory replaces the link, never its target."""
+    shared = tmp_path / "shared.json"
+    shared.write_text('{"model": "shared"}')
+    (good / "tokenizer.json").symlink_to(shared)
+    assert ckpt.load(good, "cpu", torch.float32).tokenizer_path == str(good / "tokenizer.json")
+    torch.manual_seed(0)
+    trunk, mtp = Transformer(ARGS), MTPModule(ARGS)
+    ckpt.save(good, ARGS, trunk, mtp, tokenizer_json='{"model": "own"}')
+    assert not (good / "tokenizer.json").is_symlink()
+    assert (good / "tokenizer.json").read_text() == '{"model": "own"}'
+    assert shared.read_text() == '{"model": "shared"}'
