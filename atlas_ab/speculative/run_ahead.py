@@ -137,19 +137,19 @@ class RunAhead:
         `ahead_step`'s output)."""
         n, gen, rows, last, halted = book                                               # [B] each
         K, B = self.K, self.B
-        ar = torch.arange(B, device=n.device)
-        active = (gen < self.G) & (halted == 0)
+        ar = torch.arange(B, device=n.device)                                           # [B]
+        active = (gen < self.G) & (halted == 0)                                         # [B]
         plan = {}
-        if self.arm.catchup:        # the gap rows, as the host's `Wave._catchup` plans them (+ their fixed width)
+        if self.arm.catchup:        # the gap rows, as the host plans them (loop.catchup_rows), at their fixed width
             last_key = torch.where(rows > 0, self.row_key_dev[ar, (rows - 1).clamp(min=0)], -1)          # [B]
             keys, live = gap_keys_on_device(self.ring.mirror, self.ring.capacity, self.arm.row_space, last_key,
                                             rows, n, active)                                               # [B, R]
-            over = (live.sum(dim=1) > self.cu_width).any()        # too wide: this step and the rest halt
+            over = (live.sum(dim=1) > self.cu_width).any()        # [] too wide: this step and the rest halt
             active = active & ~over
             halted = halted | over.long()
             plan, fed = self.proposer.feed_on_device(keys, live & active[:, None], rows, self.hist_dev,
                                                      self.cu_width)                                        # [B, W]; [B]
-            j = torch.arange(self.cu_width, device=n.device)[None, :]
+            j = torch.arange(self.cu_width, device=n.device)[None, :]                    # [1, W]
             at = torch.where(j < fed[:, None], rows[:, None] + j, self.row_key_dev.shape[1] - 1)         # [B, W]
             self.row_key_dev.scatter_(1, at, plan["cu_label"] - 1)                        # their pair keys
             rows = rows + fed
@@ -159,7 +159,7 @@ class RunAhead:
         plan.update(self.proposer.plan_on_device(rows, n, active, K, self.arm.oracle_p2))
         x, layout = pack_on_device(**plan)                                                # [B, X]
         if self.arm.catchup:
-            i = torch.arange(K, device=n.device)[None, :]
+            i = torch.arange(K, device=n.device)[None, :]                                # [1, K]
             at = torch.where(active[:, None], rows[:, None] + i, self.row_key_dev.shape[1] - 1)          # [B, K]
             self.row_key_dev.scatter_(1, at, n[:, None] - 1 + i)                          # the propose's rows
         # FINGERPRINTS: whether the ring holds the propose's label n before the step writes (a
@@ -177,13 +177,13 @@ class RunAhead:
         moved on by the committed tokens, the last committed token, the drafter's rows after the
         verify; CATCHUP: the committed tokens into the device's history."""
         K, B = self.K, self.B
-        n, last = s["n"], s["last"]
+        n, last = s["n"], s["last"]                                                    # [B] each
         r = unpack_plan(packed, read_layout)
         c = r["committed"]                                                                # [B]
         kept = (c - 1).clamp(min=0)                                                       # [B] drafts kept
         last = torch.where(c > 0, r["target"].gather(1, kept[:, None])[:, 0], last)       # the last committed token
         if self.arm.catchup:
-            d = torch.arange(K + 1, device=n.device)[None, :]
+            d = torch.arange(K + 1, device=n.device)[None, :]                            # [1, K+1]
             at = torch.where(d < c[:, None], n[:, None] + 1 + d, self.hist_dev.shape[1] - 1)   # [B, K+1]
             self.hist_dev.scatter_(1, at, r["target"])                                    # the committed tokens
         rows = self.proposer.rows_on_device(s["rows"], kept, s["active"], K, self.trim)   # [B]

@@ -18,6 +18,8 @@ Vocabulary
   R       the ring's capacity in labels (`arm.ring_size`; its tensors hold R+1: a dump row)
   W       catch-up rows a step feeds (CATCHUP; a fixed width at static shapes)
   X       a packed tensor's columns (the plan's, or the read's: host_io.py)
+  S       the read's fingerprint columns (FINGERPRINTS: 2 + W of the propose, 2(K+1) of the ring writes)
+  turn    the turn's index (a sampled run keys its uniforms with it; a greedy step ignores it)
   n       a sequence's position: its last committed token's, where the verify starts
   key     a drafter row's pair key k: the row pairs token k+1 with the target hidden of position k
   label   a ring slot's name: label L holds the target hidden of position L-1 (key k reads label k+1)
@@ -73,9 +75,17 @@ class DeviceStep:
         return [self.last_hidden] + ring
 
     def __call__(self, x: torch.Tensor, layout, length, turn: int, join: bool = True, a: dict | None = None):
-        """The whole step, static shapes: x [B, X] the packed plan (a: its arrays laid out, where the
-        caller has them). Returns the packed read [B, X'], its layout and the verify's hiddens
-        [B, K+1, H]. join False: the read's fingerprints are still being hashed (the caller joins)."""
+        """The whole step at static shapes (one graph): x [B, X] the packed plan (a: its arrays laid
+        out, where the caller has them). In order:
+          a          the plan by name: last_tok [B], pos and vslot [B, K+1], left [B], cu_* [B, W], ...
+          propose    CATCHUP's rows into the drafter, then drafts [B, K] after last_tok and last_hidden
+          verify     the target over [t_n, d1..dK] at pos: vh [B, K+1, H], tokens [B, K+1] and
+                     accepted [B], the longest prefix of drafts equal to the target's tokens
+          accept     committed [B] = min(accepted + 1, left); last_hidden := vh at the last kept
+                     depth; the ring's writes (REFEED, SHIFT, CATCHUP's serial steps)
+          pack_read  every number the host needs, one int64 [B, X'] (host_io.py)
+        Returns the packed read, its layout and vh. join False: the read's fingerprints are still
+        being hashed (the caller joins)."""
         a = self.plan_arrays(x, layout, fuse=self.fuse) if a is None else a
         prop, gated, fp = self.propose(x, layout, length, turn, join=False, a=a)
         return self.verify(x, layout, prop, gated, False, length, turn, fp, join=join, a=a)
