@@ -91,11 +91,11 @@ class Wave:
                                             self.doc_ids, self.ring, self.last_hidden)
         self.trace = WaveTrace(StepBlocks(self.K, arm.shadow_topk), self.fingerprints and self.fingerprints.log,
                                [[] for _ in range(B)])
-        self.table = StepTable(self.trace, arm, self.doc_ids)   # its rows, each step's written during the next
+        self.table = StepTable(self.trace, arm, self.doc_ids)   # each step's records, written during the next
         self.timer = StepTimer(self.target.live)   # step_ms, with each kind's warm-up kept apart
         self.full = {"verify": self.target.full_length(), **proposer.full_lengths()}
         # CATCHUP at static shapes: the rows' fixed width in both loops (a wider gap takes its bucket; a
-        # run-ahead halts there), so both run the same kernels on the same shapes: bit-equal rows
+        # run-ahead halts there), so both run the same kernels on the same shapes: bit-equal tables
         self.cu_width = bucket(self.K + 1) if static and arm.catchup else None
         self.turn = 0
         self.step_no = np.zeros(B, dtype=np.int64)   # [B] steps of the turn so far
@@ -190,7 +190,7 @@ class Wave:
         n = self.kv_len.copy()                      # [B] position of the last committed token
         plan, lengths, fed, rows_at_propose = self._plan(active, n)
         packed, read_layout, vh, serial = self._run(plan, lengths, active)
-        self._flush()                               # the previous step's rows, while the device runs this one
+        self._flush()                               # the previous step's telemetry, while the device runs this one
         h = unpack_read(packed.cpu().numpy(), read_layout)   # the step's one device->host read
         record = self._after_read(h, vh, active, n, fed, rows_at_propose)
         self.table.hold(record, self.timer.stop("serial" if serial else "verify"))
@@ -253,7 +253,7 @@ class Wave:
             self.on_step(int(h.committed.sum()), np.where(h.gated[act], 0, self.K), h.acc[act])
 
     def _flush(self) -> None:
-        """The last step's telemetry: its fingerprint events hashed in the step, then its rows."""
+        """The last step's telemetry: its fingerprint events hashed in the step, then its table records."""
         if self.fingerprints is not None:
             self.fingerprints.flush()
         self.table.flush()
@@ -295,7 +295,7 @@ class Wave:
         return record
 
     def _emit(self, records: list, timing) -> None:
-        """A booked chunk's telemetry: its fingerprint events, then its rows."""
+        """A booked chunk's telemetry: its fingerprint events, then its table records."""
         self._flush()
         if records and self.fingerprints is not None and self.fingerprints.laid_out:
             self.fingerprints.add_chunk(self.turn, [(r[1], r[5]) for r in records], self.ahead)

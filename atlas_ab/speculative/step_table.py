@@ -1,5 +1,5 @@
-"""A wave's step table: one telemetry row per active sequence per step (telemetry/records.py),
-each step's written while the device runs the next one."""
+"""A wave's step table: one telemetry record per active sequence per step (telemetry/records.py,
+docs/telemetry.md), each step's written while the device runs the next one."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,7 +22,7 @@ class WaveTrace:
 
 
 class StepTable:
-    """The step rows of a wave into its trace. A record: (h, act, n, rows_at_propose, fed, step_no,
+    """A wave's step records into its trace. A record: (h, act, n, rows_at_propose, fed, step_no,
     turn): the step's read, its active sequences, their positions, the drafter's rows at the
     propose and the catch-up rows fed [B], the step numbers [len(act)] and the turn."""
 
@@ -39,7 +39,7 @@ class StepTable:
             self.pending = None
 
     def write(self, h: StepRead, act, n, rows_at_propose, fed, step_no, turn, timing) -> None:
-        """A step's rows (active sequences); timing: (step_ms, warmup_ms)."""
+        """A step's records (one per active sequence); timing: (step_ms, warmup_ms)."""
         step_ms, warmup_ms = timing
         c = h.committed
         k = np.where(h.gated[act], 0, self.K)
