@@ -39,7 +39,7 @@ from atlas_ab.speculative.run_ahead import RunAhead, runs_ahead
 from atlas_ab.speculative.sampling import SamplingPlan
 from atlas_ab.speculative.step import DeviceStep
 from atlas_ab.speculative.step_events import Fingerprints
-from atlas_ab.speculative.step_table import StepTable, WaveTrace
+from atlas_ab.speculative.step_table import StepRecord, StepTable, WaveTrace
 from atlas_ab.speculative.timing import StepTimer
 from atlas_ab.speculative.verify import verifier
 from atlas_ab.telemetry.fingerprint import fingerprint_rows as default_fingerprint_rows
@@ -194,7 +194,7 @@ class Wave:
         h = unpack_read(packed.cpu().numpy(), read_layout)   # the step's one device->host read
         record = self._after_read(h, vh, active, n, fed, rows_at_propose)
         self.table.hold(record, self.timer.stop("serial" if serial else "verify"))
-        self._notify(h, record[1])
+        self._notify(h, record.act)
 
     def _plan(self, active: np.ndarray, n: np.ndarray):
         """Host: the step's plan (int64 arrays: the verify of [t_n, d1..dK] at positions n..n+K,
@@ -233,7 +233,7 @@ class Wave:
                                    turn=self.turn, fp=fp)
         return (*self.graphs(("verify", serial) + key, verify, [x], lengths, self.full, state), serial)
 
-    def _after_read(self, h: StepRead, vh, active, n, fed, rows_at_propose, events: bool = True) -> tuple:
+    def _after_read(self, h: StepRead, vh, active, n, fed, rows_at_propose, events: bool = True) -> StepRecord:
         """The host's half of a step once it has read it: the fingerprint events (`events` False: laid
         out from the run-ahead's chunk), the commit, the step counters. Returns its `StepTable` record."""
         fp = self.fingerprints if events else None
@@ -243,7 +243,7 @@ class Wave:
         if fp is not None and written is not None:
             fp.ring_writes(h.ring_label, written, vh, self.step_no, self.turn, h.fp)
         act = np.nonzero(active)[0]
-        record = (h, act, n, rows_at_propose, fed, self.step_no[act].copy(), self.turn)
+        record = StepRecord(h, act, n, rows_at_propose, fed, self.step_no[act].copy(), self.turn)
         self.step_no[act] += 1
         self.trace.n_tokens += int(h.committed.sum())
         return record
@@ -287,20 +287,20 @@ class Wave:
         return (*pack_plan(**plan), lambda s: f"turn {turn}, step {int(step_no[s])} of sequence {s}",
                 (active, n, fed, rows_at_propose))
 
-    def _booked(self, h: StepRead, pending: tuple) -> tuple:
+    def _booked(self, h: StepRead, pending: tuple) -> StepRecord:
         """A run-ahead step's host half once its plan is checked (`RunAhead.book_chunk`'s commit)."""
         laid_out = self.fingerprints is not None and self.fingerprints.laid_out
         record = self._after_read(h, None, *pending, events=not laid_out)
-        self._notify(h, record[1])
+        self._notify(h, record.act)
         return record
 
     def _emit(self, records: list, timing) -> None:
         """A booked chunk's telemetry: its fingerprint events, then its table records."""
         self._flush()
         if records and self.fingerprints is not None and self.fingerprints.laid_out:
-            self.fingerprints.add_chunk(self.turn, [(r[1], r[5]) for r in records], self.ahead)
+            self.fingerprints.add_chunk(self.turn, [(r.act, r.step_no) for r in records], self.ahead)
         for record in records:
-            self.table.write(*record, timing)
+            self.table.write(record, timing)
 
     def _commit(self, h: StepRead, vh: torch.Tensor, n: np.ndarray, active: np.ndarray):
         """The host half of the commit: accepted drafts + the target's token after them, cut at the

@@ -3,6 +3,7 @@ docs/telemetry.md), each step's written while the device runs the next one."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -21,25 +22,35 @@ class WaveTrace:
     pit: list = field(default_factory=list)         # sampled runs: float32 arrays, the PIT of every committed token
 
 
+class StepRecord(NamedTuple):
+    """What the table needs of one step, once the host has booked it."""
+    h: StepRead                  # the step's read
+    act: np.ndarray              # [A] its active sequences
+    n: np.ndarray                # [B] their positions (the last committed token's)
+    rows_at_propose: np.ndarray  # [B] the drafter's rows at the propose
+    fed: np.ndarray              # [B] catch-up rows fed
+    step_no: np.ndarray          # [A] the active sequences' step numbers
+    turn: int
+
+
 class StepTable:
-    """A wave's step records into its trace. A record: (h, act, n, rows_at_propose, fed, step_no,
-    turn): the step's read, its active sequences, their positions, the drafter's rows at the
-    propose and the catch-up rows fed [B], the step numbers [len(act)] and the turn."""
+    """A wave's step records into its trace."""
 
     def __init__(self, trace: WaveTrace, arm, doc_ids: np.ndarray):
         self.trace, self.arm, self.K, self.doc_ids = trace, arm, arm.num_drafts, doc_ids
         self.pending = None       # the last step's record and timing, written while the device runs the next
 
-    def hold(self, record: tuple, timing: tuple) -> None:
-        self.pending = record + (timing,)
+    def hold(self, record: StepRecord, timing: tuple) -> None:
+        self.pending = (record, timing)
 
     def flush(self) -> None:
         if self.pending is not None:
             self.write(*self.pending)
             self.pending = None
 
-    def write(self, h: StepRead, act, n, rows_at_propose, fed, step_no, turn, timing) -> None:
+    def write(self, record: StepRecord, timing: tuple) -> None:
         """A step's records (one per active sequence); timing: (step_ms, warmup_ms)."""
+        h, act, n, rows_at_propose, fed, step_no, turn = record
         step_ms, warmup_ms = timing
         c = h.committed
         k = np.where(h.gated[act], 0, self.K)
