@@ -1,6 +1,6 @@
 """The verify rule of a wave: greedy, speculative sampling (live), or coupled sampling (replay).
 
-`Wave._step` proposes, then hands the drafts to its verifier, which asks the target for what it
+The device step (step.py) proposes, then hands the drafts to its verifier, which asks the target for what it
 needs and returns a `Verified`: the hiddens the drafter's bookkeeping reads, the step's tokens per
 depth and the accepted count, and, under sampling, the exact acceptance probabilities and the
 PIT of each output token. Each verifier also picks the turn prefill's first token and says how
