@@ -43,10 +43,10 @@ def step_graph_ms(trunk, mtp, docs, reps: int = 7, replays: int = 200) -> dict:
         wave = Wave(target, proposer, ArmConfig(catchup=True, refeed=True, fingerprints=fp), docs, 32,
                     fingerprint_rows=fingerprint_rows if fp else None)
         if name == "on_inline":
-            wave.side = SideStream(torch.device("cpu"))
+            wave.fingerprints.side = SideStream(torch.device("cpu"))
         wave.run()
         kept.append((target, proposer, wave))       # the graphs replay into their memory
-        (graphs[name],) = [s.graph for k, s in target.steps._steps.items() if k[0] == "ahead"]
+        (graphs[name],) = [s.graph for k, s in target.step_graphs._graphs.items() if k[0] == "ahead"]
     ms = {name: [] for name in graphs}
     for _ in range(reps):
         for name, g in graphs.items():
@@ -60,7 +60,7 @@ def step_graph_ms(trunk, mtp, docs, reps: int = 7, replays: int = 200) -> dict:
             torch.cuda.synchronize()
             ms[name].append(a.elapsed_time(b) / replays)
     # the host's side: one replay's launch on an idle device, and a chunk of 8 launched back to back
-    # (as `Wave._launch` does; a launch that finds the device's queue full waits in it)
+    # (as `RunAhead.launch` does; a launch that finds the device's queue full waits in it)
     launch_us = {name: [] for name in graphs}
     chunk_us = {name: [] for name in graphs}
     for _ in range(reps):

@@ -36,6 +36,8 @@ from atlas_ab.runtime import checkpoint
 from atlas_ab.runtime.kernels.top1 import argmax, top1
 from atlas_ab.runtime.presets import random_checkpoint
 from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.run_ahead import RunAhead
+from atlas_ab.speculative.step_events import Fingerprints
 from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.telemetry.fingerprint import fingerprint_rows
 from atlas_ab.workload.documents import build_workload
@@ -69,14 +71,15 @@ def run_wave(trunk, proposer, arm, docs, gen, target=None, run_ahead=True, host_
     """One wave; `target` (with the same proposer) kept across calls keeps its step graphs, as the
     runner keeps them across a run's waves. run_ahead: False, every step waits for the host's plan.
     host_events: a run-ahead's fingerprint events recorded by the host step by step, as before they
-    were laid out on the device (`Wave.fp_dense`; for the comparison)."""
+    were laid out on the device (FINGERPRINTS' mode "laid_out"; for the comparison)."""
     dev = next(trunk.parameters()).device
     sync(dev)
     t0 = time.perf_counter()
     fp = fingerprint_rows if arm.fingerprints_on else None
     target = target if target is not None else LiveTarget(trunk, GRAPHS)
     wave = Wave(target, proposer, arm, docs, gen, fingerprint_rows=fp, run_ahead=run_ahead)
-    wave.fp_dense = wave.fp_dense and not host_events
+    if host_events and wave.fingerprints is not None and wave.fingerprints.laid_out:
+        wave.fingerprints.mode = "in_step"
     trace = wave.run()
     sync(dev)
     t1 = time.perf_counter()
@@ -98,18 +101,19 @@ def run_wave(trunk, proposer, arm, docs, gen, target=None, run_ahead=True, host_
 class HostSplit:
     """Where the host's part of a step goes: wall time inside the loop's named parts (Wave._plan,
     _run: the plan's copy in and the graph's launch, _commit, _flush: the last step's telemetry,
-    _pre_events: FINGERPRINTS' metadata) and the rest of `_step` (the read, which waits for the
-    device, and the step's own bookkeeping), summed over a wave's steps. Under run-ahead the root
-    is `_run_ahead` and its parts `_launch` (the chunk's graph launches), `_replay` (the host's
-    plan, check and commit of a chunk, while the device runs the next) and `_emit` (telemetry);
-    the rest is the read. Patches Wave while active."""
-    ROOTS = ("_step", "_run_ahead")
-    STEP_PARTS = ("_plan", "_run", "_commit", "_flush", "_pre_events")
-    PARTS = STEP_PARTS + ("_launch", "_replay", "_emit")
+    Fingerprints.propose_and_feed: FINGERPRINTS' metadata) and the rest of `_step` (the read, which
+    waits for the device, and the step's own bookkeeping), summed over a wave's steps. Under
+    run-ahead the root is `Wave._run_ahead` and its parts `RunAhead.launch` (the chunk's graph
+    launches), `RunAhead.book_chunk` (the host's plan, check and commit of a chunk, while the device
+    runs the next) and `Wave._emit` (telemetry); the rest is the read. Patches them while active."""
+    ROOTS = ((Wave, "_step"), (Wave, "_run_ahead"))
+    STEP_PARTS = ((Wave, "_plan"), (Wave, "_run"), (Wave, "_commit"), (Wave, "_flush"),
+                  (Fingerprints, "propose_and_feed"))
+    PARTS = STEP_PARTS + ((RunAhead, "launch"), (RunAhead, "book_chunk"), (Wave, "_emit"))
 
     def __enter__(self):
-        self.spent = dict.fromkeys(self.PARTS + self.ROOTS, 0.0)
-        self.waited = 0.0            # run-ahead: the replay's waits for a step's read (inside `_replay`)
+        self.spent = {name: 0.0 for _, name in self.PARTS + self.ROOTS}
+        self.waited = 0.0            # run-ahead: the host's waits for a step's read (inside `book_chunk`)
         if torch.cuda.is_available():
             self.event_sync = torch.cuda.Event.synchronize
 
@@ -120,17 +124,18 @@ class HostSplit:
                 finally:
                     self.waited += time.perf_counter() - t0
             torch.cuda.Event.synchronize = timed_sync
-        self.saved = {name: getattr(Wave, name) for name in self.spent}
+        self.saved = {(owner, name): getattr(owner, name) for owner, name in self.PARTS + self.ROOTS}
         self.stack: list[str] = []
-        for name, fn in self.saved.items():
-            setattr(Wave, name, self._timed(name, fn))
+        for (owner, name), fn in self.saved.items():
+            setattr(owner, name, self._timed(name, fn))
         return self
 
     def _timed(self, name, fn):
         """Counted only as _step itself or as a part called by it directly (no double counting of a
         part inside another, nor of a part called outside the steps, as _flush at a turn's end)."""
         def wrapper(*args, **kw):
-            counted = (name in self.ROOTS) if not self.stack else (len(self.stack) == 1 and self.stack[0] in self.ROOTS)
+            roots = [r for _, r in self.ROOTS]
+            counted = (name in roots) if not self.stack else (len(self.stack) == 1 and self.stack[0] in roots)
             self.stack.append(name)
             t0 = time.perf_counter()
             try:
@@ -142,20 +147,21 @@ class HostSplit:
         return wrapper
 
     def __exit__(self, *exc):
-        for name, fn in self.saved.items():
-            setattr(Wave, name, fn)
+        for (owner, name), fn in self.saved.items():
+            setattr(owner, name, fn)
         if torch.cuda.is_available():
             torch.cuda.Event.synchronize = self.event_sync
 
     def per_step_ms(self, steps: int) -> dict:
         """ms per batched step; `read_and_rest`: _step minus its timed parts."""
-        inner = sum(self.spent[p] for p in self.PARTS)
-        root = sum(self.spent[r] for r in self.ROOTS)
+        inner = sum(self.spent[p] for _, p in self.PARTS)
+        root = sum(self.spent[r] for _, r in self.ROOTS)
         # the step-by-step loop's parts always, the run-ahead's where it ran
-        out = {p.lstrip("_"): self.spent[p] * 1e3 / steps for p in self.PARTS if p in self.STEP_PARTS or self.spent[p]}
+        out = {p.lstrip("_"): self.spent[p] * 1e3 / steps for o, p in self.PARTS
+               if (o, p) in self.STEP_PARTS or self.spent[p]}
         out["read_and_rest"] = (root - inner) * 1e3 / steps
         if self.waited:
-            out["replay_waits"] = self.waited * 1e3 / steps      # part of `replay`: the host idle
+            out["book_chunk_waits"] = self.waited * 1e3 / steps      # part of `book_chunk`: the host idle
         out["step"] = root * 1e3 / steps
         return out
 

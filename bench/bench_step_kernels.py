@@ -22,7 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.mtp_head import MTPProposer
-from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.run_ahead import RunAhead
 from atlas_ab.speculative.targets import LiveTarget
 
 from bench_runner import (  # this folder
@@ -97,17 +97,17 @@ def main(argv=None) -> dict:
     target, proposer = LiveTarget(trunk, GRAPHS, fuse=not a.no_fuse), MTPProposer(trunk, mtp, "compact", False)
     run_wave(trunk, proposer, arm, docs, 32, target=target)         # captures the step graphs
     # the device's book before the longest chunk of the next wave: a mid-turn state every replay restarts from
-    books, launch = [], Wave._launch
-    Wave._launch = lambda self, M: books.append((M, self, self.book.clone())) or launch(self, M)
+    books, launch = [], RunAhead.launch
+    RunAhead.launch = lambda self, M, *a: books.append((M, self, self.book.clone())) or launch(self, M, *a)
     try:
         r, _ = run_wave(trunk, proposer, arm, docs, 32, target=target)
     finally:
-        Wave._launch = launch
-    _, wave, book = max(books, key=lambda b: b[0])
-    step = target.steps._steps[("ahead", None)]
+        RunAhead.launch = launch
+    _, ahead, book = max(books, key=lambda b: b[0])
+    step = target.step_graphs._graphs[("ahead", None)]
 
     def replay():
-        wave.book.copy_(book)
+        ahead.book.copy_(book)
         step.graph.replay()
     kv_len = int(r["mean_position"])
     out = dict(model=a.model, B=a.batch, K=a.k, fused=not a.no_fuse, device=torch.cuda.get_device_name(dev),

@@ -127,7 +127,7 @@ class RunnerConfig:
     engine: EngineTarget = field(default_factory=EngineTarget)
     cuda_graphs: bool = True    # replay the verify and draft steps from CUDA graphs (GPU only)
     # with graphs: the device plans and runs a turn's steps ahead of the host where the arm allows
-    # (every arm but DRAFT_CONF's: speculative/loop.py `_run_ahead`); the same rows, a chunk's mean step_ms
+    # (every arm but DRAFT_CONF's: speculative/run_ahead.py); the same rows, a chunk's mean step_ms
     run_ahead: bool = True
     # with graphs: the step's bookkeeping (plan, acceptance, packing, book) compiled by torch.compile
     # into a few kernels (runtime/fusion.py); the same rows, a shorter step

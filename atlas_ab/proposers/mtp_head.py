@@ -155,7 +155,7 @@ class MTPProposer:
         plan = {"d_rope": rope_of(self.row_space, keys, base[:, None] + i), "d_slot": slots}
         return plan, {"draft": int(slots.max()) + 1}
 
-    # -- the same plan on the device (the loop's run-ahead: speculative/loop.py) --
+    # -- the same plan on the device (the loop's run-ahead: speculative/run_ahead.py) --
     def plan_on_device(self, rows, positions, active, num_drafts: int, oracle: bool) -> dict:
         """Device: `plan_propose`'s arrays (and `plan_oracle`'s) from the drafter's row count rows,
         positions and active [B], exactly as the host computes them. Books nothing: the host does,

@@ -10,7 +10,7 @@ reference engine's ring is single-sequence, forced off when more than one sequen
 Hiddens live on the device ([B, R+1, H]: R slots and one dump slot that masked writes
 go to, so a step's writes need no host decision); labels live on the host, because the
 host already knows which labels a step wrote once it has read the step, and the
-catch-up plan is host bookkeeping. A wave that runs ahead of the host (speculative/loop.py)
+catch-up plan is host bookkeeping. A wave that runs ahead of the host (speculative/run_ahead.py)
 plans its catch-up on the device too: it keeps a device copy of the labels (`mirror`,
 [B, R+1]), loaded from the host's at each chunk and written by the step's own ring writes,
 and finds the gap with `gap_keys_on_device`, the same rule as `gap_keys`.
@@ -66,6 +66,14 @@ class Ring:
         """Host: record labels written on the device (host only: a run-ahead books while the
         device runs later steps, and a copy to the device would wait for them)."""
         self.labels[seqs, labels % self.capacity] = labels
+
+    def book_written(self, ring_label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Host: `book` a step's writes (ring_label [B, K+1], -1: none); returns where they are in
+        ring_label (seq, j)."""
+        seq, j = np.nonzero(ring_label >= 0)
+        if len(seq):
+            self.book(seq, ring_label[seq, j])
+        return seq, j
 
     def read(self, seqs: np.ndarray, labels: np.ndarray) -> torch.Tensor:
         idx = self.index(seqs, labels)

@@ -25,7 +25,7 @@ class RunInfo:
     mode: str = "live"   # live | replay
     replay: Optional[dict] = None   # replay: the trajectory replayed (key, path, hash, build time, ...)
     # how the steps were timed: each on its own (step_by_step) or as a chunk's mean (run_ahead:
-    # speculative/loop.py); analysis compares step times only between runs of one loop
+    # speculative/run_ahead.py); analysis compares step times only between runs of one loop
     loop: str = "step_by_step"
     # the step's bookkeeping ran compiled (runtime/fusion.py: GPU graphs and runner.fuse_bookkeeping);
     # like the loop, it changes step times only, so analysis compares runs of one setting

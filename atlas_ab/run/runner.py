@@ -31,7 +31,8 @@ from atlas_ab.run.engine import RunInfo, WaveResult
 from atlas_ab.run.store import aggregate_gate
 from atlas_ab.speculative import pit_gate
 from atlas_ab.speculative.gate import Arbiter, check
-from atlas_ab.speculative.loop import Wave, runs_ahead
+from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.run_ahead import runs_ahead
 from atlas_ab.speculative.sampling import plan_of
 from atlas_ab.speculative.targets import LiveTarget
 
@@ -188,7 +189,7 @@ class Runner:
     def _wave(self, target, docs, on_step=None):
         # FINGERPRINTS hashes with the Wave's own FNV-1a (telemetry/fingerprint.py)
         return Wave(target, self.proposer, self.arm, docs, self.workload.gen_tokens, on_step=on_step,
-                    plan=self.plan, capacity=self.capacity, run_ahead=self.cfg.run_ahead).run()
+                    sampling=self.plan, capacity=self.capacity, run_ahead=self.cfg.run_ahead).run()
 
     def _live_target(self) -> LiveTarget:
         """The run's one live target: its KV pool and step graphs serve every wave."""

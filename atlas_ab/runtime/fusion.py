@@ -6,7 +6,7 @@ drafts (bench/RESULTS.md, "The step's glue, kernel by kernel"). Each is launch- 
 latency-bound, so the fix is fewer kernels, which is inductor's job: a region marked `@fused`
 runs through `torch.compile` (a few generated Triton kernels, captured in the step's graph like
 any other) when its caller asks (`fuse=True`: a GPU wave at static shapes whose target has
-fusion on, `Steps.fuse`), and as plain eager torch otherwise (the CPU, and every CPU test).
+fusion on, `StepGraphs.fuse`), and as plain eager torch otherwise (the CPU, and every CPU test).
 
 Exact by construction: the regions hold integer arithmetic, compares, gathers, copies, cumulative
 products of 0/1 and float->int32 bit views, no float arithmetic, so compiled and eager give the

@@ -73,19 +73,19 @@ class StaticStep:
         return self.outputs
 
 
-class Steps:
-    """The step functions of one wave: each run eagerly at the step's own KV length, or (graphs)
-    at static shapes (the pool's full length), captured once per key and replayed. On the CPU
-    `graphs=True` runs the same static path eagerly, so tests pin it to the dynamic one;
+class StepGraphs:
+    """The step functions of one wave, by key: each run eagerly at the step's own KV length, or
+    (`static`) at static shapes (the pool's full length), captured once per key and replayed. On
+    the CPU `graphs=True` runs the same static path eagerly, so tests pin it to the dynamic one;
     `capture=False` does that on the GPU too (to check the capture against it)."""
 
     def __init__(self, graphs: bool, capture: bool | None = None, fuse: bool = True):
         """fuse: a GPU step's bookkeeping regions run compiled (runtime/fusion.py); at static
         shapes only, where the step is captured or checked against its capture."""
-        self.graphs = graphs
+        self.static = graphs
         self.capture = capture
         self.fuse = fuse
-        self._steps: dict = {}
+        self._graphs: dict = {}
         self._seen: set = set()
         self._bound: tuple = ()
 
@@ -104,13 +104,13 @@ class Steps:
         if key not in self._seen:
             self._seen.add(key)
             FIRST_CALLS[0] += 1
-        if not self.graphs:
+        if not self.static:
             return fn(*inputs, length=length)
         if not (inputs[0].is_cuda if self.capture is None else self.capture):
             return fn(*inputs, length=full_length)
-        step = self._steps.get(key)
+        step = self._graphs.get(key)
         if step is None:
-            step = self._steps[key] = StaticStep(functools.partial(fn, length=full_length), inputs, state)
+            step = self._graphs[key] = StaticStep(functools.partial(fn, length=full_length), inputs, state)
         return step(*inputs)
 
     def seen(self, key) -> bool:
@@ -118,7 +118,7 @@ class Steps:
         return key in self._seen
 
     def clear(self) -> None:
-        self._steps.clear()
+        self._graphs.clear()
         self._seen.clear()
 
 

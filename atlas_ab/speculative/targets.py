@@ -32,7 +32,7 @@ import torch
 
 from atlas_ab import AtlasError
 from atlas_ab.runtime.batch import ragged_window
-from atlas_ab.runtime.graphs import StaticBuffers, Steps
+from atlas_ab.runtime.graphs import StaticBuffers, StepGraphs
 from atlas_ab.runtime.kernels.top1 import argmax
 
 #: The argmax replay writes where the live verify's was conditioned on a rejected draft.
@@ -56,7 +56,7 @@ class LiveTarget:
         self.capture = graphs and self.device.type == "cuda" if capture is None else capture
         # one target serves a run's waves: its step graphs, the KV pool and the waves' state
         # buffers they read are kept while the next wave's shapes match (Wave binds them)
-        self.steps = Steps(graphs, self.capture, fuse)
+        self.step_graphs = StepGraphs(graphs, self.capture, fuse)
         self.buffers = StaticBuffers()
         self.kv = None
 
@@ -114,7 +114,7 @@ class ReplayTarget:
 
     def __init__(self, traj, device, logits=None):
         """logits: the trunk's head (hidden [..., H] -> logits [..., V]), for a sampled trajectory."""
-        self.steps = Steps(False)
+        self.step_graphs = StepGraphs(False)
         self.buffers = StaticBuffers()
         self.traj = traj
         self.logits = logits

@@ -35,7 +35,7 @@ import torch
 
 from atlas_ab.config.structured import _RANGES
 from atlas_ab.runtime.batch import ragged_window
-from atlas_ab.runtime.graphs import Steps
+from atlas_ab.runtime.graphs import StepGraphs
 
 #: A verify at a turn's last step looks up to K-1 tokens past the turn's end, so the stored
 #: continuation covers the largest K an arm may have (every arm of a sweep shares it).
@@ -147,7 +147,7 @@ def _decode(trunk, docs, gen_tokens, extend, keep_hiddens, graphs, rule, seed) -
     ext_hiddens = (torch.zeros(B, turns, extend, trunk.args.hidden_size, device=dev, dtype=p.dtype)
                    if keep_hiddens and rule is not None else None)
     doc_t = torch.as_tensor([d.doc_id for d in docs], device=dev)
-    steps = Steps(graphs)
+    step_graphs = StepGraphs(graphs)
     ar = np.arange(B)
     t_ = lambda x: torch.as_tensor(x, device=dev)  # noqa: E731
 
@@ -175,9 +175,9 @@ def _decode(trunk, docs, gen_tokens, extend, keep_hiddens, graphs, rule, seed) -
             count = n_tok - kv_len
             tok, pos, slots, length = ragged_window(hist, kv_len, count)
             if tok.shape[1] == 1 and rule is None:
-                h, vals, nxt = steps("decode", one_token, [t_(tok), t_(pos), t_(slots)], length, kv.max_capacity)
+                h, vals, nxt = step_graphs("decode", one_token, [t_(tok), t_(pos), t_(slots)], length, kv.max_capacity)
             elif tok.shape[1] == 1:
-                h, z = steps("decode", one_token_logits, [t_(tok), t_(pos), t_(slots)], length, kv.max_capacity)
+                h, z = step_graphs("decode", one_token_logits, [t_(tok), t_(pos), t_(slots)], length, kv.max_capacity)
                 nxt, vals = choose(z, t, n_tok - 1)
             else:      # the turn's prefill (its new chunk and the pending token), eager
                 h = trunk.forward(t_(tok), t_(pos), t_(slots), kv, length=length)

@@ -1,6 +1,6 @@
 """The verify rule of a wave: greedy, speculative sampling (live), or coupled sampling (replay).
 
-`Wave._step` proposes, then hands the drafts to its verifier, which asks the target for what it
+The device step (step.py) proposes, then hands the drafts to its verifier, which asks the target for what it
 needs and returns a `Verified`: the hiddens the drafter's bookkeeping reads, the step's tokens per
 depth and the accepted count, and, under sampling, the exact acceptance probabilities and the
 PIT of each output token. Each verifier also picks the turn prefill's first token and says how
@@ -166,3 +166,11 @@ class CoupledVerify(SampledVerify):
                         alpha1=_masked(alpha_1(self.p[:, 0], None if prop.q is None else prop.q[:, 0],
                                                prop.drafts[:, 0]), ~gated),
                         pit=output_pit(self.p, tokens, acc, u, pit_order(self.p, prop.q, prop.drafts, gated)))
+
+
+def verifier(sampling: SamplingPlan | None, target, doc: torch.Tensor, K: int, fuse: bool = False):
+    """Greedy verification, live speculative sampling, or its coupled replay; sampling: how a
+    sampled run verifies (None: greedy); fuse: greedy's acceptance runs compiled (runtime/fusion.py)."""
+    if sampling is None:
+        return GreedyVerify(fuse)
+    return SampledVerify(sampling, doc, K) if target.live else CoupledVerify(sampling, doc, K)

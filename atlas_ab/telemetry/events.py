@@ -10,7 +10,7 @@ sync per row). Three ways, one hash:
   - a wave of captured steps hashes them inside the step's graph, on a branch beside the
     step's path (runtime/side_stream.py), and hands the fingerprints over with the step's one
     read (`fp=`): no snapshot, no gather;
-  - a wave that runs ahead of the host (speculative/loop.py) hands over a run of steps' own
+  - a wave that runs ahead of the host (speculative/run_ahead.py) hands over a run of steps' own
     outputs, with a map of where each kind's events sit in them (`StepEvents`): the host does
     nothing per step; the wave's runs are laid out in event order on the device when the table
     is made, in ~25 device calls and one read.

@@ -42,7 +42,7 @@ def test_bench_runner_smoke(tmp_path):
     prof = res["profile"]["default"]            # the steady-state profile and the host's split by loop stage
     assert prof["arm"] == "k2_refeed" and prof["batched_steps"] > 0
     split = prof["host_split_ms_per_step"]
-    assert set(split) == {"plan", "run", "commit", "flush", "pre_events", "read_and_rest", "step"}
+    assert set(split) == {"plan", "run", "commit", "flush", "propose_and_feed", "read_and_rest", "step"}
     assert split["step"] >= split["plan"] + split["run"] + split["commit"] > 0
 
 

@@ -46,9 +46,9 @@ def wave(models, arm, temperature, capture, run_ahead=True, fuse=True):
     fp = fingerprint_rows if arm.fingerprints_on else None
     w = Wave(LiveTarget(trunk, graphs=True, capture=capture, fuse=fuse),
              MTPProposer(trunk, mtp, arm.row_space, arm.refeed),
-             arm, tiny_docs(n=8, turns=3, chunk=12), G, fingerprint_rows=fp, plan=plan, run_ahead=run_ahead)
-    assert w.ahead == (run_ahead and arm.draft_conf <= 0)
-    assert w.fuse == fuse
+             arm, tiny_docs(n=8, turns=3, chunk=12), G, fingerprint_rows=fp, sampling=plan, run_ahead=run_ahead)
+    assert (w.ahead is not None) == (run_ahead and arm.draft_conf <= 0)
+    assert w.step.fuse == fuse
     return w.run()
 
 
@@ -111,14 +111,14 @@ def test_a_waves_graphs_serve_the_next_wave(models, name, temperature):
                                                                                                 chunk=12, seed=2)]
 
     def run(target, prop, docs):
-        t = Wave(target, prop, arm, docs, G, fingerprint_rows=fp, plan=plan, capacity=120).run()
+        t = Wave(target, prop, arm, docs, G, fingerprint_rows=fp, sampling=plan, capacity=120).run()
         return t.steps.table().to_pandas().drop(columns=list(TIMING_COLUMNS))
 
     target, prop = LiveTarget(trunk, graphs=True), MTPProposer(trunk, mtp, arm.row_space, arm.refeed)
     run(target, prop, first)
-    kept = dict(target.steps._steps)
+    kept = dict(target.step_graphs._graphs)
     again = run(target, prop, second)
-    assert kept and all(target.steps._steps.get(k) is g for k, g in kept.items()), "the graphs were dropped"
+    assert kept and all(target.step_graphs._graphs.get(k) is g for k, g in kept.items()), "the graphs were dropped"
     fresh = run(LiveTarget(trunk, graphs=True), MTPProposer(trunk, mtp, arm.row_space, arm.refeed), second)
     pd.testing.assert_frame_equal(again, fresh, check_exact=True)
 
@@ -133,5 +133,7 @@ def test_a_halted_run_ahead_gives_the_step_by_step_rows(models):
              for r in (False, True)]
     for w in waves:
         w.cu_width = 1                  # the same shapes in both loops: one catch-up row, else the bucket
-    assert [w.ahead for w in waves] == [False, True]
+        if w.ahead is not None:
+            w.ahead.cu_width = 1
+    assert [w.ahead is not None for w in waves] == [False, True]
     assert_same_rows(*(w.run() for w in waves))

@@ -36,7 +36,9 @@ def test_the_loops_regions_compiled_give_its_rows(name, temperature):
     from atlas_ab.proposers.mtp_head import MTPProposer
     from atlas_ab.speculative.host_io import pack_read
     from atlas_ab.speculative.loop import Wave
+    from atlas_ab.speculative.run_ahead import RunAhead
     from atlas_ab.speculative.sampling import plan_of
+    from atlas_ab.speculative.step import DeviceStep
     from atlas_ab.speculative.targets import LiveTarget
     from tests.helpers.tiny import tiny_docs, tiny_models
     from tests.run.test_whole_step_graph import arm_config, assert_same_rows
@@ -48,15 +50,15 @@ def test_the_loops_regions_compiled_give_its_rows(name, temperature):
 
     def run(fuse: bool):
         w = Wave(LiveTarget(trunk, graphs=True), MTPProposer(trunk, mtp, arm.row_space, arm.refeed), arm,
-                 tiny_docs(n=6, turns=2, chunk=12), 10, plan=plan)
-        assert w.ahead and not w.fuse                        # the CPU's default: eager
-        w.fuse = fuse
+                 tiny_docs(n=6, turns=2, chunk=12), 10, sampling=plan)
+        assert w.ahead is not None and not w.step.fuse       # the CPU's default: eager
+        w.step.fuse = fuse
         if hasattr(w.verifier, "fuse"):
             w.verifier.fuse = fuse
         return w.run()
 
     assert_same_rows(run(False), run(True))
-    for region in (Wave._plan_ahead, Wave._accept_on_device, Wave._book_ahead, pack_read):
+    for region in (RunAhead.plan, DeviceStep.accept, RunAhead.next_book, pack_read):
         assert region.compiled is not None, region.__name__
 
 

@@ -1,4 +1,4 @@
-"""The run-ahead (speculative/loop.py `_run_ahead`): the device plans a turn's steps from its own
+"""The run-ahead (speculative/run_ahead.py): the device plans a turn's steps from its own
 book and runs them in chunks ahead of the host. It must give exactly the step rows, texts and
 fingerprint events of the step-by-step loop, on every arm it takes; refuse the arms it cannot
 plan; and fail loud when the device's plan and the host's part. CPU fp32: the static-shape
@@ -17,7 +17,9 @@ from atlas_ab.proposers.draft_model import DraftModelProposer
 from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.speculative.host_io import first_difference, pack_on_device, pack_plan
 from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.run_ahead import RunAhead
 from atlas_ab.speculative.sampling import plan_of
+from atlas_ab.speculative.step_events import Fingerprints
 from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.speculative.timing import StepTimer
 from atlas_ab.telemetry.fingerprint import fingerprint_rows
@@ -42,7 +44,7 @@ def wave(models, arm, run_ahead, temperature=None, docs=None, proposer=None):
     plan = plan_of(arm, SamplingConfig(temperature=temperature, seed=5)) if temperature else None
     prop = proposer or MTPProposer(trunk, mtp, arm.row_space, arm.refeed)
     return Wave(LiveTarget(trunk, graphs=True), prop, arm, docs or tiny_docs(n=6, turns=3, chunk=10), G,
-                fingerprint_rows=fingerprint_rows if arm.fingerprints_on else None, plan=plan, run_ahead=run_ahead)
+                fingerprint_rows=fingerprint_rows if arm.fingerprints_on else None, sampling=plan, run_ahead=run_ahead)
 
 
 def _leaf(t: pa.DataType) -> pa.DataType:
@@ -91,7 +93,7 @@ CASES = ([(a, {}, None) for a in CLAIMS]
 def test_run_ahead_gives_the_step_by_step_rows(models, name, over, temperature):
     arm = arm_config(name, **over)
     ahead, stepwise = (wave(models, arm, r, temperature) for r in (True, False))
-    assert ahead.ahead and not stepwise.ahead
+    assert ahead.ahead is not None and stepwise.ahead is None
     a, b = (w.run() for w in (ahead, stepwise))
     assert_same_rows(a, b)
     assert a.generated == b.generated and a.n_tokens == b.n_tokens
@@ -104,7 +106,7 @@ def test_run_ahead_gives_the_step_by_step_rows(models, name, over, temperature):
 @pytest.mark.parametrize("name", ["draft_conf_066", "draft_conf_030"])
 def test_draft_conf_runs_step_by_step(models, name):
     """Its gate is read by the host between the propose and the verify."""
-    assert not wave(models, arm_config(name), True).ahead
+    assert wave(models, arm_config(name), True).ahead is None
 
 
 @pytest.mark.parametrize("name,over,temperature", [("refeed_on", {}, None), ("refeed_on", {"row_space": "dense"}, None),
@@ -115,7 +117,8 @@ def test_a_catch_up_wider_than_the_run_aheads_width_halts_and_steps_once(models,
     the next chunk starts from there. The rows stay the step-by-step loop's."""
     arm = arm_config(name, **over)
     stepwise, ahead = wave(models, arm, False, temperature), wave(models, arm, True, temperature)
-    stepwise.cu_width = ahead.cu_width = 1           # the same shapes in both loops: one row, else the bucket
+    # the same shapes in both loops: one row, else the bucket
+    stepwise.cu_width = ahead.cu_width = ahead.ahead.cu_width = 1
     stepwise = stepwise.run()
     halts = []
     step = Wave._step
@@ -131,26 +134,27 @@ def test_a_run_aheads_fingerprint_events_cost_the_host_nothing_per_step(models, 
     (`add_steps`), not from the host's per-step recording; the table is the step-by-step loop's."""
     arm = arm_config("refeed_on", fingerprints=True)
     stepwise = wave(models, arm, False).run()
-    for name in ("_pre_events", "_step_events", "_ring_write_events"):
-        monkeypatch.setattr(Wave, name, lambda *a, name=name, **k: pytest.fail(f"{name} ran in a run-ahead step"))
+    for name in ("propose_and_feed", "record_propose_and_feed", "ring_writes", "record_ring_writes"):
+        monkeypatch.setattr(Fingerprints, name,
+                            lambda *a, name=name, **k: pytest.fail(f"{name} ran in a run-ahead step"))
     w = wave(models, arm, True)
-    assert w.fp_dense
+    assert w.fingerprints.laid_out
     ahead = w.run()
     assert ahead.events.table().equals(stepwise.events.table())
 
 
 def test_the_draft_model_and_eager_shapes_run_step_by_step(models):
     arm = ArmConfig(name="dm", proposer="draft_model")
-    assert not wave(models, arm, True, proposer=DraftModelProposer(tiny_draft(models[0]))).ahead
+    assert wave(models, arm, True, proposer=DraftModelProposer(tiny_draft(models[0]))).ahead is None
     trunk, mtp = models
     eager = Wave(LiveTarget(trunk), MTPProposer(trunk, mtp, "compact", False), ArmConfig(), tiny_docs(n=2), G)
-    assert not eager.ahead
+    assert eager.ahead is None
 
 
 def test_chunks_run_ahead(models, monkeypatch):
     chunks = []
-    launch = Wave._launch
-    monkeypatch.setattr(Wave, "_launch", lambda self, M: (chunks.append(M), launch(self, M))[1])
+    launch = RunAhead.launch
+    monkeypatch.setattr(RunAhead, "launch", lambda self, M, *a: (chunks.append(M), launch(self, M, *a))[1])
     w = wave(models, arm_config("baseline"), True)
     steps = w.run().steps.table().to_pandas()
     assert chunks[0] == 1                                        # the wave's first step: its warm-up, alone
@@ -165,7 +169,7 @@ def test_steps_launched_past_the_turns_end_change_nothing(models, monkeypatch):
     written, the book unmoved), so the rows are the step-by-step loop's."""
     arm = arm_config("oracle_p2", fingerprints=True)
     stepwise = wave(models, arm, False).run()
-    monkeypatch.setattr(Wave, "_chunk", lambda self, gen: 1 if "verify" not in self.timer.seen else self.G)
+    monkeypatch.setattr(RunAhead, "chunk", lambda self, gen, warm, turn_key: self.G if warm else 1)
     ahead = wave(models, arm, True).run()
     assert_same_rows(ahead, stepwise)
     assert ahead.generated == stepwise.generated and ahead.events.table().equals(stepwise.events.table())
@@ -179,10 +183,12 @@ def test_steps_launched_past_the_turns_end_change_nothing(models, monkeypatch):
 ])
 def test_chunk_size(models, tokens, steps, gen, expect):
     w = wave(models, arm_config("baseline"), True, docs=tiny_docs(n=2, turns=1, chunk=10))
-    w.timer.seen.add("verify")
-    w.steps._seen.add(w._ahead_key())
-    w._seen_tokens, w._seen_steps = np.array(tokens), np.array(steps)
-    assert w._chunk(np.array(gen)) == expect
+    ahead = w.ahead
+    assert ahead.chunk(np.array(gen), True, None) == 1            # the run-ahead step not seen yet: warm-up
+    w.graphs._seen.add(ahead.key(None))
+    ahead.seen_tokens, ahead.seen_steps = np.array(tokens), np.array(steps)
+    assert ahead.chunk(np.array(gen), False, None) == 1           # the wave's first step: warm-up
+    assert ahead.chunk(np.array(gen), True, None) == expect
 
 
 def test_a_device_plan_unlike_the_hosts_fails_loud(models, monkeypatch):
@@ -234,3 +240,35 @@ def test_a_chunks_steps_share_its_mean_time():
     t.start()
     ms, warm = t.stop("verify", 3)
     assert ms == pytest.approx(10.0, abs=1e-9) and np.isnan(warm)
+
+
+def test_the_plan_check_names_the_first_array_and_sequence_that_differ(models):
+    """`RunAhead.check`, the host/device agreement: equal plans pass; a value or a layout that
+    differs stops the wave naming it."""
+    ahead = wave(models, arm_config("baseline"), True, docs=tiny_docs(n=2, turns=1, chunk=10)).ahead
+    x, layout = pack_plan(last_tok=np.array([7, 9]), pos=np.array([[3, 4, 5], [8, 9, 10]]), left=np.array([2, 0]))
+    ahead.plan_layout = layout
+    ahead.check(x, layout, x.copy(), lambda s: f"sequence {s}")
+    y = x.copy()
+    y[1, 2] += 1
+    with pytest.raises(RuntimeError, match="^run-ahead: sequence 1: the device planned pos differently from the host$"):
+        ahead.check(x, layout, y, lambda s: f"sequence {s}")
+    ahead.plan_layout = layout[:2]
+    with pytest.raises(RuntimeError, match="sequence 0: the device planned layout differently"):
+        ahead.check(x, layout, x.copy(), lambda s: f"sequence {s}")
+
+
+def test_the_step_its_run_ahead_and_its_events_import_without_the_loop():
+    """The device step, the run-ahead and the FINGERPRINTS recorder are handed what they need:
+    none of them imports the wave (no circle between the loop's parts)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    code = ("import sys; import atlas_ab.speculative.step, atlas_ab.speculative.run_ahead, "
+            "atlas_ab.speculative.step_events, atlas_ab.speculative.step_table; "
+            "print('atlas_ab.speculative.loop' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == "False"

@@ -35,7 +35,7 @@ def draft(models):
 
 def wave(models, arm, docs, target=None, draft=None, temperature=1.0, seed=3, gen=G, **kw):
     plan = plan_of(arm, SamplingConfig(temperature=temperature, seed=seed, **kw))
-    return Wave(target or LiveTarget(models[0]), proposer(models, arm, draft), arm, docs, gen, plan=plan).run()
+    return Wave(target or LiveTarget(models[0]), proposer(models, arm, draft), arm, docs, gen, sampling=plan).run()
 
 
 ARMS = [ArmConfig(num_drafts=2), ArmConfig(num_drafts=3, draft_policy="greedy"),
@@ -102,7 +102,7 @@ def test_one_host_read_per_step(models, monkeypatch, mode):
         logits=models[0].logits)
     counter = HostReads(monkeypatch)
     with counter:
-        trace = Wave(target, proposer(models, arm), arm, docs, G, plan=plan).run()
+        trace = Wave(target, proposer(models, arm), arm, docs, G, sampling=plan).run()
     steps = len(set(trace.steps.table().to_pandas().groupby(["turn", "step"]).groups))
     assert counter.reads.count("item") == 0 and counter.reads.count("tolist") == 0
     assert counter.reads.count("cpu") == steps + 1      # + the turn prefill's drawn token
@@ -142,7 +142,7 @@ def _units(models, arm, plan, M=240, replay=False):
     if replay:
         traj = sampled(models[0], docs, G, plan.target, plan.seed, extend=EXTEND, keep_hiddens=True)
         target = ReplayTarget(traj, "cpu", logits=models[0].logits)
-    steps = Wave(target, proposer(models, arm), arm, docs, G, plan=plan).run().steps.table().to_pandas()
+    steps = Wave(target, proposer(models, arm), arm, docs, G, sampling=plan).run().steps.table().to_pandas()
     return steps[steps.step == 0].set_index("doc_id").accept_len.sort_index(), steps.groupby("doc_id").size()
 
 

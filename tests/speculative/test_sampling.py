@@ -12,8 +12,8 @@ from scipy import stats
 
 from atlas_ab.speculative import sampling, uniforms
 from atlas_ab.speculative.distribution import Sampling, draw, pit, probs
-from atlas_ab.speculative.loop import commit_counts
 from atlas_ab.speculative.sampling import PLACEHOLDER as P, StepUniforms, greedy_accept, rejection_sample
+from atlas_ab.speculative.step import commit_counts
 
 ALPHA = 1e-3
 V = 100

@@ -37,7 +37,7 @@ def test_the_timer_on_a_literal_sequence():
     got = []
     for kind, _, first in seq:
         timer.start()
-        counter["n"] += first          # what graphs.Steps does on a new key
+        counter["n"] += first          # what graphs.StepGraphs does on a new key
         got.append(timer.stop(kind))
     step_ms = [None if math.isnan(s) else round(s, 6) for s, _ in got]
     warm_ms = [None if math.isnan(w) else round(w, 6) for _, w in got]
@@ -52,7 +52,7 @@ def test_the_timer_on_a_literal_sequence():
 
 def test_a_static_step_counts_its_first_call_in_every_mode():
     for mode in (False, True):
-        steps, before = graphs.Steps(mode), graphs.first_calls()
+        steps, before = graphs.StepGraphs(mode), graphs.first_calls()
         f = lambda x, length: x            # noqa: E731
         import torch
         x = [torch.zeros(2)]
