@@ -35,8 +35,8 @@ import pyarrow.parquet as pq
 
 from atlas_ab import AtlasError, atomic
 from atlas_ab.run import claim
-from atlas_ab.run.engine import status_of
 from atlas_ab.run.provenance import now
+from atlas_ab.speculative.gate_status import status_of
 from atlas_ab.telemetry.schema import MANIFEST_SCHEMA as SCHEMA, SHARD_ROWS
 
 MANIFEST = "manifest.json"

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from atlas_ab.run.engine import status_of
+from atlas_ab.speculative.gate_status import status_of
 
 # Unit roundoff of each dtype: a value of magnitude m is stored to within m * u
 # (bf16 keeps 8 significand bits: u = 2^-8).
