@@ -6,9 +6,10 @@ Bugs (bench/lossy.py), each injected into greedy verification from the outside: 
 accepted at rate r (1%, 0.1% of rejected drafts), the draft committed instead of the target's token
 once per sequence, the accepted count one too high at rate r; and none (the false-alarm rate).
 
-A default run: `+arm=refeed_on` on the default workload's documents, cut to a small workload per run
-(`--turns`, 2 by default: 2 x 64 context x 32 generated tokens per sequence), in the device's default dtype (fp32 on the CPU, bf16 on a GPU) with the bound it measures
-at start, gating `gate_sequences` sequences a wave (the device's default: 2 on the CPU, 8 on a GPU).
+A default run: `+arm=refeed_on` on the default workload's documents, cut to a small workload per
+run (`--turns`, 2 by default: 2 x 64 context x 32 generated tokens per sequence), in the device's
+default dtype (fp32 on the CPU, bf16 on a GPU) with the bound it measures at start, gating
+`gate_sequences` sequences a wave (the device's default: 2 on the CPU, 8 on a GPU).
 A run's gate sees only its gated sequences, so a run is simulated by those alone: its documents are
 its own (run i: documents i*g .. i*g+g-1 of the workload), and one wave verifies every run's rows at
 once, eagerly (CUDA graphs off: the bug is Python on the verify's output; the gate reads the committed
@@ -79,8 +80,10 @@ def main(argv=None) -> None:
           f"x {G} tokens; bound {r.near_tie.source} E={r.near_tie.forward_error:.3g} u*m")
     for bug, rate in cells:
         t = time.perf_counter()
+        # draft_for_bonus: each sequence's hit at its first rejection from a seeded step within the
+        # first quarter of its steps (a turn's G tokens take G / tokens-per-step steps, ~2 per step)
         lossy = Lossy(bug if bug != "none" else "wrong_accept", 0.0 if bug == "none" else (rate or 0.0),
-                      docs, G, g)
+                      docs, G, g, first_steps=max(1, a.turns * G // 8))
         with lossy.installed():
             trace = r._wave(r._live_target(), docs)
         t_wave = time.perf_counter() - t

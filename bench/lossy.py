@@ -9,8 +9,8 @@ hit is a wrong committed token. Bugs, at a step where the draft at depth a (0-ba
 
   wrong_accept    with probability `rate`: the verifier calls draft a right (accepted a+1, the draft
                   committed at depth a, the target's token after it as the bonus)
-  draft_for_bonus once per sequence, at a seeded step: the draft is committed instead of the target's
-                  token (accepted unchanged)
+  draft_for_bonus once per sequence, at its first rejection from a seeded step in [0, first_steps):
+                  the draft is committed instead of the target's token (accepted unchanged)
   off_by_one      with probability `rate`: accepted a+1, the tokens unchanged: the bonus is the
                   target's token after the rejected draft, which the committed text does not hold
 
