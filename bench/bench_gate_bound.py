@@ -49,7 +49,7 @@ def main(argv=None) -> None:
            "needed_E": needed, "ratio_all_contexts": e_all / E,
            "ratio_needed_max": (needed[-1] / E) if needed else None, "safety": SAFETY}
     print(f"{a.model} on {a.device}, bf16: calibration E {E:.3f} over {cal.calibration['tokens']} tokens; "
-          f"all 16 contexts E {e_all:.3f} ({e_all / E:.2f}x); {len(needed)} divergences in "
+          f"all {len(docs)} contexts E {e_all:.3f} ({e_all / E:.2f}x); {len(needed)} divergences in "
           f"{g['checked_tokens']} checked tokens, the largest needs E {needed[-1] if needed else 0:.3f} "
           f"({(needed[-1] / E) if needed else 0:.2f}x); SAFETY {SAFETY:g}")
     if a.json:
