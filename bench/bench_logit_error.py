@@ -7,7 +7,7 @@ Models: the shipped default (trained, 7.3M, 6 layers), random d256 Llama trunks 
 layers, and (with --big, meant for the GPU) the llama1b / llama8b preset shapes. Each on held-out
 stdlib text. Prints, per model, |logit_dtype - logit_fp32| / (u * m) (u = the dtype's unit
 roundoff, m = the position's largest |fp32 logit|) at the median / 99th / 99.9th percentile and
-max, and the raw error binned by each logit's own |value|. gate.FORWARD_ERROR is set from it.
+max, and the raw error binned by each logit's own |value|. precision.FORWARD_ERROR (the ceiling) is set from it.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import json
 import torch
 
 from atlas_ab.config.paths import PACKAGE_DIR
-from atlas_ab.speculative.gate import forward_error
+from atlas_ab.speculative.precision import forward_error
 
 
 def held_out_tokens(n_seq: int, n_tok: int) -> torch.Tensor:

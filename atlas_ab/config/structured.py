@@ -118,7 +118,9 @@ class RunnerConfig:
     device: str = "auto"        # auto | cpu | cuda | cuda:N
     dtype: str = "auto"         # auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16
     batch_width: int = 16       # sequences verified together; also the shard unit
-    gate_sequences: int = 2     # sequences per wave replayed target-only; 0 = gate off (recorded "not run")
+    # sequences per wave the lossless gate checks; 0 = gate off (recorded "not run"); null = per device
+    # (GATE_SEQUENCES: 2 on the CPU, 8 on a GPU, where the check's forward is a small share of the steps)
+    gate_sequences: Optional[int] = None
     seed: int = 0
     threads: int = 0            # torch CPU threads; 0 = the cores this job may use (see device.py)
     progress: bool = True       # progress bar on a TTY (never affects results; ignored by resume's check)
@@ -289,9 +291,22 @@ def validate_arm_sampling(arm: ArmConfig, s: SamplingConfig) -> None:
                              "(greedy verification)")
 
 
+#: runner.gate_sequences=null: sequences gated per wave by device type. The CPU's check runs on the cores
+#: the steps use; on a GPU its forward is one dense batch beside launch-bound steps (2 sequences were
+#: 2.5% of the steps' time at 5.7B: bench/RESULTS.md, "Issue 23: start-up and the gate").
+GATE_SEQUENCES = {"cpu": 2, "cuda": 8}
+
+
+def gate_sequences_for(r: RunnerConfig, device_type: str) -> int:
+    """The sequences per wave the gate checks on a device of `device_type` (runner.gate_sequences, or
+    its per-device default)."""
+    return GATE_SEQUENCES.get(device_type, 2) if r.gate_sequences is None else r.gate_sequences
+
+
 def validate_runner(r: RunnerConfig) -> RunnerConfig:
     _number("runner", "batch_width", r.batch_width, 1)
-    _number("runner", "gate_sequences", r.gate_sequences, 0)
+    if r.gate_sequences is not None:
+        _number("runner", "gate_sequences", r.gate_sequences, 0)
     _number("runner", "threads", r.threads, 0)
     _number("runner", "replay_check_waves", r.replay_check_waves, 0)
     if r.mode not in RUN_MODES:

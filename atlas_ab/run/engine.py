@@ -35,13 +35,6 @@ class RunInfo:
         return asdict(self)
 
 
-def status_of(passed: bool | None, checked_sequences: int) -> str:
-    """The lossless gate's outcome in words: passed | failed | not run (checked nothing)."""
-    if not checked_sequences or passed is None:
-        return "not run"
-    return "passed" if passed else "failed"
-
-
 @dataclass
 class WaveResult:
     steps: pa.Table

@@ -25,6 +25,7 @@ from atlas_ab.config.structured import (
     ModelConfig,
     RunnerConfig,
     WorkloadConfig,
+    gate_sequences_for,
     validate_run,
 )
 from atlas_ab.run.engine import RunInfo, WaveResult
@@ -33,6 +34,7 @@ from atlas_ab.speculative import pit_gate
 from atlas_ab.speculative.gate import Arbiter, check
 from atlas_ab.speculative.loop import Wave
 from atlas_ab.speculative.run_ahead import runs_ahead
+from atlas_ab.speculative.precision import calibrate, calibration_tokens
 from atlas_ab.speculative.sampling import plan_of
 from atlas_ab.speculative.targets import LiveTarget
 
@@ -112,6 +114,9 @@ class Runner:
         self.capacity = reach + 1 if self.graphs else None
         self._live = None
         self._arbiter = Arbiter(self.trunk)   # the gate's fp32 arbiter: built when a divergence needs it, maybe kept
+        # the greedy gate's near-tie bound, measured for this checkpoint, dtype and device (one forward each
+        # in the dtype and in fp32 over a few of the workload's documents: speculative/precision.py)
+        self.near_tie = calibrate(self.trunk, calibration_tokens(docs)) if self.plan is None else None
         self.mode = runner.mode
         replay = self._trajectories(ck, runner) if self.mode == "replay" else None
         trunk_n, mtp_n = n_params(self.trunk), n_params(ck.mtp)
@@ -205,8 +210,9 @@ class Runner:
     def _live_gate(self, docs, trace) -> dict:
         if self.plan is not None:
             return self._pit_gate(docs, trace)
-        n_gate = min(self.cfg.gate_sequences, len(docs))
-        gate = check(self.trunk, docs, trace.generated, self.workload.gen_tokens, list(range(n_gate)), self._arbiter)
+        n_gate = min(gate_sequences_for(self.cfg, self.device.type), len(docs))
+        gate = check(self.trunk, docs, trace.generated, self.workload.gen_tokens, list(range(n_gate)), self._arbiter,
+                     self.near_tie)
         return {**gate.to_dict(), "by": "live"}
 
     def run_wave(self, i: int, on_step=None) -> WaveResult:

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from atlas_ab import AtlasError, atomic
 from atlas_ab.clock import now
 from atlas_ab.run import claim
-from atlas_ab.run.engine import status_of
+from atlas_ab.speculative.gate_status import status_of
 from atlas_ab.telemetry.schema import MANIFEST_SCHEMA as SCHEMA, SHARD_ROWS
 
 MANIFEST = "manifest.json"
@@ -57,7 +57,7 @@ def aggregate_gate(gates: Iterable[Optional[dict]]) -> dict:
     checked: `live` (a teacher-forced target-only check), `replay` (replay mode committed the stored
     target-only trajectory), or both joined with `+`."""
     out = {"checked_sequences": 0, "checked_tokens": 0, "divergences": 0, "near_ties": 0, "arbitrated": 0,
-           "passed": None, "margins": [], "arbitrations": [], "first_divergence": None}
+           "passed": None, "margins": [], "arbitrations": [], "first_divergence": None, "near_tie_bound": None}
     failed = False
     by = set()
     for g in gates:
@@ -71,6 +71,8 @@ def aggregate_gate(gates: Iterable[Optional[dict]]) -> dict:
             out.setdefault("ks", []).extend(ks if isinstance(ks, list) else [ks])
         out["margins"] += list(g.get("margins") or [])
         out["arbitrations"] += list(g.get("arbitrations") or [])
+        if out["near_tie_bound"] is None:      # the run's one bound (speculative/precision.py), on each shard
+            out["near_tie_bound"] = g.get("near_tie_bound")
         # the first divergence of the first failed shard (the one the run fails on), else the first
         if g.get("first_divergence") is not None and (out["first_divergence"] is None
                                                       or (g.get("passed") is False and not failed)):

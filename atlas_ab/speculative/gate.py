@@ -6,16 +6,18 @@ committed text, and at every generated position the target's argmax given the co
 before it must be the token the loop committed there. Greedy decoding commits exactly the tokens
 that pass this test, so up to the first mismatch the committed text IS the target-only greedy text,
 and the first mismatch is where a one-token-per-forward replay would diverge: the two checks agree
-in exact arithmetic, and this one costs one forward per sequence instead of one per token. After a
-divergence the sequence is not compared further (as a replay, whose text differs from there on).
+in exact arithmetic, and this one costs one forward per sequence instead of one per token. Past a
+divergence the check goes on: the target's argmax given the committed text is as well defined
+there as before, so every generated token of a gated sequence is checked (`checked_tokens`).
 
 On the CPU in fp32 the two agree exactly (the tests hold it to 0 divergences). In bf16 a
 multi-token verify and a whole-text forward round differently, so a divergence at a near-tie is
 not a bug and one at a clear margin is. Every divergence is therefore ARBITRATED: the disputed
 position's logits are recomputed in fp32 from the same context (the committed prefix up to it,
-on which both paths agree), and the divergence passes only if both disputed tokens are within
-what the run's dtype can resolve of the fp32 top-1 (`resolution`), else the run fails. Each
-arbitration is recorded (GateResult.arbitrations -> the manifest's gate).
+on which both paths agree; one fp32 forward per disputed sequence serves all its divergences), and
+the divergence passes only if both disputed tokens are within what the run's dtype can resolve of
+the fp32 top-1 (the run's `precision.NearTieBound`, measured for its checkpoint, dtype and device),
+else the run fails. Each arbitration is recorded (GateResult.arbitrations -> the manifest's gate).
 
 The fp32 arbiter is a float32 copy of the trunk, built on the trunk's device only when a
 divergence needs it; a run keeps it for its later waves where the GPU has room for it (`Arbiter`),
@@ -27,29 +29,13 @@ already check.
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
 
-from atlas_ab.run.engine import status_of
-
-# Unit roundoff of each dtype: a value of magnitude m is stored to within m * u
-# (bf16 keeps 8 significand bits: u = 2^-8).
-UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}
-
-# How far a whole forward in a dtype moves a logit from its fp32 value, in units of u * m, where
-# m = the largest |fp32 logit| at that position: the error comes from the rounding of the hidden
-# state, which every logit of the position shares, so it scales with m, not with each logit.
-FORWARD_ERROR = 32.0  # max bf16 forward error 25.4 at 5.7B: bench/RESULTS.md, "the bf16 bound at 5.7B"
-
-
-def resolution(dtype: torch.dtype, magnitude: float) -> float:
-    """The fp32 gap below the top-1 within which two paths in `dtype` may legitimately pick
-    different tokens: each path's logits sit within FORWARD_ERROR * u * m of fp32, so a token
-    chosen by one path is at most twice that below the fp32 top-1."""
-    return 2.0 * FORWARD_ERROR * UNIT_ROUNDOFF.get(dtype, UNIT_ROUNDOFF[torch.float32]) * max(magnitude, 1.0)
+from atlas_ab.speculative.gate_status import status_of
+from atlas_ab.speculative.precision import CEILING, NearTieBound, dtype_name, strict_fp32, trunk_in
 
 
 @dataclass
@@ -63,6 +49,7 @@ class GateResult:
     margins: list = field(default_factory=list)        # the replay's top-1/top-2 margin at each divergence
     arbitrations: list = field(default_factory=list)   # one dict per divergence (see `check`)
     first_divergence: dict | None = None               # the first that failed, else the first
+    near_tie_bound: dict | None = None                 # the bound arbitrated against (precision.NearTieBound)
 
     @property
     def status(self) -> str:
@@ -120,29 +107,6 @@ def teacher_forced(trunk, docs, generated, gen_tokens: int, group: int = 4) -> F
     return Forced(tokens=tokens, margins=margins, history=history, gen_start=gen_start)
 
 
-@contextlib.contextmanager
-def _strict_fp32():
-    """fp32 matmuls in fp32 (not TF32) while arbitrating, whatever the process set."""
-    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
-
-
-def trunk_in(trunk, dtype: torch.dtype):
-    """The trunk itself when it is in `dtype`, else a copy in `dtype` on its device (built from
-    its own weights: no random init, no CPU copy)."""
-    if next(trunk.parameters()).dtype == dtype:
-        return trunk
-    with torch.device("meta"):
-        copy = type(trunk)(trunk.args)
-    copy.load_state_dict({k: v.to(dtype) for k, v in trunk.state_dict().items()}, assign=True)
-    copy.tie_weights()
-    return copy.eval()
-
-
 class Arbiter:
     """A run's fp32 arbiter (`trunk_in(trunk, float32)`), built the first time a check needs it.
     On a GPU with room for it twice over it is kept for the run's later checks: at the 5.7B shape
@@ -173,102 +137,78 @@ class Arbiter:
 
 
 @torch.no_grad()
-def fp32_logits(t32, contexts: list[np.ndarray], chunk: int = 4) -> torch.Tensor:
-    """fp32 logits [N, V] of the next token after each context (uncached, causal; contexts are
-    right-padded, which a causal forward never sees from the rows before the padding)."""
+def fp32_logits(t32, texts: list[np.ndarray], at: list[list[int]]) -> list[torch.Tensor]:
+    """fp32 logits [n_i, V] of the next token after positions at[i] of texts[i]: one uncached
+    causal forward of each text up to its last such position (a few texts at a time, within
+    GATE_TOKENS; right-padded, which a causal forward never sees from the rows before it)."""
     dev = next(t32.parameters()).device
-    rows = []
-    with _strict_fp32():
-        for i in range(0, len(contexts), chunk):
-            part = contexts[i:i + chunk]
-            T = max(len(c) for c in part)
-            tok = torch.zeros(len(part), T, dtype=torch.long)
-            for j, c in enumerate(part):
-                tok[j, :len(c)] = torch.as_tensor(c)
-            h = t32.forward_train(tok.to(dev))
-            last = torch.as_tensor([len(c) - 1 for c in part], device=dev)
-            rows.append(t32.logits(h[torch.arange(len(part), device=dev), last][:, None])[:, 0].float())
-    return torch.cat(rows)
+    cut = [np.asarray(x[:max(p) + 1]) for x, p in zip(texts, at)]
+    out = []
+    with strict_fp32():
+        i = 0
+        while i < len(cut):
+            j = i + 1
+            while j < len(cut) and (j + 1 - i) * max(len(c) for c in cut[i:j + 1]) <= GATE_TOKENS:
+                j += 1
+            T = max(len(c) for c in cut[i:j])
+            tok = torch.zeros(j - i, T, dtype=torch.long)
+            for r, c in enumerate(cut[i:j]):
+                tok[r, :len(c)] = torch.as_tensor(c)
+            h = t32.forward_train(tok.to(dev))                                          # [P, T, H]
+            for r in range(j - i):
+                out.append(t32.logits(h[r, torch.as_tensor(at[i + r], device=dev)][None])[0].float())  # [n, V]
+            i = j
+    return out
 
 
-def check(trunk, docs, generated, gen_tokens: int, seqs, arbiter: Arbiter | None = None) -> GateResult:
-    """Check the speculative loop's generated[seq][turn] of `seqs` against the target's greedy
-    choice given the committed text (`teacher_forced`), arbitrating every divergence in fp32
-    (`arbiter`: a run's, which may keep its fp32 copy between checks; else one for this check)."""
+def check(trunk, docs, generated, gen_tokens: int, seqs, arbiter: Arbiter | None = None,
+          bound: NearTieBound = CEILING) -> GateResult:
+    """Check every generated token of `seqs` (the loop's generated[seq][turn]) against the
+    target's greedy choice given the committed text (`teacher_forced`), arbitrating every
+    divergence in fp32 against `bound` (the run's; the ceiling by default). `arbiter`: a run's,
+    which may keep its fp32 copy between checks; else one for this check."""
     if len(seqs) == 0:
         return GateResult()
     dtype = next(trunk.parameters()).dtype
     ref = teacher_forced(trunk, [docs[s] for s in seqs], [generated[s] for s in seqs], gen_tokens)
-    res = GateResult(checked_sequences=len(seqs), passed=True)
-    disputes = []       # (i, seq, turn, token index, speculative token, target-only token)
+    res = GateResult(checked_sequences=len(seqs), passed=True, near_tie_bound=bound.to_dict())
+    disputes: dict[int, list] = {}       # i -> [(turn, token index, speculative token, target-only token)]
     for i, s in enumerate(seqs):
         for t, spec_toks in enumerate(generated[s]):
-            ref_toks = ref.tokens[i, t]
-            res.checked_tokens += len(spec_toks)
-            diff = np.nonzero(np.asarray(spec_toks) != ref_toks)[0]
-            if len(diff):
-                g = int(diff[0])
-                res.checked_tokens -= len(spec_toks) - g - 1    # the trajectories differ from here on
-                disputes.append((i, s, t, g, int(spec_toks[g]), int(ref_toks[g])))
-                break
+            spec = np.asarray(spec_toks, dtype=np.int64)                                # [G]
+            res.checked_tokens += len(spec)
+            for g in np.nonzero(spec != ref.tokens[i, t, :len(spec)])[0]:
+                disputes.setdefault(i, []).append((t, int(g), int(spec[g]), int(ref.tokens[i, t, g])))
     if not disputes:
         return res
     t32 = (arbiter or Arbiter(trunk)).get()
-    z = fp32_logits(t32, [ref.history[i][:ref.gen_start[i, t] + g] for i, _, t, g, _, _ in disputes])
+    order = list(disputes)
+    z = fp32_logits(t32, [ref.history[i] for i in order],
+                    [[int(ref.gen_start[i, t]) + g - 1 for t, g, _, _ in disputes[i]] for i in order])
     del t32
-    for (i, s, t, g, a, b), zi in zip(disputes, z):
-        top1 = float(zi.max())
-        m = float(zi.abs().max())
-        fp32_margin = top1 - min(float(zi[a]), float(zi[b]))
-        bound = resolution(dtype, m)
-        ok = fp32_margin <= bound
-        rec = dict(doc_id=int(docs[s].doc_id), turn=t, token=g, speculative=a, target_only=b,
-                   margin=float(ref.margins[i, t, g]), fp32_margin=fp32_margin, fp32_top1=int(zi.argmax()),
-                   magnitude=m, bound=bound, dtype=str(dtype).replace("torch.", ""),
-                   verdict="near-tie" if ok else "clear margin")
-        if not ok:
-            rec["why"] = (f"fp32 margin {fp32_margin:.4g} > {bound:.4g}, what {rec['dtype']} can resolve at "
-                          f"logit magnitude {m:.3g}")
-        res.divergences += 1
-        res.arbitrated += 1
-        res.near_ties += ok
-        res.margins.append(rec["margin"])
-        res.arbitrations.append(rec)
-        if not ok and res.passed:
-            res.passed = False
-            res.first_divergence = rec
+    for i, zs in zip(order, z):
+        s = seqs[i]
+        for (t, g, a, b), zi in zip(disputes[i], zs):
+            top1 = float(zi.max())
+            m = float(zi.abs().max())
+            fp32_margin = top1 - min(float(zi[a]), float(zi[b]))
+            tol = bound.resolution(dtype, m)
+            ok = fp32_margin <= tol
+            rec = dict(doc_id=int(docs[s].doc_id), turn=t, token=g, speculative=a, target_only=b,
+                       margin=float(ref.margins[i, t, g]), fp32_margin=fp32_margin, fp32_top1=int(zi.argmax()),
+                       magnitude=m, bound=tol, dtype=dtype_name(dtype),
+                       verdict="near-tie" if ok else "clear margin")
+            if not ok:
+                rec["why"] = (f"fp32 margin {fp32_margin:.4g} > {tol:.4g}, what {rec['dtype']} can resolve at "
+                              f"logit magnitude {m:.3g}")
+            res.divergences += 1
+            res.arbitrated += 1
+            res.near_ties += ok
+            res.margins.append(rec["margin"])
+            res.arbitrations.append(rec)
+            if not ok and res.passed:
+                res.passed = False
+                res.first_divergence = rec
     if res.first_divergence is None:
         res.first_divergence = res.arbitrations[0]
     return res
-
-
-@torch.no_grad()
-def forward_error(trunk, tokens: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> dict:
-    """Calibrates FORWARD_ERROR: |logit in `dtype` - logit in fp32| of the same weights over every
-    position and vocabulary entry of `tokens` [B, T] (uncached forwards), in units of u * m with
-    m = the position's largest |fp32 logit|; plus the raw error binned by each logit's own
-    magnitude (to show it does not follow it). bench/bench_logit_error.py prints it."""
-    low = trunk_in(trunk, dtype)                 # the run's model ...
-    t32 = trunk_in(low, torch.float32)           # ... and its arbiter: the same weights, upcast
-    with _strict_fp32():
-        tokens = tokens.to(next(t32.parameters()).device)
-        z32 = t32.logits(t32.forward_train(tokens))
-        zlo = low.logits(low.forward_train(tokens)).float()
-    err = (zlo - z32).abs()
-    m = z32.abs().amax(-1, keepdim=True)
-    ratio = (err / (UNIT_ROUNDOFF[dtype] * m.clamp(min=1.0))).flatten().double()
-    sample = ratio[torch.randperm(len(ratio), generator=torch.Generator().manual_seed(0))[:1_000_000]
-                   .to(ratio.device)] if len(ratio) > 1_000_000 else ratio
-    qs = (0.5, 0.99, 0.999)
-    out = {"n_logits": int(ratio.numel()), "dtype": str(dtype).replace("torch.", ""),
-           "median_position_magnitude": float(m.median()),
-           "ratio": {f"q{q * 100:g}": float(v) for q, v in zip(qs, torch.quantile(sample, torch.tensor(
-               qs, dtype=torch.float64, device=sample.device)))} | {"max": float(ratio.max())}, "bins": []}
-    mag = z32.abs()
-    for lo, hi in ((0, 1), (1, 2), (2, 4), (4, 8), (8, 16), (16, float("inf"))):
-        sel = (mag >= lo) & (mag < hi)
-        if sel.any():
-            e = err[sel].double()
-            out["bins"].append({"abs_logit": [lo, hi], "n": int(sel.sum()), "err_median": float(e.median()),
-                                "err_max": float(e.max())})
-    return out

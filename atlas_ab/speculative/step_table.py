@@ -1,4 +1,4 @@
-"""A wave's step table: one telemetry record per active sequence per step (telemetry/records.py,
+"""A wave's step table: one telemetry record per active sequence per step (telemetry/step_blocks.py,
 docs/telemetry.md), each step's written while the device runs the next one."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 
 from atlas_ab.speculative.host_io import StepRead
 from atlas_ab.telemetry.events import EventLog
-from atlas_ab.telemetry.records import StepBlocks
+from atlas_ab.telemetry.step_blocks import StepBlocks
 
 
 @dataclass

@@ -219,3 +219,13 @@ def test_step_kernels_refuses_a_machine_without_a_gpu():
                        timeout=300, cwd=ROOT)
     assert r.returncode != 0
     assert r.stderr.strip().splitlines()[-1] == "bench_step_kernels: needs a GPU (the step it profiles is a CUDA graph)"
+
+
+@needs_default
+def test_bench_gate_power_smoke(tmp_path):
+    """The gate's power bench: a clean cell never fails the gate; every run a bug hit in fp32 fails it."""
+    res = smoke("bench_gate_power.py", tmp_path)
+    assert res["smoke"] and res["dtype"] == "float32" and res["gate_sequences"] == 2
+    none, bug = res["cells"]
+    assert (none["bug"], none["failed"], none["hits_recorded"]) == ("none", 0, 0)
+    assert bug["bug"] == "wrong_accept" and bug["failed"] == bug["runs_hit"] == bug["failed_of_runs_hit"]

@@ -22,6 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from atlas_ab import AtlasError
+from atlas_ab.config.structured import gate_sequences_for
 from atlas_ab.run.engine import RunInfo, WaveResult
 from atlas_ab.telemetry.schema import EVENT_SCHEMA, step_type
 
@@ -95,7 +96,7 @@ class FakeRunner:
         events_t = None
         if self.arm.fingerprints_on:
             events_t = pa.table({c: pa.array(v, EVENT_SCHEMA.field(c).type) for c, v in ev.items()})
-        n_gate = min(self.rc.gate_sequences, len(self.waves[i]))
+        n_gate = min(gate_sequences_for(self.rc, "cpu"), len(self.waves[i]))
         gate = {"checked_sequences": n_gate, "divergences": 0, "passed": True if n_gate else None,
                 "margins": [0.5] * n_gate, "first_divergence": None}
         if os.environ.get("FAKE_RUNNER_GATE_FAIL") == str(i):

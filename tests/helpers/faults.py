@@ -252,7 +252,7 @@ DATA_READ = [
          AN + "{run}/counts/part-00000.parquet: … rows, but manifest.json lists … for it (the file was rewritten "
               "after the run): refused",
          test=READ_TEST + "test_an_engine_runs_counts_shard_is_checked_too"),
-    Case("read.unhashed", "a run written before shard hashes (the committed claims runs)",
+    Case("read.unhashed", "a run written before shard hashes (as the 2026-11-29 claims runs were)",
          "atlas_ab.analysis: warning: {run}: manifest.json records no shard sha256 (written before shard hashes): "
          "its shards' row counts are checked, their bytes are not",
          test=READ_TEST + "test_a_run_written_before_shard_hashes_loads_with_one_warning",

@@ -58,7 +58,7 @@ LEAVES = ("analysis", "collect", "train")
 TORCH_FREE = ("telemetry.schema", "telemetry.acceptance", "config", "workload", "ingest", "analysis", "collect")
 
 #: arrows still pointing back, each with the change that removes it (delete the entry when it lands)
-PENDING = {("atlas_ab/speculative/gate.py", "run"): "gate.py's rewrite drops run.engine.status_of (issue 36)"}
+PENDING: dict = {}
 
 IMPORT_LAYER = """
 import importlib, json, pkgutil, sys

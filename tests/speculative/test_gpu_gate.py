@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from atlas_ab.config.structured import ArmConfig, RunnerConfig, WorkloadConfig
-from atlas_ab.speculative.gate import FORWARD_ERROR, forward_error
+from atlas_ab.speculative.precision import FORWARD_ERROR, forward_error
 from tests.runtime.test_presets import model_cfg
 from tests.speculative.test_gate import inject_lossy_commit
 
