@@ -56,6 +56,7 @@ class Job:
     sweep_dir: Optional[Path] = None    # the sweep's directory (multirun), where a study locks its preregs
     side_by_side: int = 1               # jobs the launcher runs at once on this host (threads are shared)
     hydra_subdir: Optional[Path] = None  # where Hydra saved this invocation's config
+    device: Optional[str] = None        # a device already claimed for this job (a study driving its arms)
 
 
 @dataclass
@@ -218,7 +219,7 @@ class RunSession:
             c.model.draft_path = resolve_path(c.model.draft_path)
             make_engine = engine_factory(c.runner.engine)     # imports torch where the engine uses it
             threads = set_threads(thread_count(c.runner.threads, self.job.side_by_side))
-            self.claim = DeviceClaim(c.runner.device, self.job.num)
+            self.claim = DeviceClaim(self.job.device or c.runner.device, self.job.num)
             if self.fresh:
                 log.info("arm %s: loading %s (device %s, %d threads)", c.arm.name, engine_name(make_engine),
                          self.claim.device, threads)
@@ -273,6 +274,12 @@ class RunSession:
             self._check_measured(self.store, self.waves, self.c)
             return self.store.finish("stopped", summary=acceptance_summary(self.store.read_steps()),
                                      stopped=why)
+
+    def note(self, key: str, value: Any) -> None:
+        """Record `value` under `key` in the run's manifest (a study's looks, between waves)."""
+        with self._failing():
+            self.store.manifest[key] = value
+            self.store.save()
 
     def close(self) -> None:
         """Release the device and the run directory (after a failure too)."""
