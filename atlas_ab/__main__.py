@@ -43,7 +43,8 @@ def task(cfg: DictConfig) -> dict:
               hydra_subdir=out_dir / hc.output_subdir if hc.output_subdir else None)
     from atlas_ab.study.sequential import drive, sequential_preregs
     if sequential_preregs(OmegaConf.to_object(cfg.study)):      # its arms run in lockstep, in this one job
-        return drive(cfg, job, list(hc.overrides.task))
+        search = [o for o in hc.overrides.hydra if o.startswith("hydra.searchpath=")]   # the user's config dirs
+        return drive(cfg, job, list(hc.overrides.task), search=search)
     return RunSession(cfg, job).run()
 
 

@@ -33,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from atlas_ab import AtlasError, atomic
 from atlas_ab.config.paths import resolve_path
-from atlas_ab.config.prereg import Prereg, load_prereg
+from atlas_ab.config.prereg import Prereg, from_lock, load_prereg
 from atlas_ab.run import claim
 from atlas_ab.run.device import DeviceClaim
 from atlas_ab.run.provenance import now
@@ -96,6 +96,7 @@ class Question:
     counts: list = dataclasses.field(default_factory=list)   # clusters at each look (cumulative)
     whole_at_look: int = 0            # whole clusters at the last look
     seen: list = dataclasses.field(default_factory=list)     # waves and documents at each look
+    final: bool = False               # the last look was the budget's last
     result: Optional[dict] = None     # the last SequentialResult, as a dict
     closed_at: Optional[int] = None   # the wave (count) at which it decided or its budget ended
 
@@ -157,13 +158,14 @@ class SequentialStudy:
     def _save(self) -> None:
         atomic.write_json(self.manifest_path, self.manifest)
 
-    def run(self) -> dict:
-        prs = self.check()
-        lock = claim.take(self.job_dir)
+    def run(self, locked: bool = False) -> dict:
+        """Check, then run (or resume) the study; `locked`: the caller holds the job directory's lock."""
+        lock = None if locked else claim.take(self.job_dir)
         try:
-            return self._run(prs)
+            return self._run(self.check())
         finally:
-            lock.release()
+            if lock is not None:
+                lock.release()
 
     def _run(self, prs: list[Prereg]) -> dict:
         resume = self.runner.resume
@@ -193,6 +195,7 @@ class SequentialStudy:
                 self.sessions[arm] = RunSession(cfg, job, out=self.out).open()
                 self.manifest["arms"][arm] = str(job.run_dir)
             waves = self._waves()
+            prs = [self._locked(p) for p in prs]
             questions = [Question(p, plan_of(p.name, p.spec.sequential, len(waves))) for p in prs]
             self.manifest["waves"] = {"total": len(waves), "batch_width": int(self.runner.batch_width)}
             self._drive(questions, waves)
@@ -206,6 +209,13 @@ class SequentialStudy:
             dev.release()
         self._print()
         return self.manifest
+
+    def _locked(self, pr: Prereg) -> Prereg:
+        """The text the study locked under `pr`'s file name (what is judged, not today's file)."""
+        entries = self.sessions[pr.arms[0]].store.manifest.get("preregs") or []
+        entry = next(e for e in entries if Path(e["path"]).name == pr.path.name
+                     or Path(resolve_path(e["path"])).name == pr.path.name)
+        return from_lock(entry)
 
     def _waves(self) -> list[list[int]]:
         """The arms' waves, which must be one list (the same documents in the same order)."""
@@ -269,6 +279,7 @@ class SequentialStudy:
         q.result = {**res.to_dict(), "waves": w, "documents": len(docs)}
         for lk, seen in zip(q.result["looks"], q.seen):
             lk.update(seen)
+        q.final = final
         if res.decision in DECIDED or final:
             q.closed_at = w
         log.info("%s: look %d after %d waves (%d documents): %s", q.name, len(q.counts), w, len(docs),
@@ -278,22 +289,26 @@ class SequentialStudy:
         r = q.result or {}
         e = {"path": str(q.prereg.path), "sha256": q.prereg.sha256, "arms": list(q.arms),
              "plan": dataclasses.asdict(q.plan), "looks": r.get("looks", []), "decision": r.get("decision"),
-             "decided_at": r.get("decided_at"), "closed_at_wave": q.closed_at,
+             "decided_at": r.get("decided_at"), "final": q.final, "closed_at_wave": q.closed_at,
              "result": {k: v for k, v in r.items() if k != "looks"}}
         if q.closed_at is not None:
             e["saving"] = self._saving(q, n_waves)
         return e
 
     def _saving(self, q: Question, n_waves: int) -> dict:
-        """Steps used at the stop, per arm, against the fixed-n registration's `min_n_per_arm` (the
-        registration keeps the fixed-n question's minimum), and the waves not run."""
+        """Verify steps (k >= 1) each arm ran up to the stop against the fixed-n registration's
+        `min_n_per_arm` (the registration keeps its fixed-n question's minimum), and the waves not run."""
+        from atlas_ab.analysis.load import load_run
+
+        docs = {d for w in self.sessions[q.arms[0]].waves[:q.closed_at] for d in w}
         used = {}
         for a in q.arms:
-            shards = [s for s in self.sessions[a].store.manifest["shards"] if s["wave"] < q.closed_at]
-            used[a] = sum(int(s["rows"]) for s in shards)
+            st = load_run(self.sessions[a].job.run_dir, allow_incomplete=True).steps
+            used[a] = int(((st["k"] > 0) & st["doc_id"].isin(docs)).sum())
         fixed = q.prereg.spec.min_n_per_arm
         out = {"waves_run": q.closed_at, "waves_budget": q.plan.budget_waves, "waves_total": n_waves,
-               "waves_not_run": n_waves - q.closed_at, "steps_per_arm": used, "fixed_n_per_arm": fixed}
+               "waves_not_run": n_waves - q.closed_at, "documents_run": len(docs), "steps_per_arm": used,
+               "fixed_n_per_arm": fixed}
         if fixed:
             out["saved_per_arm"] = {a: fixed - u for a, u in used.items()}
             out["saved_share"] = 1 - max(used.values()) / fixed
@@ -343,9 +358,9 @@ def summary_lines(m: dict) -> list[str]:
         sv = e.get("saving")
         if sv:
             used = ", ".join(f"{a} {n:,}" for a, n in sv["steps_per_arm"].items())
-            fixed = (f" against the fixed-n registration's {sv['fixed_n_per_arm']:,} per arm: "
-                     f"{sv['saved_share']:.0%} saved" if sv.get("fixed_n_per_arm") else "")
-            lines.append(f"  saving: steps run {used}{fixed}; {sv['waves_not_run']} of {sv['waves_total']} "
+            fixed = (f" of the fixed-n registration's {sv['fixed_n_per_arm']:,} per arm ({sv['saved_share']:.0%} "
+                     "not run)" if sv.get("fixed_n_per_arm") else "")
+            lines.append(f"  saving: verify steps run {used}{fixed}; {sv['waves_not_run']} of {sv['waves_total']} "
                          "waves not run")
     for arm, d in (m.get("arms") or {}).items():
         lines.append(f"  arm {arm}: {d}")
@@ -357,9 +372,17 @@ def arm_override(overrides: list[str]) -> Optional[str]:
     return next((o for o in overrides if o.split("=", 1)[0].lstrip("+~") == "arm"), None)
 
 
-def drive(cfg: DictConfig, job: Job, overrides: list[str], out=None) -> dict:
+def drive(cfg: DictConfig, job: Job, overrides: list[str], out=None, search: tuple = ()) -> dict:
     """`python -m atlas_ab [-m] +study=NAME` for a sequential study: compose each arm as
     `python -m atlas_ab OVERRIDES +arm=ARM` would, check them, and run the study."""
+    lock = claim.take(job.run_dir)      # parked for this job while Hydra made its directory
+    try:
+        return _drive(cfg, job, overrides, out, list(search))
+    finally:
+        lock.release()
+
+
+def _drive(cfg: DictConfig, job: Job, overrides: list[str], out, search: list[str]) -> dict:
     from hydra import compose
 
     study = OmegaConf.to_object(cfg.study)
@@ -372,6 +395,6 @@ def drive(cfg: DictConfig, job: Job, overrides: list[str], out=None) -> dict:
                          f"job {job.num}; sweep no key with -m (run one study per setting)")
     if not study.arms:
         raise AtlasError(f"study {study.name!r} is sequential but lists no arms (study.arms)")
-    arm_cfgs = {a: compose(config_name="config", overrides=[*overrides, f"+arm={a}"]) for a in study.arms}
+    arm_cfgs = {a: compose(config_name="config", overrides=[*search, *overrides, f"+arm={a}"]) for a in study.arms}
     study_dir = job.sweep_dir if job.multirun else job.run_dir
-    return SequentialStudy(arm_cfgs, study_dir, job.run_dir, out=out).run()
+    return SequentialStudy(arm_cfgs, study_dir, job.run_dir, out=out).run(locked=True)
