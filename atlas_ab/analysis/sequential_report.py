@@ -90,5 +90,7 @@ def view(pr: Prereg, runs) -> SequentialView:
 
 def figure(v: SequentialView, name: str, path: Path) -> Path:
     r = v.result
+    sv = (v.record or {}).get("saving") or {}
+    budget = sv.get("documents_budget")
     return plots.sequential_figure(v.looks, path, min_effect=r.min_effect, direction=r.direction,
-                                   decided_at=r.decided_at, title=f"{name}: {r.metric}, {r.decision}")
+                                   decided_at=r.decided_at, title=f"{name}: {r.metric}, {r.decision}", budget=budget)

@@ -307,7 +307,9 @@ class SequentialStudy:
             used[a] = int(((st["k"] > 0) & st["doc_id"].isin(docs)).sum())
         fixed = q.prereg.spec.min_n_per_arm
         out = {"waves_run": q.closed_at, "waves_budget": q.plan.budget_waves, "waves_total": n_waves,
-               "waves_not_run": n_waves - q.closed_at, "documents_run": len(docs), "steps_per_arm": used,
+               "waves_not_run": n_waves - q.closed_at, "documents_run": len(docs),
+               "documents_budget": sum(len(w) for w in self.sessions[q.arms[0]].waves[:q.plan.budget_waves]),
+               "steps_per_arm": used,
                "fixed_n_per_arm": fixed}
         if fixed:
             out["saved_per_arm"] = {a: fixed - u for a, u in used.items()}
