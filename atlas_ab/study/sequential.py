@@ -268,10 +268,22 @@ class SequentialStudy:
 
     def _look(self, q: Question, w: int, docs: list[int], whole: int) -> None:
         runs = [load_seen(self.sessions[a].job.run_dir, docs) for a in q.arms]
-        n = self.judge(q.prereg, runs).looks[-1].n_clusters      # clusters with a difference, seen whole
-        if q.counts and n <= q.counts[-1]:
-            return
         final = q.plan.is_last(w, whole)
+        try:
+            n = self.judge(q.prereg, runs).looks[-1].n_clusters      # clusters with a difference, seen whole
+        except AtlasError as e:
+            if "no cluster holds" not in str(e):
+                raise
+            if final:       # the budget ended with nothing to judge (e.g. warm turns in one-turn documents)
+                q.result, q.final, q.closed_at = {"decision": "UNDERPOWERED", "decided_at": None, "looks": [],
+                                                  "why": str(e)}, True, w
+            return
+        if q.counts and n <= q.counts[-1]:
+            if final:
+                q.final, q.closed_at = True, w
+                if q.result and q.result["decision"] == "UNDECIDED":   # as judging it final would say
+                    q.result["decision"] = q.result["looks"][-1]["decision"] = "UNDERPOWERED"
+            return
         res = self.judge(q.prereg, runs, looks=[*q.counts, n], final=final)
         q.counts.append(n)
         q.whole_at_look = whole
