@@ -33,6 +33,8 @@ for m in default large; do
   FIXED=$W/${m}_1gpu; [ $m = large ] && FIXED=$W/large_claims
   if [ ! -d $FIXED ]; then
     FIXED=$W/${m}_fixed_seq
+  fi
+  if [ ! -d $FIXED ]; then
     S=$SECONDS
     timeout 240 "${RUN[@]}" ${CLAIMS_OVERRIDES:-} +study=claims "${MODEL[@]}" hydra.sweep.dir=$FIXED \
       runner.trajectories=$W/traj_seq_$m > $W/${m}_fixed_seq.log 2>&1

@@ -45,6 +45,8 @@ log = logging.getLogger("atlas_ab")
 STUDY_MANIFEST = "study.json"
 SCHEMA = "atlas_ab.sequential_study/1"
 DECIDED = ("MET", "NOT MET")
+#: the judge's words for a look with nothing to judge yet (no cluster, no pair in the metric's denominator)
+NOTHING_YET = ("no cluster holds", "no step pairs")
 #: what pairs the arms: every arm must run these the same (the levers are what differ)
 PAIRED_KEYS = ("workload", "model", "runner.batch_width", "runner.mode", "runner.seed", "runner.trajectories")
 
@@ -272,7 +274,7 @@ class SequentialStudy:
         try:
             n = self.judge(q.prereg, runs).looks[-1].n_clusters      # clusters with a difference, seen whole
         except AtlasError as e:
-            if "no cluster holds" not in str(e):
+            if not any(w in str(e) for w in NOTHING_YET):
                 raise
             if final:       # the budget ended with nothing to judge (e.g. warm turns in one-turn documents)
                 q.result, q.final, q.closed_at = {"decision": "UNDERPOWERED", "decided_at": None, "looks": [],
