@@ -5,8 +5,9 @@ the fixed-n run's steps and verdict, and whether the two verdicts agree where bo
     python scripts/sequential_table.py --out DIR LABEL=STUDY_DIR:FIXED_REPORT_JSON ...
 
 STUDY_DIR holds a sequential study's study.json (atlas_ab/study/sequential.py); FIXED_REPORT_JSON is
-`python -m atlas_ab.analysis report` of the fixed-n sweep (`+study=claims`). A sequential
-registration claims_seq_X answers the fixed-n claims_X.
+`python -m atlas_ab.analysis report` of the fixed-n sweep (`+study=claims`), or a `claims` report's
+report.json (its model whose label starts with LABEL). A sequential registration claims_seq_X
+answers the fixed-n claims_X.
 """
 from __future__ import annotations
 
@@ -21,7 +22,13 @@ def rows(label: str, study_dir: Path, fixed_json: Path | None) -> list[dict]:
     study = json.loads((study_dir / "study.json").read_text())
     fixed = {}
     if fixed_json is not None and fixed_json.is_file():
-        fixed = {v["name"]: v for v in json.loads(fixed_json.read_text()).get("verdicts", [])}
+        data = json.loads(fixed_json.read_text())
+        if "models" in data:    # a `claims` report: the model whose label starts with LABEL, greedy
+            key = next((k for k in data["models"] if k.startswith(label) and "sampled" not in k), None)
+            qs = (data["models"].get(key) or {}).get("questions") or {}
+            fixed = {q["verdict"]["name"]: q["verdict"] for q in qs.values() if q.get("verdict")}
+        else:                   # a `report` of the fixed-n sweep
+            fixed = {v["name"]: v for v in data.get("verdicts", [])}
     out = []
     for name, e in study["preregs"].items():
         looks, at = e.get("looks") or [], e.get("decided_at")
