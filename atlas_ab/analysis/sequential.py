@@ -32,7 +32,7 @@ import numpy as np
 from atlas_ab import AtlasError
 from atlas_ab.analysis.confidence_sequence import asymptotic_cs, hedged_cs
 from atlas_ab.analysis.metrics import DocSums, doc_sums, parse_metric, row_values
-from atlas_ab.config.prereg import Direction, Estimand, Prereg, load_prereg
+from atlas_ab.config.prereg import Estimand, Prereg, load_prereg
 
 METHODS = {"hedged_capital": "hedged-capital confidence sequence (Waudby-Smith & Ramdas, JRSS-B 2024) over "
                              "per-cluster differences",
@@ -45,6 +45,8 @@ T_OPT = 100
 MET, NOT_MET, UNDECIDED, UNDERPOWERED = "MET", "NOT MET", "UNDECIDED", "UNDERPOWERED"
 #: the grid of candidate means (confidence_sequence.BREAKS is confseq's 1000; finer here: 2R / 4000 per step)
 BREAKS = 4000
+#: a bound on the grid (k / BREAKS, rescaled) equal to min_effect up to rounding counts as equal
+EPS = 1e-12
 
 
 @dataclass(frozen=True)
@@ -107,9 +109,9 @@ class SequentialResult:
 def decide(lower: float, upper: float, min_effect: float, direction: str) -> str:
     """MET / NOT MET / UNDECIDED from a CS [lower, upper] of treatment - control."""
     lo, hi = (lower, upper) if direction == "increase" else (-upper, -lower)
-    if lo >= min_effect:
+    if lo >= min_effect - EPS:
         return MET
-    if hi < min_effect:
+    if hi < min_effect - EPS:
         return NOT_MET
     return UNDECIDED
 
@@ -211,26 +213,20 @@ def _first_doc(run, ids: np.ndarray, cmap) -> np.ndarray:
 
 
 def _rows(run, cmap, ids: np.ndarray) -> np.ndarray:
-    """Rows of the run in each cluster (a step run's steps, an engine run's verify steps)."""
+    """Rows of the run in each cluster: a step run's steps, an engine run's verify steps."""
     if hasattr(run, "steps"):
         doc = run.steps["doc_id"].to_numpy(np.int64)
-        unit = doc if cmap is None else np.asarray(cmap, np.int64)[doc]
+        weight = np.ones(len(doc))
     else:
         t = run.units.table
         doc = t["doc_id"].to_numpy(np.int64)
-        unit = doc if run.units.cluster_map is None else run.units.cluster_map[doc]
-    u, c = np.unique(unit, return_counts=True) if hasattr(run, "steps") else _unit_steps(run, unit)
-    out = np.zeros(len(ids), np.int64)
-    pos = np.searchsorted(u, ids)
-    ok = (pos < len(u)) & (u[np.minimum(pos, len(u) - 1)] == ids)
-    out[ok] = c[pos[ok]]
-    return out
-
-
-def _unit_steps(run, unit: np.ndarray):
-    n = np.asarray([0 if v is None or v != v else int(v) for v in run.units.table["n"]], np.int64)
+        cmap = run.units.cluster_map
+        weight = np.asarray([0 if v is None or v != v else int(v) for v in t["n"]], np.float64)
+    unit = doc if cmap is None else np.asarray(cmap, np.int64)[doc]
     u, inv = np.unique(unit, return_inverse=True)
-    return u, np.bincount(inv, weights=n).astype(np.int64)
+    c = np.bincount(inv, weights=weight).astype(np.int64)
+    pos = np.minimum(np.searchsorted(u, ids), len(u) - 1)
+    return np.where(u[pos] == ids, c[pos], 0)
 
 
 def _join(sa: DocSums, sb: DocSums):
@@ -337,4 +333,4 @@ def judge_sequential(prereg, run_dirs, *, looks=None, final: bool = False) -> Se
                             skipped=c.skipped)
 
 
-__all__ = ["Look", "SequentialResult", "judge_sequential", "decide", "sequence", "judge_path", "Direction"]
+__all__ = ["Look", "SequentialResult", "judge_sequential", "decide", "sequence", "judge_path", "clusters_of"]
