@@ -296,7 +296,7 @@ def _load(run_dirs) -> list:
     from atlas_ab.analysis.load import load_run
     from atlas_ab.analysis.units import load_units, needs_units
 
-    given = list(run_dirs)
+    given = [run_dirs] if isinstance(run_dirs, (str, Path)) else list(run_dirs)
     if all(hasattr(r, "arm") for r in given):
         return given
     paths = expand(given)

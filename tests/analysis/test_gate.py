@@ -173,3 +173,18 @@ def test_under_aa_requests_the_gate_sequences_keep_the_level():
             miss_req += bool(((lo2 > 0) | (hi2 < 0)).any())
     bound = alpha + 3 * math.sqrt(alpha * (1 - alpha) / reps)
     assert miss_pooled / reps <= bound and miss_req / (reps / 10) <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / 30)
+
+
+def test_global_counters_and_a_bad_estimand_are_refused(tmp_path, capsys):
+    from tests.helpers.engine_fixtures import vllm_prom
+
+    (tmp_path / "before.prom").write_text(vllm_prom(100, 200, 90, [60, 30]))
+    (tmp_path / "after.prom").write_text(vllm_prom(1100, 2200, 1390, [860, 530]))
+    (tmp_path / "b.prom").write_text(vllm_prom(1000, 2000, 1400, [850, 550]))
+    a = ingest("prometheus", [tmp_path / "before.prom", tmp_path / "after.prom"], tmp_path / "a").out
+    b = ingest("prometheus", [tmp_path / "b.prom"], tmp_path / "b").out
+    code, out, err = _gate(capsys, str(a), str(b), "--max-drop", "0.01")
+    assert code == 2 and out == "" and "global counters have no requests: the gate needs per-request telemetry" in err
+    with pytest.raises(SystemExit) as e:
+        main(["gate", str(a), str(b), "--max-drop", "0.01", "--estimand", "median"])
+    assert e.value.code == 2
