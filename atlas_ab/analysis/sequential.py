@@ -98,6 +98,16 @@ class SequentialResult:
 
     __str__ = summary
 
+    def markdown(self) -> str:
+        """The path as a table: one row per look, the deciding one in bold."""
+        rows = [f"| look | {self.cluster_unit}s | steps | cluster mean | {1 - self.alpha:.0%} sequence | pooled | "
+                "decision |", "|---|---|---|---|---|---|---|"]
+        for lk in self.looks:
+            dec = f"**{lk.decision}**" if lk.index == self.decided_at else lk.decision
+            rows.append(f"| {lk.index} | {lk.n_clusters:,} | {lk.n_steps:,} | {lk.estimate:+.4f} | "
+                        f"[{lk.lower:+.4f}, {lk.upper:+.4f}] | {lk.pooled:+.4f} | {dec} |")
+        return "\n".join(rows)
+
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["looks"] = [lk.to_dict() for lk in self.looks]

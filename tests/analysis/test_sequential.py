@@ -131,6 +131,9 @@ def test_a_large_effect_decides_met_early_and_a_null_one_not_met(tmp_path):
     res = judge_sequential(_prereg(tmp_path), runs)
     assert res.decision == MET and res.decided_at < 30 and res.decided_look.lower >= 0.01
     assert "MET: p1 up by >= 0.01; after" in res.summary()
+    table = res.markdown().splitlines()
+    assert len(table) == 2 + len(res.looks) and "| **MET** |" in table[1 + res.decided_at]
+    assert table[2].startswith("| 1 | 1 | ") and "| UNDECIDED |" in table[2]
     # shown smaller than a large registered minimum: NOT MET
     res = judge_sequential(_prereg(tmp_path, "big", min_effect=0.9), runs)
     assert res.decision == NOT_MET and res.decided_look.upper < 0.9
