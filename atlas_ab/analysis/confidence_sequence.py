@@ -35,33 +35,41 @@ _CHUNK = 256     # grid rows per block: bounds memory at _CHUNK x n floats
 def plugin_bets(x: np.ndarray, alpha: float) -> np.ndarray:
     """The predictable plug-in bets lambda_t = sqrt(2 log(1/alpha) / (sigma2_{t-1} t log(1 + t))),
     with the regularised running mean and variance (prior mean 1/2, variance 1/4, one fake
-    observation), as confseq.predmix.lambda_predmix_eb. x: [n]."""
-    n = len(x)
-    t = np.arange(1, n + 1)
-    mu = np.minimum((0.5 + np.cumsum(x)) / (t + 1), 1)                     # [n]
-    sigma2 = (0.25 + np.cumsum((x - mu) ** 2)) / (t + 1)                   # [n]
-    sigma2_prev = np.append(0.25, sigma2[:-1])                             # [n]
+    observation), as confseq.predmix.lambda_predmix_eb. x: [..., n] (the last axis is time)."""
+    x = np.asarray(x, np.float64)
+    n = x.shape[-1]
+    t = np.arange(1, n + 1)                                                # [n]
+    mu = np.minimum((0.5 + np.cumsum(x, axis=-1)) / (t + 1), 1)            # [..., n]
+    sigma2 = (0.25 + np.cumsum((x - mu) ** 2, axis=-1)) / (t + 1)          # [..., n]
+    sigma2_prev = np.concatenate([np.full(x.shape[:-1] + (1,), 0.25), sigma2[..., :-1]], axis=-1)   # [..., n]
     with np.errstate(divide="ignore", invalid="ignore"):
         lam = np.sqrt(2 * np.log(1 / alpha) / (t * np.log(1 + t) * sigma2_prev))
     lam[np.isnan(lam)] = 0
     return lam
 
 
+def capitals(x: np.ndarray, m, alpha: float, theta: float = 0.5, trunc: float = 0.5):
+    """(K+_t(m), K-_t(m)): the two sides' capital, each betting alpha * its weight's plug-in bet
+    truncated at trunc / m (positive side) and trunc / (1 - m) (negative side). x: [..., n];
+    m broadcasts against it ([G, 1] against [n]: every candidate mean at once)."""
+    x = np.asarray(x, np.float64)
+    m = np.asarray(m, np.float64)
+    lam_pos, lam_neg = plugin_bets(x, alpha * theta), plugin_bets(x, alpha * (1 - theta))   # [..., n]
+    with np.errstate(divide="ignore"):
+        lp = np.minimum(lam_pos, trunc / m)
+        ln = np.minimum(lam_neg, trunc / (1 - m))
+    with np.errstate(invalid="ignore", over="ignore"):
+        kp = np.cumprod(1 + lp * (x - m), axis=-1)
+        kn = np.cumprod(1 - ln * (x - m), axis=-1)
+    kp[np.isnan(kp)] = 0     # 0 * inf: no capital (confseq's convention)
+    kn[np.isnan(kn)] = 0
+    return kp, kn
+
+
 def hedged_capital(x: np.ndarray, m: np.ndarray, alpha: float, theta: float = 0.5,
                    trunc: float = 0.5) -> np.ndarray:
-    """K_t(m) for each candidate mean: [len(m), len(x)]. Each side bets alpha * its weight's
-    plug-in bet, truncated at trunc / m (positive side) and trunc / (1 - m) (negative side)."""
-    x = np.asarray(x, np.float64)                                          # [n]
-    m = np.asarray(m, np.float64)[:, None]                                 # [G, 1]
-    lam_pos, lam_neg = plugin_bets(x, alpha * theta), plugin_bets(x, alpha * (1 - theta))   # [n]
-    with np.errstate(divide="ignore"):
-        lp = np.minimum(lam_pos[None, :], trunc / m)                        # [G, n]
-        ln = np.minimum(lam_neg[None, :], trunc / (1 - m))                  # [G, n]
-    with np.errstate(invalid="ignore", over="ignore"):
-        kp = np.cumprod(1 + lp * (x - m), axis=1)                           # [G, n]
-        kn = np.cumprod(1 - ln * (x - m), axis=1)                           # [G, n]
-    kp[np.isnan(kp)] = 0
-    kn[np.isnan(kn)] = 0
+    """K_t(m) = max(theta K+, (1 - theta) K-) for each candidate mean m: [len(m), len(x)]."""
+    kp, kn = capitals(np.asarray(x, np.float64)[None, :], np.asarray(m, np.float64)[:, None], alpha, theta, trunc)
     return np.maximum(theta * kp, (1 - theta) * kn)
 
 

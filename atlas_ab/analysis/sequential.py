@@ -30,16 +30,23 @@ from pathlib import Path
 import numpy as np
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis.confidence_sequence import hedged_cs
+from atlas_ab.analysis.confidence_sequence import asymptotic_cs, hedged_cs
 from atlas_ab.analysis.metrics import DocSums, doc_sums, parse_metric, row_values
-from atlas_ab.config.prereg import Direction, Estimand, Prereg, load_prereg
+from atlas_ab.config.prereg import Estimand, Prereg, load_prereg
 
-METHOD = "hedged_capital"
-METHOD_WORDS = ("hedged-capital confidence sequence (Waudby-Smith & Ramdas, JRSS-B 2024) over per-cluster "
-                "differences")
+METHODS = {"hedged_capital": "hedged-capital confidence sequence (Waudby-Smith & Ramdas, JRSS-B 2024) over "
+                             "per-cluster differences",
+           "asymptotic": "asymptotic confidence sequence (Waudby-Smith et al., Ann. Statist. 2024) over per-cluster "
+                         "differences"}
+#: the asymptotic CS decides nothing on fewer clusters (its variance estimate is the CLT's; stats.MIN_CLUSTERS)
+MIN_ASYMPTOTIC = 10
+#: the asymptotic CS is tightest here without a registered max_clusters (fixed: a data-chosen one is no CS)
+T_OPT = 100
 MET, NOT_MET, UNDECIDED, UNDERPOWERED = "MET", "NOT MET", "UNDECIDED", "UNDERPOWERED"
 #: the grid of candidate means (confidence_sequence.BREAKS is confseq's 1000; finer here: 2R / 4000 per step)
 BREAKS = 4000
+#: a bound on the grid (k / BREAKS, rescaled) equal to min_effect up to rounding counts as equal
+EPS = 1e-12
 
 
 @dataclass(frozen=True)
@@ -86,10 +93,20 @@ class SequentialResult:
         return (f"{self.decision}: {self.metric} {word} by >= {self.min_effect:g}; after {last.n_clusters} "
                 f"{self.cluster_unit}s (look {last.index} of {len(self.looks)}) the cluster-mean difference is "
                 f"{last.estimate:+.4f}, {1 - self.alpha:.0%} confidence sequence [{last.lower:+.4f}, "
-                f"{last.upper:+.4f}] (pooled {last.pooled:+.4f}; {METHOD_WORDS}, estimand: cluster mean of "
-                f"{self.estimand.replace('_', ' ')})")
+                f"{last.upper:+.4f}] (pooled {last.pooled:+.4f}; estimand: the cluster mean of "
+                f"{self.estimand.replace('_', ' ')}; {METHODS[self.method]})")
 
     __str__ = summary
+
+    def markdown(self) -> str:
+        """The path as a table: one row per look, the deciding one in bold."""
+        rows = [f"| look | {self.cluster_unit}s | steps | cluster mean | {1 - self.alpha:.0%} sequence | pooled | "
+                "decision |", "|---|---|---|---|---|---|---|"]
+        for lk in self.looks:
+            dec = f"**{lk.decision}**" if lk.index == self.decided_at else lk.decision
+            rows.append(f"| {lk.index} | {lk.n_clusters:,} | {lk.n_steps:,} | {lk.estimate:+.4f} | "
+                        f"[{lk.lower:+.4f}, {lk.upper:+.4f}] | {lk.pooled:+.4f} | {dec} |")
+        return "\n".join(rows)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -102,9 +119,9 @@ class SequentialResult:
 def decide(lower: float, upper: float, min_effect: float, direction: str) -> str:
     """MET / NOT MET / UNDECIDED from a CS [lower, upper] of treatment - control."""
     lo, hi = (lower, upper) if direction == "increase" else (-upper, -lower)
-    if lo >= min_effect:
+    if lo >= min_effect - EPS:
         return MET
-    if hi < min_effect:
+    if hi < min_effect - EPS:
         return NOT_MET
     return UNDECIDED
 
@@ -115,14 +132,24 @@ def metric_range(metric: str, K: int) -> float:
     return float(K) if kind == "tokens" else 1.0
 
 
-def sequence(d: np.ndarray, R: float, alpha: float, looks: np.ndarray, breaks: int = BREAKS):
+def sequence(d: np.ndarray, R: float, alpha: float, looks: np.ndarray, breaks: int = BREAKS,
+             method: str = "hedged_capital", t_opt: int | None = None):
     """(estimate, lower, upper) of the cluster mean at each look (cumulative counts) from the
-    cluster differences d in [-R, R], taken in order: [len(looks)] each."""
-    d = np.asarray(d, np.float64)
-    x = np.clip((d + R) / (2 * R), 0.0, 1.0)      # [G] (clip: rounding at the bounds only)
-    lo, hi = hedged_cs(x, alpha=alpha, breaks=breaks)
+    cluster differences d in [-R, R], taken in order: [len(looks)] each. asymptotic: tightest at
+    t_opt clusters (default T_OPT), and [-R, R] before MIN_ASYMPTOTIC clusters."""
+    d = np.asarray(d, np.float64)                  # [G]
     idx = np.asarray(looks, np.int64) - 1
     est = np.cumsum(d)[idx] / (idx + 1)
+    if method == "asymptotic":
+        lo, hi = asymptotic_cs(d, alpha=alpha, t_opt=int(t_opt or T_OPT), running_intersection=False)
+        early = np.arange(len(d)) < MIN_ASYMPTOTIC - 1
+        lo, hi = np.where(early, -R, np.maximum(lo, -R)), np.where(early, R, np.minimum(hi, R))
+        lo, hi = np.maximum.accumulate(lo), np.minimum.accumulate(hi)
+        return est, lo[idx], hi[idx]
+    if method != "hedged_capital":
+        raise AtlasError(f"unknown confidence sequence {method!r} (one of {', '.join(METHODS)})")
+    x = np.clip((d + R) / (2 * R), 0.0, 1.0)      # [G] (clip: rounding at the bounds only)
+    lo, hi = hedged_cs(x, alpha=alpha, breaks=breaks)
     return est, 2 * R * lo[idx] - R, 2 * R * hi[idx] - R
 
 
@@ -140,14 +167,15 @@ def schedule(n: int, looks) -> np.ndarray:
 
 
 def judge_path(d, pooled_parts, steps, *, R, alpha, min_effect, direction, looks=None, final=False,
-               breaks: int = BREAKS) -> tuple[tuple[Look, ...], str, int | None]:
+               breaks: int = BREAKS, method: str = "hedged_capital",
+               t_opt: int | None = None) -> tuple[tuple[Look, ...], str, int | None]:
     """The looks, the decision and the look it was made at, from ordered cluster differences.
     pooled_parts: (yA, nA, yB, nB) per cluster, for the pooled difference; steps: rows per cluster."""
     n = len(d)
     if n == 0:
         raise AtlasError("no cluster holds a step of both arms in the metric's denominator: nothing to judge")
     at = schedule(n, looks)
-    est, lo, hi = sequence(d, R, alpha, at, breaks)
+    est, lo, hi = sequence(d, R, alpha, at, breaks, method, t_opt)
     ya, na, yb, nb = (np.cumsum(np.asarray(v, np.float64))[at - 1] for v in pooled_parts)
     with np.errstate(invalid="ignore", divide="ignore"):
         pooled = yb / nb - ya / na
@@ -195,26 +223,20 @@ def _first_doc(run, ids: np.ndarray, cmap) -> np.ndarray:
 
 
 def _rows(run, cmap, ids: np.ndarray) -> np.ndarray:
-    """Rows of the run in each cluster (a step run's steps, an engine run's verify steps)."""
+    """Rows of the run in each cluster: a step run's steps, an engine run's verify steps."""
     if hasattr(run, "steps"):
         doc = run.steps["doc_id"].to_numpy(np.int64)
-        unit = doc if cmap is None else np.asarray(cmap, np.int64)[doc]
+        weight = np.ones(len(doc))
     else:
         t = run.units.table
         doc = t["doc_id"].to_numpy(np.int64)
-        unit = doc if run.units.cluster_map is None else run.units.cluster_map[doc]
-    u, c = np.unique(unit, return_counts=True) if hasattr(run, "steps") else _unit_steps(run, unit)
-    out = np.zeros(len(ids), np.int64)
-    pos = np.searchsorted(u, ids)
-    ok = (pos < len(u)) & (u[np.minimum(pos, len(u) - 1)] == ids)
-    out[ok] = c[pos[ok]]
-    return out
-
-
-def _unit_steps(run, unit: np.ndarray):
-    n = np.asarray([0 if v is None or v != v else int(v) for v in run.units.table["n"]], np.int64)
+        cmap = run.units.cluster_map
+        weight = np.asarray([0 if v is None or v != v else int(v) for v in t["n"]], np.float64)
+    unit = doc if cmap is None else np.asarray(cmap, np.int64)[doc]
     u, inv = np.unique(unit, return_inverse=True)
-    return u, np.bincount(inv, weights=n).astype(np.int64)
+    c = np.bincount(inv, weights=weight).astype(np.int64)
+    pos = np.minimum(np.searchsorted(u, ids), len(u) - 1)
+    return np.where(u[pos] == ids, c[pos], 0)
 
 
 def _join(sa: DocSums, sb: DocSums):
@@ -284,7 +306,7 @@ def _load(run_dirs) -> list:
     from atlas_ab.analysis.load import load_run
     from atlas_ab.analysis.units import load_units, needs_units
 
-    given = list(run_dirs)
+    given = [run_dirs] if isinstance(run_dirs, (str, Path)) else list(run_dirs)
     if all(hasattr(r, "arm") for r in given):
         return given
     paths = expand(given)
@@ -315,10 +337,10 @@ def judge_sequential(prereg, run_dirs, *, looks=None, final: bool = False) -> Se
     final = final or (seq.max_clusters is not None and int(at[-1]) >= seq.max_clusters)
     path, decision, decided_at = judge_path(c.d, (c.ya, c.na, c.yb, c.nb), c.steps, R=R, alpha=seq.alpha,
                                             min_effect=spec.min_effect, direction=spec.direction.value,
-                                            looks=at, final=final)
-    return SequentialResult(METHOD, seq.alpha, spec.estimand.value, spec.primary_metric, spec.min_effect,
+                                            looks=at, final=final, method=seq.method, t_opt=seq.max_clusters)
+    return SequentialResult(seq.method, seq.alpha, spec.estimand.value, spec.primary_metric, spec.min_effect,
                             spec.direction.value, path, decision, decided_at, cluster_unit=c.unit,
                             skipped=c.skipped)
 
 
-__all__ = ["Look", "SequentialResult", "judge_sequential", "decide", "sequence", "judge_path", "Direction"]
+__all__ = ["Look", "SequentialResult", "judge_sequential", "decide", "sequence", "judge_path", "clusters_of"]

@@ -127,14 +127,16 @@ class _Question:
         return ", ".join(f">= {v:,} {words[f]}" for f, v in self.minimums().items())
 
 
-SEQUENTIAL_METHODS = ("hedged_capital",)
+SEQUENTIAL_METHODS = ("hedged_capital", "asymptotic")
 
 
 @dataclass
 class Sequential:
     """A sequential study: judge after each look with an always-valid confidence sequence
     (analysis/sequential.py) and stop when it decides or the budget ends.
-      method       hedged_capital: the betting CS of Waudby-Smith & Ramdas (JRSS-B 2024)
+      method       hedged_capital: the betting CS of Waudby-Smith & Ramdas (JRSS-B 2024), exact at
+                   every n; asymptotic: the asymptotic CS of Waudby-Smith et al. (Ann. Statist. 2024),
+                   valid as the clusters grow, tighter when the differences fill little of their range
       alpha        the level every look shares (valid at all looks at once)
       look_every   a look every N `look_unit`s (whole waves: the runner looks when a wave ends)
       max_waves / max_clusters   the budget (at least one); UNDERPOWERED when it ends undecided"""
@@ -203,8 +205,8 @@ class _Compared(_Question):
         if self.primary_metric == THROUGHPUT and (self.decides != Decides.cluster or self.KIND != "difference"):
             raise Invalid("decides", f"{THROUGHPUT} is judged as a difference of whole arms on the cluster sd")
         if self.sequential is not None and (self.KIND != "difference" or self.primary_metric == THROUGHPUT):
-            raise Invalid("sequential", f"a sequential study judges an acceptance difference, not a {self.KIND}"
-                          + (f" of {THROUGHPUT}" if self.primary_metric == THROUGHPUT else ""))
+            raise Invalid("sequential", "a sequential study judges a difference of an acceptance metric, not "
+                          + (THROUGHPUT if self.primary_metric == THROUGHPUT else f"kind: {self.KIND}"))
 
     @property
     def se_words(self) -> str:
