@@ -310,15 +310,18 @@ class SequentialStudy:
         return e
 
     def _saving(self, q: Question, n_waves: int) -> dict:
-        """Verify steps (k >= 1) each arm ran up to the stop against the fixed-n registration's
-        `min_n_per_arm` (the registration keeps its fixed-n question's minimum), and the waves not run."""
+        """Verify steps (k >= 1, on the registered turns, as the fixed-n judge counts them) each arm
+        ran up to the stop against the fixed-n registration's `min_n_per_arm` (the registration keeps
+        its fixed-n question's minimum), and the waves not run."""
         from atlas_ab.analysis.load import load_run
 
         docs = {d for w in self.sessions[q.arms[0]].waves[:q.closed_at] for d in w}
+        turns = getattr(q.prereg.spec.turns, "value", q.prereg.spec.turns)
         used = {}
         for a in q.arms:
             st = load_run(self.sessions[a].job.run_dir, allow_incomplete=True).steps
-            used[a] = int(((st["k"] > 0) & st["doc_id"].isin(docs)).sum())
+            on = {"all": st["turn"] >= 0, "cold": st["turn"] == 0, "warm": st["turn"] >= 1}[turns]
+            used[a] = int(((st["k"] > 0) & st["doc_id"].isin(docs) & on).sum())
         fixed = q.prereg.spec.min_n_per_arm
         out = {"waves_run": q.closed_at, "waves_budget": q.plan.budget_waves, "waves_total": n_waves,
                "waves_not_run": n_waves - q.closed_at, "documents_run": len(docs),
