@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from atlas_ab.errors import one_line
 
@@ -41,6 +41,10 @@ def task(cfg: DictConfig) -> dict:
               sweep_dir=Path(hc.sweep.dir) if multirun else None,
               side_by_side=int(n_jobs) if isinstance(n_jobs, int) and n_jobs > 0 else 1,
               hydra_subdir=out_dir / hc.output_subdir if hc.output_subdir else None)
+    from atlas_ab.study.sequential import drive, sequential_preregs
+    if sequential_preregs(OmegaConf.to_object(cfg.study)):      # its arms run in lockstep, in this one job
+        search = [o for o in hc.overrides.hydra if o.startswith("hydra.searchpath=")]   # the user's config dirs
+        return drive(cfg, job, list(hc.overrides.task), search=search)
     return RunSession(cfg, job).run()
 
 

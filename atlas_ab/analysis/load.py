@@ -26,6 +26,8 @@ from atlas_ab.telemetry.schema import REQUIRED_STEP as REQUIRED, SHARD_ROWS, STE
 EXPECTED_COLUMNS = ("accept_prob", "alpha1")
 
 NONNEGATIVE = REQUIRED
+#: A run's final statuses: every wave ran, or its sequential study stopped it at a look (run/store.py)
+FINAL = ("complete", "stopped")
 
 
 class ManifestFacts:
@@ -91,8 +93,8 @@ class Run(ManifestFacts):
 
 
 def read_manifest(root: Path, allow_incomplete: bool = False) -> dict | None:
-    """The run's manifest (None without one); a run not `complete` is refused
-    unless allow_incomplete."""
+    """The run's manifest (None without one); a run not `complete` (or `stopped` by its sequential
+    study) is refused unless allow_incomplete."""
     mf = root / "manifest.json"
     if not mf.exists():
         return None
@@ -103,7 +105,7 @@ def read_manifest(root: Path, allow_incomplete: bool = False) -> dict | None:
     if not isinstance(manifest, dict):
         raise AtlasError(f"{mf}: manifest is not a JSON object")
     status = manifest.get("status")
-    if status != "complete" and not allow_incomplete:
+    if status not in FINAL and not allow_incomplete:
         raise AtlasError(f"{mf}: run status is {status!r}, not 'complete' "
                          "(pass --allow-incomplete to analyse it anyway)")
     return manifest
@@ -132,7 +134,7 @@ def shard_files(root: Path, manifest: dict | None, table: str = "steps") -> tupl
         listed.append(p)
     listed_real = {p.resolve() for p in listed}
     debris = [p for p in on_disk if p.resolve() not in listed_real]
-    if debris and manifest.get("status") == "complete":
+    if debris and manifest.get("status") in FINAL:
         raise AtlasError(f"{debris[0]}: not listed in the complete run's manifest.json shards "
                          "(an entry was removed or a file added after the run): refused")
     warnings = [f"{p}: not listed in manifest.json shards; ignored" for p in debris]
@@ -292,7 +294,7 @@ def load_run(path: str | Path, columns: tuple[str, ...] = (), optional: tuple[st
     if sum(lengths) == 0:
         raise AtlasError(f"{root / 'steps'}: empty run (shards hold no rows)")
     listed_rows = ((manifest or {}).get("rows") or {}).get("steps")
-    if (manifest or {}).get("status") == "complete" and listed_rows is not None and int(listed_rows) != sum(lengths):
+    if (manifest or {}).get("status") in FINAL and listed_rows is not None and int(listed_rows) != sum(lengths):
         raise AtlasError(f"{root / 'manifest.json'}: lists {listed_rows} step rows in all, but its shards hold "
                          f"{sum(lengths)}: refused")
     table = pa.concat_tables(tables, promote_options="permissive")

@@ -213,3 +213,34 @@ def coverage_figure(cov, path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend()
     return _save(fig, path)
+
+
+def sequential_figure(looks: list[dict], path: Path, *, min_effect: float, direction: str, decided_at: int | None,
+                      title: str, budget: float | None = None) -> Path:
+    """A sequential study's path: the estimate and its confidence sequence at each look against the
+    documents seen (clusters where no study recorded them), zero and the signed minimum effect as
+    lines, the look that decided marked, and (`budget`: the documents its budget allowed) what it
+    did not need to run shaded."""
+    x = np.array([lk.get("documents") or lk["n_clusters"] for lk in looks], dtype=float)
+    words = "documents seen" if all(lk.get("documents") for lk in looks) else "clusters seen"
+    est = np.array([lk["estimate"] for lk in looks])
+    lo, hi = np.array([lk["lower"] for lk in looks]), np.array([lk["upper"] for lk in looks])
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.fill_between(x, lo, hi, step="post" if len(x) > 1 else None, alpha=0.25, color="tab:blue",
+                    label="confidence sequence")
+    ax.plot(x, est, "o-", color="tab:blue", markersize=3, label="estimate (cluster mean)")
+    m = min_effect if direction == "increase" else -min_effect
+    ax.axhline(m, color="black", linestyle="--", linewidth=1, label=f"minimum effect {m:+g}")
+    ax.axhline(0.0, color="grey", linewidth=1)
+    if decided_at:
+        lk = looks[decided_at - 1]
+        ax.axvline(x[decided_at - 1], color=_COLORS.get(lk["decision"], "tab:green"), linestyle=":",
+                   label=f"{lk['decision']} at look {decided_at}")
+    if budget and budget > x[-1]:
+        ax.axvspan(x[-1], budget, color="grey", alpha=0.12, label=f"not run (budget: {budget:,.0f})")
+    ax.set_xlabel(words)
+    ax.set_ylabel("difference (treatment - control)")
+    ax.set_title(title, fontsize=9, loc="left")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, path)

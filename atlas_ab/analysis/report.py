@@ -47,6 +47,7 @@ class Judged:
     judgement: Judgement
     locked_sha256: str | None = None
     why: str = ""                    # unlocked: which arms did not lock it
+    sequential: object = None        # a sequential registration: its path (sequential_report.SequentialView)
 
     @property
     def verdict(self) -> Verdict:
@@ -77,7 +78,8 @@ class Judged:
 
     def summary(self) -> str:
         """What stdout says about it."""
-        j = self.judgement.summary()
+        j = self.judgement.summary() if self.sequential is None else \
+            f"{self.prereg.name}: {self.sequential.summary()}"
         if self.origin == "edited":
             return "WARNING: judged against an EDITED pre-registration (--evaluate-edited)\n" + j
         if self.origin == "evaluated unlocked":
@@ -89,7 +91,8 @@ class Judged:
         sens = self.judgement.sensitivity
         return {"origin": self.origin, "locked": self.locked, "locked_sha256": self.locked_sha256,
                 **self.verdict.to_dict(), "details": self.judgement.details,
-                "sensitivity": None if sens is None else {**sens.to_dict(), "line": sens.line(self.verdict)}}
+                "sensitivity": None if sens is None else {**sens.to_dict(), "line": sens.line(self.verdict)},
+                **({} if self.sequential is None else {"sequential": self.sequential.to_dict()})}
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,11 @@ def judge_registered(runs: list[Run], todo: list[Registration], n_boot: int, see
             out.append(Judged(pr, "unlocked", Judgement(criteria.unlocked(reg)), lk, reg.why))
         else:
             origin = {"locked": "locked", "changed": "edited", "unlocked": "evaluated unlocked"}[reg.status]
-            out.append(Judged(pr, origin, criteria.judge(pr, runs, n_boot=n_boot, seed=seed), lk, reg.why))
+            seq = None
+            if getattr(pr.spec, "sequential", None) is not None:    # decided by its confidence sequence
+                from atlas_ab.analysis.sequential_report import view
+                seq = view(pr, runs)
+            out.append(Judged(pr, origin, criteria.judge(pr, runs, n_boot=n_boot, seed=seed), lk, reg.why, seq))
     return out
 
 
@@ -258,6 +265,11 @@ def _verdict_lines(j: Judged) -> list[str]:
              + (f", locked sha256 `{j.locked_sha256}`" if j.locked_sha256 else "") + ")"]
     if v.status in ("PREREG CHANGED", "UNLOCKED"):
         return lines
+    if j.sequential is not None:
+        lines[0] = f"### {pr.name}: **{j.sequential.result.decision}** (sequential)"
+        lines[2] = (f"Decided by its confidence sequence; the fixed-n reading of the same data: {v.status} "
+                    f"({v.reason}).")
+        return lines + j.sequential.lines() + ["", f"![sequential path]({_seq_png(pr)})"]
     lines.append(f"- observed: {v.measured()}")
     if v.se is not None and v.power_at_min_effect is not None:
         lines.append(f"- power to detect the minimum effect ({pr.spec.min_effect:g}) at {pr.spec.threshold_sd:g} sd "
@@ -272,6 +284,10 @@ def _verdict_lines(j: Judged) -> list[str]:
         lines.append(f"- paired on {p['n_pairs']:,} matched steps ({p['matched_share']:.0%} of the smaller arm's)"
                      f"{saved}")
     return lines
+
+
+def _seq_png(pr: Prereg) -> str:
+    return f"sequential_{pr.name}.png"
 
 
 def build_report(runs: list[Run | UnitRun], out: Path, prereg: str | Path | None = None, n_boot: int = 2000,
@@ -315,6 +331,10 @@ def build_report(runs: list[Run | UnitRun], out: Path, prereg: str | Path | None
     figs = {}
     if comps or judged:
         figs["difference"] = plots.difference_figure(_difference_items(judged, comps), out / "difference.png")
+    for j in judged:
+        if j.sequential is not None:
+            from atlas_ab.analysis.sequential_report import figure
+            figs[f"sequential_{j.prereg.name}"] = figure(j.sequential, j.prereg.name, out / _seq_png(j.prereg))
     if steps:
         figs.update({"depth": plots.depth_figure(cells, out / "depth.png"),
                      "histogram": plots.histogram_figure(arms, out / "histogram.png"),

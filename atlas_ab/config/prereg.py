@@ -54,6 +54,11 @@ class Estimand(str, Enum):
     whole_arm = "whole_arm"                   # each arm's value over all its steps (docs/telemetry.md)
 
 
+class LookUnit(str, Enum):
+    wave = "wave"          # a look when a wave (runner.batch_width documents) ends
+    cluster = "cluster"    # a look every N clusters of the cluster unit (at the end of the wave that completes them)
+
+
 class ClusterUnit(str, Enum):
     source_file = "source_file"   # the workload's doc_cluster map: documents cut from one file are one cluster
     document = "document"
@@ -122,6 +127,59 @@ class _Question:
         return ", ".join(f">= {v:,} {words[f]}" for f, v in self.minimums().items())
 
 
+SEQUENTIAL_METHODS = ("hedged_capital", "asymptotic")
+
+
+@dataclass
+class Sequential:
+    """A sequential study: judge after each look with an always-valid confidence sequence
+    (analysis/sequential.py) and stop when it decides or the budget ends.
+      method       hedged_capital: the betting CS of Waudby-Smith & Ramdas (JRSS-B 2024), exact at
+                   every n; asymptotic: the asymptotic CS of Waudby-Smith et al. (Ann. Statist. 2024),
+                   valid as the clusters grow, tighter when the differences fill little of their range
+      alpha        the level every look shares (valid at all looks at once)
+      look_every   a look every N `look_unit`s (whole waves: the runner looks when a wave ends)
+      max_waves / max_clusters   the budget (at least one); UNDERPOWERED when it ends undecided"""
+    alpha: float = MISSING
+    look_every: int = 1
+    look_unit: LookUnit = LookUnit.wave
+    method: str = "hedged_capital"
+    max_waves: Optional[int] = None
+    max_clusters: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.method not in SEQUENTIAL_METHODS:
+            raise Invalid("sequential.method", f"must be one of {', '.join(SEQUENTIAL_METHODS)}, got {self.method!r}")
+        if not (math.isfinite(self.alpha) and 0 < self.alpha < 1):
+            raise Invalid("sequential.alpha", f"must be in (0, 1), got {self.alpha}")
+        if self.look_every < 1:
+            raise Invalid("sequential.look_every", f"must be a whole number >= 1 of {self.look_unit.value}s, got "
+                                                   f"{self.look_every}: a look finer than a wave cannot happen")
+        if self.max_waves is None and self.max_clusters is None:
+            raise Invalid("sequential.max_waves", "missing: register the budget (max_waves or max_clusters), "
+                                                  "where an undecided study stops as UNDERPOWERED")
+        for f in ("max_waves", "max_clusters"):
+            v = getattr(self, f)
+            if v is not None and v < 1:
+                raise Invalid(f"sequential.{f}", f"must be a whole number >= 1, got {v}")
+
+    def check_wave(self, batch_width: int, docs_per_cluster: float = 1.0) -> None:
+        """Refuse a look schedule finer than a wave of `batch_width` documents (the runner looks
+        only when a wave ends); `docs_per_cluster`: documents per cluster of the cluster unit."""
+        if self.look_unit == LookUnit.cluster and self.look_every * docs_per_cluster < batch_width:
+            raise AtlasError(f"sequential.look_every: a look every {self.look_every} clusters is finer than a wave "
+                             f"of {batch_width} documents (runner.batch_width); the runner looks only when a wave "
+                             "ends: look every wave (look_unit: wave) or every >= "
+                             f"{math.ceil(batch_width / docs_per_cluster)} clusters")
+
+    def words(self) -> str:
+        budget = " and ".join(f"{v:,} {w}" for v, w in ((self.max_waves, "waves"), (self.max_clusters, "clusters"))
+                              if v is not None)
+        every = f"every {self.look_unit.value}" if self.look_every == 1 else \
+            f"every {self.look_every} {self.look_unit.value}s"
+        return f"sequential ({self.method}, alpha {self.alpha:g}, a look {every}, at most {budget})"
+
+
 @dataclass
 class _Compared(_Question):
     """A metric compared between arms: its estimand, the sd that decides, the cluster unit."""
@@ -129,6 +187,7 @@ class _Compared(_Question):
     decides: Decides = MISSING
     estimand: Optional[Estimand] = None      # default: matched_positions iff decides is paired
     cluster: ClusterUnit = ClusterUnit.source_file
+    sequential: Optional[Sequential] = None  # None: a fixed-n registration
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -145,6 +204,9 @@ class _Compared(_Question):
                              else "a whole-arm sd (decides: binomial, cluster or bootstrap), not the paired one"))
         if self.primary_metric == THROUGHPUT and (self.decides != Decides.cluster or self.KIND != "difference"):
             raise Invalid("decides", f"{THROUGHPUT} is judged as a difference of whole arms on the cluster sd")
+        if self.sequential is not None and (self.KIND != "difference" or self.primary_metric == THROUGHPUT):
+            raise Invalid("sequential", "a sequential study judges a difference of an acceptance metric, not "
+                          + (THROUGHPUT if self.primary_metric == THROUGHPUT else f"kind: {self.KIND}"))
 
     @property
     def se_words(self) -> str:
@@ -183,6 +245,8 @@ class DifferenceSpec(_Compared):
         if self.relative and self.decides not in (Decides.binomial, Decides.cluster):
             raise Invalid("relative", "a relative difference is decided on a whole-arm binomial or cluster sd "
                                       f"(the delta method), not the {self.decides.value} sd")
+        if self.relative and self.sequential is not None:
+            raise Invalid("sequential", "a sequential study judges an absolute difference (relative: false)")
 
     @property
     def arm_names(self) -> tuple[str, ...]:
@@ -191,8 +255,9 @@ class DifferenceSpec(_Compared):
     def criterion(self) -> str:
         word = "up" if self.direction == Direction.increase else "down"
         size = f"{self.min_effect:.0%} (relative)" if self.relative else f"{self.min_effect:g}"
+        seq = "" if self.sequential is None else f"; {self.sequential.words()}"
         return (f"{self.primary_metric}{self._where()} {word} by >= {size} at >= {self.threshold_sd:g} sd "
-                f"({self._rule()}), {self.arms.treatment} vs {self.arms.control}, {self._counts()}")
+                f"({self._rule()}), {self.arms.treatment} vs {self.arms.control}, {self._counts()}{seq}")
 
 
 @dataclass

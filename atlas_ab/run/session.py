@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -55,6 +56,7 @@ class Job:
     sweep_dir: Optional[Path] = None    # the sweep's directory (multirun), where a study locks its preregs
     side_by_side: int = 1               # jobs the launcher runs at once on this host (threads are shared)
     hydra_subdir: Optional[Path] = None  # where Hydra saved this invocation's config
+    device: Optional[str] = None        # a device already claimed for this job (a study driving its arms)
 
 
 @dataclass
@@ -172,16 +174,30 @@ class RunSession:
         self.store: Optional[RunStore] = None
         self.claim: Optional[DeviceClaim] = None
         self.fresh = False     # this job's own new directory (no run in it before): a failure is recorded there
+        self.base: dict[str, Any] = {"arm": None}
 
     def run(self) -> dict:
         """Run (or resume) the arm; returns the final manifest. Raises AtlasError on bad input."""
-        base: dict[str, Any] = {"arm": None, "config": OmegaConf.to_container(self.cfg, resolve=True)}
+        try:
+            self.open()
+            if self.store.manifest.get("status") != "complete":
+                self.run_waves()
+                self.finish()
+        finally:
+            self.close()
+        return self.report()
+
+    def open(self) -> "RunSession":
+        """Everything before the first wave: checks, the run lock, the pre-registrations' lock, the
+        device, the engine, and the store started or resumed. `run_waves`, then `finish` or `stop`,
+        then `close` (always) follow; a study driver calls them wave by wave."""
+        self.base = base = {"arm": None, "config": OmegaConf.to_container(self.cfg, resolve=True)}
         run_dir = self.job.run_dir
         self.store = store = RunStore(run_dir)
-        try:
+        with self._failing():
             store.lock()
             self.fresh = not store.manifest_path.exists()
-            c = configs(self.cfg, self.out)
+            self.c = c = configs(self.cfg, self.out)
             base["arm"] = c.arm.name
             base["levers"] = resolved_levers(c.arm)
             resume = c.runner.resume
@@ -203,13 +219,14 @@ class RunSession:
             c.model.draft_path = resolve_path(c.model.draft_path)
             make_engine = engine_factory(c.runner.engine)     # imports torch where the engine uses it
             threads = set_threads(thread_count(c.runner.threads, self.job.side_by_side))
-            self.claim = DeviceClaim(c.runner.device, self.job.num)
+            self.claim = DeviceClaim(self.job.device or c.runner.device, self.job.num)
             if self.fresh:
                 log.info("arm %s: loading %s (device %s, %d threads)", c.arm.name, engine_name(make_engine),
                          self.claim.device, threads)
-            engine: Engine = make_engine(c.arm, c.model, c.workload, replace(c.runner, device=self.claim.device))
+            self.engine = engine = make_engine(c.arm, c.model, c.workload,
+                                               replace(c.runner, device=self.claim.device))
             info: RunInfo = engine.info
-            waves = [list(w) for w in engine.waves]
+            self.waves = waves = [list(w) for w in engine.waves]
             base.update({
                 **{k: v for k, v in info.to_dict().items()},
                 "engine": engine_name(make_engine),
@@ -235,17 +252,47 @@ class RunSession:
                                 "it is recomputed", run_dir, wave)
             else:
                 store.start(base)
-            if store.manifest.get("status") != "complete":
-                self._waves(store, engine, waves, c)
-            manifest = store.manifest
-        except BaseException as ex:
-            self._fail(ex, base)
-            raise
-        finally:
-            if self.claim is not None:
-                self.claim.release()
-            store.unlock()
-        log.info("run complete: %s", summary_line(manifest))
+        return self
+
+    def run_waves(self, upto: Optional[int] = None) -> None:
+        """Run and store the waves below `upto` (all: None) that the store does not hold yet; each
+        lands whole before this returns, so a kill after it loses none of them."""
+        with self._failing():
+            self._waves(self.store, self.engine, self.waves, self.c, upto)
+
+    def finish(self) -> dict:
+        """The run is complete: every wave stored, the gate's outcome checked."""
+        with self._failing():
+            self._check_measured(self.store, self.waves, self.c)
+            return self.store.finish("complete", summary=acceptance_summary(self.store.read_steps()))
+
+    def stop(self, why: dict) -> dict:
+        """The run stops before its last wave because its study decided (`why`: the study's name, the
+        look, the decision): status `stopped`, which the analysis reads as final, and which a resume
+        (`runner.resume`) continues like any unfinished run."""
+        with self._failing():
+            self._check_measured(self.store, self.waves, self.c)
+            return self.store.finish("stopped", summary=acceptance_summary(self.store.read_steps()),
+                                     stopped=why)
+
+    def note(self, key: str, value: Any) -> None:
+        """Record `value` under `key` in the run's manifest (a study's looks, between waves)."""
+        with self._failing():
+            self.store.manifest[key] = value
+            self.store.save()
+
+    def close(self) -> None:
+        """Release the device and the run directory (after a failure too)."""
+        if self.claim is not None:
+            self.claim.release()
+            self.claim = None
+        if self.store is not None:
+            self.store.unlock()
+
+    def report(self) -> dict:
+        """Print where the run is and its summary line; returns the manifest."""
+        manifest, run_dir = self.store.manifest, self.job.run_dir
+        log.info("run %s: %s", manifest["status"], summary_line(manifest))
         print(f"run: {run_dir}  ({manifest['status']}, {len(manifest['shards'])} shards, "
               f"{manifest['rows']['steps']} step rows{', resumed' if manifest.get('resumed') else ''})",
               file=self.out)
@@ -253,8 +300,18 @@ class RunSession:
         self.out.flush()
         return manifest
 
-    def _waves(self, store: RunStore, engine: Engine, waves: list, c: Configs) -> None:
+    @contextmanager
+    def _failing(self):
+        """Any failure is recorded in the run it belongs to (`_fail`) and raised on."""
+        try:
+            yield
+        except BaseException as ex:
+            self._fail(ex, self.base)
+            raise
+
+    def _waves(self, store: RunStore, engine: Engine, waves: list, c: Configs, upto: Optional[int] = None) -> None:
         done = store.done_waves()
+        todo = [i for i in range(len(waves) if upto is None else min(upto, len(waves))) if i not in done]
         per_doc = c.workload.turns * c.workload.gen_tokens
         prog = Progress(total_tokens=sum(len(w) for w in waves) * per_doc,
                         done_tokens=sum(int(s.get("tokens", 0)) for s in store.manifest["shards"]),
@@ -262,7 +319,7 @@ class RunSession:
                         enabled=c.runner.progress, desc=c.arm.name)
         try:
             with ShardWriter(store, behind=c.runner.write_behind) as writer:   # wave i lands while i+1 runs
-                for i in (i for i in range(len(waves)) if i not in done):
+                for i in todo:
                     t0 = time.perf_counter()
                     res = engine.run_wave(i, on_step=prog.on_step)
                     dt = time.perf_counter() - t0
@@ -271,6 +328,9 @@ class RunSession:
                     prog.wave_done(i, len(waves[i]), res.n_tokens, res.steps, dt)
         finally:
             prog.close()
+
+    def _check_measured(self, store: RunStore, waves: list, c: Configs) -> None:
+        """Before a run is final: its gate passed (or says it ran nothing), and it verified steps."""
         gate = store.manifest.get("gate") or {}
         if gate.get("passed") is False:
             # Not lossless at a clear margin: the run fails loudly (status "failed", which the
@@ -288,7 +348,6 @@ class RunSession:
         if not store.manifest["rows"]["steps"]:
             raise AtlasError(f"the run verified no step in {len(waves)} waves: nothing was measured "
                              f"(workload.gen_tokens={c.workload.gen_tokens})")
-        store.finish("complete", summary=acceptance_summary(store.read_steps()))
 
     def _fail(self, ex: BaseException, base: dict) -> None:
         """Record the failure in the run it belongs to; a refused invocation writes nothing."""

@@ -1,7 +1,7 @@
 """The run store: one directory per run, laid out as docs/telemetry.md says.
 
 ```
-<run_dir>/manifest.json            status running|failed|complete, provenance, complete shards
+<run_dir>/manifest.json            status running|failed|complete|stopped, provenance, complete shards
 <run_dir>/steps/part-NNNNN.parquet shard NNNNN = wave NNNNN of the runner (batch_width documents)
 <run_dir>/events/part-NNNNN.parquet  (only when the arm has fingerprints on)
 <run_dir>/.hydra/, run.log         written by Hydra
@@ -11,7 +11,8 @@ Nothing half-written looks like data: every file lands whole (`atlas_ab.atomic`:
 file, fsync'd, renamed into place), a shard before the manifest that lists it, with its row
 count and sha256 (which the analysis checks at load). A crash between the rename and the
 manifest leaves an unlisted file that readers ignore and a resume overwrites. A run that stops
-early says `running` (killed) or `failed`.
+early says `running` (killed) or `failed`, or `stopped` when its sequential study decided before
+its last wave (final, like `complete`; `stopped` in the manifest says by which study and look).
 
 Resume = the runner is deterministic and shard i is exactly wave i, so a resumed run recomputes
 only the waves the manifest does not list, or lists with a file that is missing or no longer
@@ -254,6 +255,7 @@ class RunStore:
             self.manifest["resumed"] = True
             self.manifest["finished"] = None
             self.manifest.pop("error", None)
+            self.manifest.pop("stopped", None)     # a stopped run resumed runs on to its last wave
             self.manifest.setdefault("resumes", []).append(
                 {"at": now(), "from_status": prior, "shards_kept": len(shards), "rebuilt": self.rebuilt})
             self._reserve()

@@ -107,3 +107,68 @@ def test_lock_copies_the_text_once_and_returns_its_hash(tmp_path):
     p.write_text(p.read_text().replace("3.0", "1.0"))
     second = lock(p, tmp_path / "sweep")                     # a later job of the study: the first text wins
     assert first["sha256"] == second["sha256"] != second["source_sha256"] == digest(p.read_bytes())
+
+
+# ---- sequential: blocks (issue 38) ---------------------------------------------------------
+
+SEQ = {"alpha": 0.05, "look_every": 1, "look_unit": "wave", "max_waves": 10}
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"alpha": 0.0}, "sequential.alpha: must be in (0, 1), got 0.0"),
+    ({"alpha": 1.0}, "sequential.alpha: must be in (0, 1), got 1.0"),
+    ({"alpha": 1.5}, "sequential.alpha: must be in (0, 1), got 1.5"),
+    ({"alpha": float("nan")}, "sequential.alpha: must be in (0, 1), got nan"),
+    ({"alpha": "five percent"}, "sequential.alpha: Value 'five percent' of type 'str' could not be converted"),
+    ({"max_waves": None}, "sequential.max_waves: missing: register the budget (max_waves or max_clusters)"),
+    ({"max_clusters": 0}, "sequential.max_clusters: must be a whole number >= 1, got 0"),
+    ({"look_every": 0}, "sequential.look_every: must be a whole number >= 1 of waves, got 0: a look finer than a "
+                        "wave"),
+    ({"look_every": 0.5}, "sequential.look_every: Value '0.5' of type 'float' could not be converted to Integer"),
+    ({"look_unit": "step"}, "sequential.look_unit: Invalid value 'step', expected one of [wave, cluster]"),
+    ({"method": "obrien_fleming"}, "sequential.method: must be one of hedged_capital, asymptotic"),
+    ({"peek": True}, "unknown field 'sequential.peek' for a difference pre-registration"),
+])
+def test_a_bad_sequential_block_is_one_line_naming_its_field(tmp_path, change, needle):
+    seq = {k: v for k, v in {**SEQ, **change}.items() if v is not None}
+    with pytest.raises(AtlasError) as e:
+        load_prereg(_write(tmp_path, {**BASE, "sequential": seq}))
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"{tmp_path / 'q.yaml'}: ") and needle in msg, msg
+
+
+def test_a_sequential_block_parses_and_a_fixed_n_registration_has_none(tmp_path):
+    pr = load_prereg(_write(tmp_path, {**BASE, "sequential": {**SEQ, "max_clusters": 50}}))
+    s = pr.spec.sequential
+    assert (s.alpha, s.look_every, s.look_unit.value, s.method, s.max_waves, s.max_clusters) == (
+        0.05, 1, "wave", "hedged_capital", 10, 50)
+    assert pr.criterion().endswith("; sequential (hedged_capital, alpha 0.05, a look every wave, at most 10 waves "
+                                   "and 50 clusters)")
+    fixed = load_prereg(_write(tmp_path, BASE, "f.yaml"))
+    assert fixed.spec.sequential is None and "sequential" not in fixed.criterion()
+    for path in SHIPPED:        # every shipped registration is fixed-n: its criterion text is unchanged
+        assert "sequential" not in load_prereg(path).criterion()
+
+
+def test_looks_finer_than_a_wave_are_refused_naming_the_field(tmp_path):
+    pr = load_prereg(_write(tmp_path, {**BASE, "sequential": {**SEQ, "look_unit": "cluster", "look_every": 4}}))
+    with pytest.raises(AtlasError) as e:
+        pr.spec.sequential.check_wave(batch_width=16)
+    assert str(e.value).startswith("sequential.look_every: a look every 4 clusters is finer than a wave of 16 "
+                                   "documents") and "\n" not in str(e.value)
+    pr.spec.sequential.check_wave(batch_width=4)                       # one wave per look: accepted
+    pr.spec.sequential.check_wave(batch_width=16, docs_per_cluster=4)  # 4 files of 4 documents each: a wave
+
+
+@pytest.mark.parametrize("doc,needle", [
+    ({"relative": True, "decides": "cluster"}, "sequential: a sequential study judges an absolute difference"),
+    ({"kind": "equivalence", "margin": 0.01}, "sequential: a sequential study judges a difference of an acceptance "
+                                             "metric, not kind: equivalence"),
+    ({"primary_metric": "tokens_per_second", "decides": "cluster"}, "sequential: a sequential study judges a "
+                                                                    "difference of an acceptance metric, not "
+                                                                    "tokens_per_second"),
+])
+def test_a_sequential_block_on_what_it_cannot_judge_is_refused(tmp_path, doc, needle):
+    base = {k: v for k, v in BASE.items() if not (doc.get("kind") and k in ("direction", "min_effect"))}
+    with pytest.raises(AtlasError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        load_prereg(_write(tmp_path, {**base, **doc, "sequential": SEQ}))

@@ -8,6 +8,8 @@ PYTHONPATH). Failure knobs (environment, read at run_wave time):
   FAKE_RUNNER_KILL_AT=i    os.kill(self, SIGKILL) at the start of wave i (a hard kill)
   FAKE_RUNNER_SLEEP=s      sleep s seconds per wave
   FAKE_RUNNER_GATE_FAIL=i  wave i reports a divergence at a clear margin
+  FAKE_RUNNER_REFEED_LIFT=1  a refeed arm accepts one more draft where it can (a clear effect, for
+                           the sequential studies' tests)
 """
 from __future__ import annotations
 
@@ -75,6 +77,8 @@ class FakeRunner:
                     r = _h(doc, turn, step, self._lever_key(), self.workload.seed, self.rc.seed)
                     k = 0 if r % 11 == 0 else K
                     a = 0 if k == 0 else min(k, (r >> 4) % (k + 2))
+                    if self.arm.refeed and os.environ.get("FAKE_RUNNER_REFEED_LIFT") == "1":
+                        a = min(k, a + 1)
                     n = min(1 + a, self.workload.gen_tokens - made)
                     for c, v in (("doc_id", doc), ("turn", turn), ("step", step), ("k", k), ("accept_len", a),
                                  ("arm", self.arm.name), ("seq", seq), ("position", pos),

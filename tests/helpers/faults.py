@@ -115,6 +115,22 @@ RUN_INPUT = [
          ("atlas_ab", "+arm=baseline", "runner.resume={tmp}/nothing")),
 ]
 
+SEQ_TEST = "tests/study/test_sequential_study.py::test_bad_input_is_one_line_before_any_model_loads"
+STUDY_INPUT = [
+    Case("study.sequential-arm-given", "an arm chosen for a sequential study, whose one job runs all its arms",
+         A + "study 'refeed_sequential' is sequential: one job runs all its arms (catchup_on, refeed_on) in "
+             "lockstep; drop +arm=refeed_on", test=SEQ_TEST, also="exit 2; no arm directory, no study.json"),
+    Case("study.sequential-looks-finer-than-a-wave", "a look every 2 clusters at 4 documents a wave",
+         A + "pre-registration seq_test.yaml: sequential.look_every: a look every 2 clusters is finer than a wave "
+             "of 4 documents (runner.batch_width); the runner looks only when a wave ends: look every wave "
+             "(look_unit: wave) or every >= 4 clusters", test=SEQ_TEST, also="exit 2; only Hydra's .hydra/ left"),
+    Case("study.sequential-arms-do-not-share-a-workload", "a sequential study whose arm file sets its own "
+         "workload (`# @package _global_`, workload.turns: 2)",
+         A + "sequential study 'refeed_sequential': its arms do not share a workload (catchup_on vs wide: "
+             "workload.turns: 1 -> 2); a sequential study pairs its arms' documents wave by wave",
+         test=SEQ_TEST, also="exit 2; only Hydra's .hydra/ left"),
+]
+
 RUN_FAULTS = [
     Case("run.two-at-once", "two fresh runs started together into one directory (was: both failed, 4 of 4)",
          A + "{run} is in use by pid …: a run directory is written by one process at a time (wait for it, "
@@ -264,6 +280,9 @@ SECTIONS = [
      "`hydra.run.dir`): one line on stderr, exit 2, before any model loads; a directory Hydra made for the run "
      "holds a `failed` manifest and no data (no `steps/`, no `.lock`).", RUN_INPUT),
     ("Running an arm: faults", "What a user (or a full disk) can do to a run directory.", RUN_FAULTS),
+    ("Running a sequential study: bad input", "`python -m atlas_ab [-m] +study=NAME` where a registration "
+     "declares `sequential:` (the test adds the fake runner): one line, exit 2, before any model loads.",
+     STUDY_INPUT),
     ("Analysis: bad input", "`python -m atlas_ab.analysis ARGS`: one line on stderr, exit 2 (warnings aside).",
      ANALYSIS_INPUT),
     ("Analysis: the data read is the data written", "Each shard's row count and sha256 are in the manifest and "

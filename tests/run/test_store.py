@@ -180,6 +180,35 @@ def test_crash_then_resume_equals_uninterrupted(tmp_path, monkeypatch):
     assert m["rows"] == manifest(full)["rows"] and m["summary"] == manifest(full)["summary"]
 
 
+def test_a_session_runs_waves_up_to_a_cap_stops_and_a_resume_completes_it(tmp_path):
+    """What a study driver uses: open, waves up to a cap, stop (`stopped`, final for the analysis),
+    and a resume of that run continues from its stored waves to the steps of an uninterrupted run."""
+    from atlas_ab.analysis.load import load_run
+    from atlas_ab.run.session import Job, RunSession
+
+    full = tmp_path / "full"
+    run(cfg_of(*BASE, "+arm=refeed_on"), full)
+    d = tmp_path / "stopped"
+    s = RunSession(cfg_of(*BASE, "+arm=refeed_on"), Job(d), out=open(os.devnull, "w")).open()
+    try:
+        s.run_waves(upto=1)
+        s.run_waves(upto=2)
+        s.run_waves(upto=2)           # nothing left below the cap: a no-op
+        s.note("sequential", {"looks": [1, 2]})
+        m = s.stop({"by": "a_study", "at_wave": 2, "decisions": {"q": "MET"}})
+    finally:
+        s.close()
+    assert m["status"] == "stopped" and [x["wave"] for x in m["shards"]] == [0, 1]
+    assert m["stopped"] == {"by": "a_study", "at_wave": 2, "decisions": {"q": "MET"}}
+    assert m["sequential"] == {"looks": [1, 2]} and m["summary"]["n_steps"] == m["rows"]["steps"] > 0
+    assert not (d / ".lock").exists()
+    assert len(load_run(d).steps) == m["rows"]["steps"]          # final, like complete
+    m = run(cfg_of(*BASE, "+arm=refeed_on", f"runner.resume={d}"), d)
+    assert m["status"] == "complete" and "stopped" not in m and m["resumes"][-1]["from_status"] == "stopped"
+    assert [x["wave"] for x in m["shards"]] == [0, 1, 2, 3]
+    assert steps_of(d).equals(steps_of(full)) and m["summary"] == manifest(full)["summary"]
+
+
 def test_a_failed_lossless_gate_fails_the_run_loudly(tmp_path, monkeypatch):
     d = tmp_path / "g"
     monkeypatch.setenv("FAKE_RUNNER_GATE_FAIL", "1")
