@@ -36,8 +36,9 @@ def width_and_k(run: Run) -> tuple[int, int]:
     return int(b), int(k)
 
 
-def step_times(run: Run) -> np.ndarray:
-    """[n] ms: one per timed batched step of a live run."""
+def step_times(run: Run, allow_outliers: bool = False, warn=None) -> np.ndarray:
+    """[n] ms: one per timed batched step of a live run. allow_outliers: a warm-up-sized outlier is
+    kept (its time counts) and said through `warn`, not refused (a shared host's stalls)."""
     m = run.manifest or {}
     if m.get("mode") == "replay":
         raise AtlasError(f"{run.path}: a replay run carries no step times (timing comes from live runs only)")
@@ -47,7 +48,12 @@ def step_times(run: Run) -> np.ndarray:
     if (s["step_ms"].isna() & ~warm).any():
         raise AtlasError(f"{run.path}: step_ms is null on {int((s['step_ms'].isna() & ~warm).sum())} step(s) "
                          "that are not warm-up")
-    outliers(run.path, s)
+    try:
+        outliers(run.path, s)
+    except AtlasError as e:
+        if not allow_outliers:
+            raise
+        (warn or (lambda m: None))(f"{e} [kept: --allow-outliers]")
     wave_of = {d: sh["wave"] for sh in m.get("shards") or [] for d in sh.get("docs") or []}
     if not wave_of:
         raise AtlasError(f"{run.path}: the manifest's shards list no documents, so its batched steps cannot be told "
@@ -88,7 +94,7 @@ def acceptance_from(runs: list[Run]) -> tuple[dict[int, Acceptance], str]:
     return acc, units.pop() if units else "document"
 
 
-def times_from(runs: list[Run]) -> dict[tuple[int, int], np.ndarray]:
+def times_from(runs: list[Run], allow_outliers: bool = False, warn=None) -> dict[tuple[int, int], np.ndarray]:
     """(B, K) -> batched step times (ms), refusing two runs of one cell and mixed loops (plain decode
     has no bookkeeping to fuse, so only the K >= 1 runs are held to one fused setting)."""
     out: dict[tuple[int, int], np.ndarray] = {}
@@ -97,7 +103,7 @@ def times_from(runs: list[Run]) -> dict[tuple[int, int], np.ndarray]:
         b, k = width_and_k(r)
         if (b, k) in out:
             raise AtlasError(f"{r.path}: a second run at batch width {b} K={k} (one run per cell)")
-        out[(b, k)] = step_times(r)
+        out[(b, k)] = step_times(r, allow_outliers, warn)
         m = r.manifest or {}
         loops[r.path] = m.get("loop", "step_by_step")
         if k:

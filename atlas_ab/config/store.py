@@ -118,10 +118,14 @@ def _upto(n: int) -> str:
     return ",".join(str(v) for v in range(int(n) + 1))
 
 
+def _mul(a: int, b: int) -> int:
+    return int(a) * int(b)
+
+
 def register_resolvers() -> None:
     for name, fn in (("atlas.run_dir", _run_dir), ("atlas.hydra_subdir", _hydra_subdir),
                      ("atlas.n_devices", _n_devices), ("atlas.model_shape", _model_shape),
-                     ("atlas.csv", _csv), ("atlas.upto", _upto)):
+                     ("atlas.csv", _csv), ("atlas.upto", _upto), ("atlas.mul", _mul)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 

@@ -148,6 +148,7 @@ class StudyConfig:
     kind: str = "ab"
     widths: List[int] = field(default_factory=list)
     k_max: int = 0
+    waves: int = 0     # > 0: each job runs this many waves (workload.n_docs = waves x its batch width)
 
 
 #: handoff_norm / recycle_norm: what the checkpoint declares, or forced before / after the norm

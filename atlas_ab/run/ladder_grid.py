@@ -80,7 +80,10 @@ def check_grid(c, available: tuple[int, str] | None = None) -> None:
     if r.batch_width not in s.widths or not 0 <= c.arm.num_drafts <= s.k_max:
         raise AtlasError(f"{where}: this job (runner.batch_width={r.batch_width}, arm.num_drafts="
                          f"{c.arm.num_drafts}) is outside the grid (widths {list(s.widths)}, K 0..{s.k_max})")
-    if max(s.widths) > w.n_docs:
+    if s.waves > 0 and w.n_docs != s.waves * r.batch_width:
+        raise AtlasError(f"{where}: study.waves={s.waves} runs workload.n_docs = waves x batch width "
+                         f"({s.waves * r.batch_width}), but n_docs={w.n_docs}: leave workload.n_docs to the study")
+    if s.waves <= 0 and max(s.widths) > w.n_docs:
         raise AtlasError(f"{where}: batch width {max(s.widths)} is wider than workload.n_docs={w.n_docs} "
                          "(its wave would hold fewer documents): raise n_docs or drop the width")
     dtype = r.dtype if r.dtype != "auto" else ("float32" if available_device(r.device) == "cpu" else "bfloat16")

@@ -25,13 +25,17 @@ def run(args) -> int:
     timing = load(args.runs)
     accept = load(args.acceptance) if args.acceptance else timing
     acc, unit = acceptance_from(accept)
-    times = times_from(timing)
+    kept = []
+    times = times_from(timing, args.allow_outliers, lambda m: (cli.warn(m), kept.append(m)))
     if args.widths:
         times = {c: t for c, t in times.items() if c[0] in args.widths}
         if not times:
             raise AtlasError(f"--widths {args.widths}: none of the runs is at those batch widths")
     res = fit(acc, times, n_boot=args.bootstrap, seed=args.seed, method=args.method, cluster_unit=unit)
     src_t, src_a = model_of(timing), model_of(accept)
+    if kept:
+        res.notes.append(f"{len(kept)} of {len(timing)} timing runs hold warm-up-sized outliers, kept by "
+                         "--allow-outliers: their stalls count in the step times")
     res.notes.append(f"timing: {src_t}; acceptance: {src_a}")
     if args.acceptance:
         res.notes.append("acceptance and timing come from different runs: acceptance on random weights means "
@@ -66,6 +70,9 @@ def register(subparsers) -> None:
     p.add_argument("--widths", type=int, nargs="+", metavar="B", help="only these batch widths")
     p.add_argument("--max-batch", type=int, metavar="N", help="the last range of the configs runs to N (default: "
                                                              "the widest width measured)")
+    p.add_argument("--allow-outliers", action="store_true",
+                   help="keep step times with warm-up-sized outliers (a busy host's stalls), warning for each "
+                        "run, instead of refusing them")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     cli.add_run_flags(p, mismatch=False)
     cli.add_boot_flags(p)
