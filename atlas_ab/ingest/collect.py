@@ -216,6 +216,7 @@ class Client:
     token_ids: bool = False        # prompts and replies as token ids: llama.cpp's own /completion
     lock: threading.Lock = field(default_factory=threading.Lock)
     waiting: dict = field(default_factory=dict)     # where -> when its request was sent (progress)
+    in_flight: dict = field(default_factory=dict)   # where -> requests in flight when it was sent, itself included
 
     @property
     def root(self) -> str:
@@ -247,7 +248,9 @@ class Client:
         url = self.root + "/completion" if self.token_ids else self.url.rstrip("/") + path
         body = self.body(messages, max_tokens)
         t0 = time.perf_counter()
-        self.waiting[where] = time.monotonic()
+        with self.lock:        # the load level this answer was measured at (the K ladder reads it)
+            self.waiting[where] = time.monotonic()
+            self.in_flight[where] = len(self.waiting)
         try:
             return self._attempts(path, url, body, where, t0)
         finally:
@@ -556,7 +559,7 @@ def collect(args) -> int:
             if client.token_ids:      # (kept in the stored response itself: a resume reads them back)
                 reply["ids"] = reply_ids(got, mt, where)
             append_raw(raw, {"doc_id": c.doc_id, "turn": t, **got, "reply": text, "attempts": attempts,
-                             "seconds": round(secs, 3)}, lock)
+                             "seconds": round(secs, 3), "in_flight": client.in_flight.pop(where, None)}, lock)
             messages += [user, reply]
             if bar is not None:
                 with lock:
@@ -632,7 +635,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token-ids", action="store_true",
                    help="llama.cpp: send our workload's token ids to /completion and continue each turn with the "
                         "reply's ids (both sides see the same tokens; no text round trip)")
-    p.add_argument("--concurrency", type=POSITIVE_INT, default=8, help="documents in flight (turns run in order)")
+    p.add_argument("--concurrency", type=POSITIVE_INT, default=8,
+                   help="requests in flight: one per document, its turns in order; each answer records how many "
+                        "were in flight when it was sent (in_flight), the load level an engine's K ladder reads")
     p.add_argument("--retries", type=COUNT, default=RETRIES,
                    help=f"retries per request on connection errors, 429, 5xx (default {RETRIES}; a timeout is "
                         "not retried)")

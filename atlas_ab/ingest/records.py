@@ -13,7 +13,8 @@ from pathlib import Path
 from atlas_ab.ingest.jsonio import json_items
 from atlas_ab.ingest.units import Where
 
-WRAPPER_KEYS = {"doc_id", "turn", "response", "stream", "request", "reply", "attempts", "seconds", "extra"}
+WRAPPER_KEYS = {"doc_id", "turn", "response", "stream", "request", "reply", "attempts", "seconds", "extra",
+                "in_flight"}
 
 
 @dataclass(frozen=True)
