@@ -154,15 +154,21 @@ class Choice:
     over_0: Gain | None        # the best over K = 0 (None when the best is K = 0)
     over_next: Gain | None     # the best over the next-best K
     pays: bool                 # some K > 0 beats K = 0 outside the interval
+    plain: bool = True         # K = 0 was measured at this width (engine runs may lack it)
 
     def verdict(self, method: str = "delta") -> str:
+        if not self.plain:
+            tie = f", tied with K={', '.join(map(str, self.tied))}" if self.tied else ""
+            return (f"K={self.best} is the best of the K measured{tie} (serve K={self.K}); no K=0 run, so whether "
+                    "any K pays is not known")
         if self.best == 0:
             return "no K pays: plain decode is the fastest"
         w = f"K={self.best} {self.over_0.words(method)} over K=0"
         if not self.pays:
             return f"no K pays: the best, {w}, is within the interval of plain decode"
         tie = f"; tied with K={', '.join(map(str, self.tied))} (ladder serves K={self.K})" if self.tied else ""
-        nxt = f", {self.over_next.words(method)} over K={self.over_next.over}" if self.over_next else ""
+        nxt = f", {self.over_next.words(method)} over K={self.over_next.over}" \
+            if self.over_next and self.over_next.over != 0 else ""
         return f"K={self.best} pays: {w}{nxt}{tie}"
 
 
@@ -189,7 +195,7 @@ class LadderResult:
                  "", "| K | verify steps | clusters | E[1 + accepted] | se | per-depth p_cond |",
                  "|---|---|---|---|---|---|"]
         for r in self.acceptance.itertuples():
-            ps = ", ".join(f"{p:.3f}" for p in r.p_cond)
+            ps = ", ".join("-" if p != p else f"{p:.3f}" for p in r.p_cond)     # NaN: the source gives no depths
             lines.append(f"| {r.K} | {r.steps:,} | {r.clusters} | {r.E:.4f} | {r.E_se:.4f} | {ps or '-'} |")
         lines += ["", "| B | K | step ms | se | tokens/s | delta interval | bootstrap interval |",
                   "|---|---|---|---|---|---|---|"]
@@ -229,17 +235,19 @@ def _log_interval(v: float, se_log: float, z: float) -> tuple[float, float]:
 
 
 def fit(acceptance: dict[int, Acceptance], times: dict[tuple[int, int], np.ndarray], z: float = Z95,
-        n_boot: int = 2000, seed: int = 0, method: str = "delta", cluster_unit: str = "document") -> LadderResult:
+        n_boot: int = 2000, seed: int = 0, method: str = "delta", cluster_unit: str = "document",
+        require_plain: bool = True) -> LadderResult:
     """The ladder from per-K acceptance and per-(B, K) batched step times (ms; K = 0 among them).
 
-    acceptance: K -> Acceptance for every K >= 1 that times holds; times: (B, K) -> [n] step ms."""
+    acceptance: K -> Acceptance for every K >= 1 that times holds; times: (B, K) -> [n] step ms.
+    require_plain False (engine runs): a width without K = 0 compares the K measured, and says so."""
     if method not in METHODS:
         raise AtlasError(f"ladder: method {method!r} must be one of {', '.join(METHODS)}")
     if method == "bootstrap" and n_boot < 1:
         raise AtlasError("ladder: the bootstrap decides but n_boot is 0")
     widths = sorted({b for b, _ in times})
     for b in widths:
-        if (b, 0) not in times:
+        if (b, 0) not in times and require_plain:
             raise AtlasError(f"ladder: no K=0 (plain decode) timing at batch width {b}: the gains over K=0 "
                              "need it (run arm.num_drafts=0 at that width)")
     missing = sorted({k for _, k in times if k > 0 and k not in acceptance})
@@ -299,9 +307,11 @@ def fit(acceptance: dict[int, Acceptance], times: dict[tuple[int, int], np.ndarr
         best = order[0]
         gaps = {k: gain(b, best, k) for k in ks if k != best}
         tied = tuple(sorted(k for k, g in gaps.items() if g.holds_zero(method)))
-        pays = best != 0 and 0 not in tied
-        serve = min((best, *tied)) if pays else 0
-        choices[b] = Choice(b, best, serve, tied, gaps.get(0), gaps[order[1]] if len(order) > 1 else None, pays)
+        plain = 0 in ks
+        pays = plain and best != 0 and 0 not in tied
+        serve = min((best, *tied)) if pays or not plain else 0
+        choices[b] = Choice(b, best, serve, tied, gaps.get(0), gaps[order[1]] if len(order) > 1 else None, pays,
+                            plain)
     acc_rows = [{"K": k, "steps": int(sums.N[:, col[k]].sum()), "clusters": int((sums.N[:, col[k]] > 0).sum()),
                  "E": E[k], "E_se": math.sqrt(var_e(k, k)), "p_cond": acceptance[k].p_cond()} for k in sums.Ks]
     return LadderResult(cells, choices, pd.DataFrame(acc_rows, columns=["K", "steps", "clusters", "E", "E_se",

@@ -223,13 +223,15 @@ def ladder_throughput_figure(cells, path: Path) -> Path:
     for ax, b in zip(axes[0], widths):
         c = cells[cells["B"] == b].sort_values("K")
         ax.errorbar(c["K"], c["X"], yerr=[c["X"] - c["X_lo"], c["X_hi"] - c["X"]], marker="o", capsize=3)
-        ax.axhline(float(c.loc[c["K"] == 0, "X"].iloc[0]), color="gray", linestyle=":", label="K=0 (plain)")
+        if (c["K"] == 0).any():
+            ax.axhline(float(c.loc[c["K"] == 0, "X"].iloc[0]), color="gray", linestyle=":", label="K=0 (plain)")
         ax.set_title(f"B = {b}")
         ax.set_xlabel("K (drafts per step)")
         ax.set_xticks(c["K"])
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("committed tokens / s")
-    axes[0][0].legend(fontsize=7)
+    if (cells["K"] == 0).any():
+        axes[0][0].legend(fontsize=7)
     fig.suptitle("throughput against K, 95% intervals (delta method)")
     return _save(fig, path)
 

@@ -22,6 +22,15 @@ def run(args) -> int:
                 cli.warn(w)
         return runs
 
+    from atlas_ab.analysis.ladder_engine import is_collected
+
+    paths = cli.expand(args.runs)
+    collected = [is_collected(p) for p in paths]
+    if any(collected):
+        if not all(collected) or args.acceptance:
+            raise AtlasError("ladder: collected engine runs and atlas_ab runs (or --acceptance) mixed: give an "
+                             "engine's collected runs alone")
+        return _engine(args, paths)
     timing = load(args.runs)
     accept = load(args.acceptance) if args.acceptance else timing
     acc, unit = acceptance_from(accept)
@@ -57,10 +66,35 @@ def run(args) -> int:
     return 0
 
 
+def _engine(args, paths) -> int:
+    """The same table from an engine's own acceptance and latency (analysis/ladder_engine.py)."""
+    from atlas_ab.analysis import plots
+    from atlas_ab.analysis.ladder import fit
+    from atlas_ab.analysis.ladder_configs import write_configs
+    from atlas_ab.analysis.ladder_engine import engine_inputs
+
+    acc, times, notes = engine_inputs(paths)
+    res = fit(acc, times, n_boot=args.bootstrap, seed=args.seed, method=args.method, require_plain=False)
+    res.notes += ["engine telemetry: B is the collector's --concurrency (requests in flight), step time a "
+                  "request's wall time over its steps (queueing and prefill inside)"] + notes
+    out = Path(args.out)
+    files = write_configs(res, out, max_batch=args.max_batch, provenance={"engine_runs": [str(p) for p in paths]})
+    files["throughput_png"] = plots.ladder_throughput_figure(res.cells, out / "ladder_throughput.png")
+    files["ladder_png"] = plots.ladder_figure(res, out / "ladder.png")
+    (out / "ladder.md").write_text(res.summary() + "\n")
+    if args.json:
+        cli.emit_json({**res.to_dict(), "files": {k: str(v) for k, v in files.items()}})
+    else:
+        print(res.summary())
+        print("wrote: " + ", ".join(str(p) for p in files.values()))
+    return 0
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("ladder", help="the K ladder: best K per batch width, with intervals, as engine configs")
     p.add_argument("runs", nargs="+", metavar="RUN",
-                   help="live runs (or a +study=ladder sweep directory): one per (batch width, K), K=0 included")
+                   help="live runs (or a +study=ladder sweep directory): one per (batch width, K), K=0 included; or an "
+                        "engine's collected runs, one per (--concurrency, K)")
     p.add_argument("--out", required=True, help="output directory (configs, ladder.json, ladder.md, figures)")
     p.add_argument("--acceptance", nargs="+", metavar="RUN",
                    help="take acceptance from these runs instead (a trained model's, when RUNS time a random-weight "
