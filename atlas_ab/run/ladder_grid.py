@@ -56,7 +56,9 @@ def available_bytes(device: str) -> tuple[int, str]:
 
         if torch.cuda.is_available():
             dev = torch.device("cuda" if device == "auto" else device)
-            return int(torch.cuda.mem_get_info(dev)[0]), f"{dev} ({torch.cuda.get_device_name(dev)})"
+            # what this process's allocator holds (an earlier job of the sweep) is free to the next job
+            free = torch.cuda.mem_get_info(dev)[0] + torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev)
+            return int(free), f"{dev} ({torch.cuda.get_device_name(dev)})"
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):

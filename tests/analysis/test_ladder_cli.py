@@ -46,6 +46,7 @@ def sweep(tmp_path):
     return [_run(tmp_path / "sweep", b, k, seed=10 * b + k) for (b, k) in COST]
 
 
+@pytest.mark.slow          # twelve synthetic runs written, then the CLI with its figures (~25 s)
 def test_ladder_cli_writes_every_config(sweep, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["ladder", *map(str, sweep), "--out", str(out), "--bootstrap", "200"]) == 0
@@ -65,6 +66,7 @@ def test_ladder_cli_writes_every_config(sweep, tmp_path, capsys):
     assert (out / "ladder.png").stat().st_size > 0 and (out / "ladder_throughput.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_ladder_cli_refuses_a_missing_plain_decode(sweep, tmp_path, capsys):
     runs = [p for p in sweep if p.name != "k0_b4"]
     assert main(["ladder", *map(str, runs), "--out", str(tmp_path / "o")]) == 2

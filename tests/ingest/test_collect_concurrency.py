@@ -1,6 +1,8 @@
 """`collect --concurrency N`: N requests in flight, each answer recording the load it was sent at."""
 import json
 
+import pytest
+
 from atlas_ab.ingest.collect import main as collect
 from tests.helpers.engine_fixtures import FakeEngine
 
@@ -19,6 +21,7 @@ def test_concurrency_is_requests_in_flight_and_each_answer_says_its_level(tmp_pa
     assert m["collect"]["concurrency"] == 3 and m["status"] == "complete"
 
 
+@pytest.mark.slow          # four collections against stand-in servers, then the ladder (~30 s)
 def test_the_engines_ladder_from_collections_at_two_concurrencies(tmp_path, capsys):
     from atlas_ab.analysis.__main__ import main as analysis
 
