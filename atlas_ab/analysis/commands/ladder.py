@@ -9,7 +9,6 @@ from atlas_ab.analysis import cli
 
 
 def run(args) -> int:
-    from atlas_ab.analysis import plots
     from atlas_ab.analysis.ladder import fit
     from atlas_ab.analysis.ladder_configs import write_configs
     from atlas_ab.analysis.ladder_runs import acceptance_from, model_of, times_from
@@ -55,8 +54,7 @@ def run(args) -> int:
                           provenance={"timing_runs": [str(r.path) for r in timing],
                                       "acceptance_runs": [str(r.path) for r in accept],
                                       "timing_model": src_t, "acceptance_model": src_a, "cluster_unit": unit})
-    files["throughput_png"] = plots.ladder_throughput_figure(res.cells, out / "ladder_throughput.png")
-    files["ladder_png"] = plots.ladder_figure(res, out / "ladder.png")
+    files.update(_figures(res, out))
     (out / "ladder.md").write_text(res.summary() + "\n")
     if args.json:
         cli.emit_json({**res.to_dict(), "files": {k: str(v) for k, v in files.items()}})
@@ -66,9 +64,19 @@ def run(args) -> int:
     return 0
 
 
+def _figures(res, out: Path) -> dict:
+    """The two figures; none, said once, where matplotlib is missing (the GPU machine)."""
+    try:
+        from atlas_ab.analysis import plots
+    except ImportError as e:
+        cli.warn(f"no figures: {e}")
+        return {}
+    return {"throughput_png": plots.ladder_throughput_figure(res.cells, out / "ladder_throughput.png"),
+            "ladder_png": plots.ladder_figure(res, out / "ladder.png")}
+
+
 def _engine(args, paths) -> int:
     """The same table from an engine's own acceptance and latency (analysis/ladder_engine.py)."""
-    from atlas_ab.analysis import plots
     from atlas_ab.analysis.ladder import fit
     from atlas_ab.analysis.ladder_configs import write_configs
     from atlas_ab.analysis.ladder_engine import engine_inputs
@@ -79,8 +87,7 @@ def _engine(args, paths) -> int:
                   "request's wall time over its steps (queueing and prefill inside)"] + notes
     out = Path(args.out)
     files = write_configs(res, out, max_batch=args.max_batch, provenance={"engine_runs": [str(p) for p in paths]})
-    files["throughput_png"] = plots.ladder_throughput_figure(res.cells, out / "ladder_throughput.png")
-    files["ladder_png"] = plots.ladder_figure(res, out / "ladder.png")
+    files.update(_figures(res, out))
     (out / "ladder.md").write_text(res.summary() + "\n")
     if args.json:
         cli.emit_json({**res.to_dict(), "files": {k: str(v) for k, v in files.items()}})
