@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -251,6 +252,7 @@ def ladder_figure(result, path: Path) -> Path:
     ax.set_xticks(bs, [str(b) for b in bs])
     ax.set_xlabel("batch width B")
     ax.set_ylabel("K")
+    ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_title("K ladder (red: no K pays)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
