@@ -26,6 +26,7 @@ engine's source:
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from atlas_ab.analysis.ladder import LadderResult
@@ -104,6 +105,17 @@ def atlas_lines(rs: list[tuple[int, int, int]], levers: dict) -> list[str]:
     return lines
 
 
+def _finite(x):
+    """JSON-safe: NaN and infinities (a statistic not computed) as null."""
+    if isinstance(x, dict):
+        return {str(k): _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        x = x.item()
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
 def write_configs(result: LadderResult, out: Path, levers: dict | None = None, max_batch: int | None = None,
                   provenance: dict | None = None) -> dict[str, Path]:
     """Write the four files under `out`; returns name -> path (vLLM / TensorRT-LLM only where writable)."""
@@ -131,8 +143,8 @@ def write_configs(result: LadderResult, out: Path, levers: dict | None = None, m
     p.write_text("\n".join(atlas_lines(rs, levers or {})) + "\n")
     written["atlas"] = p
     p = out / FILES["json"]
-    write_json(p, {**result.to_dict(), "ranges": [list(r) for r in rs], "notes": notes,
-                   "provenance": provenance or {}})
+    write_json(p, _finite({**result.to_dict(), "ranges": [list(r) for r in rs], "notes": notes,
+                           "provenance": provenance or {}}))
     written["json"] = p
     result.notes[:] = notes
     return written
