@@ -61,8 +61,14 @@ for m in ${MODELS:-default gpu llama8b}; do
   WS=$(widths $W/$m)
   [ -z "$WS" ] && { log "ladder $m: no width has every K"; continue; }
   python3 -m atlas_ab.analysis ladder $W/$m "${ACC[@]}" --widths $WS --out $OUT/ladder_$m > $OUT/ladder_$m.txt 2> $OUT/ladder_$m.err
-  log "ladder $m: exit $? ($(tail -1 $OUT/ladder_$m.err 2>/dev/null))"
-  grep '^| [0-9]* | [0-9]* | [0-9]* |' $OUT/ladder_$m.txt | tail -8 | tee -a $OUT/ladder.log
+  rc=$?
+  log "ladder $m: exit $rc ($(tail -1 $OUT/ladder_$m.err 2>/dev/null))"
+  if [ $rc = 2 ] && grep -q "their kind's median" $OUT/ladder_$m.err; then   # a stall: kept, and said so
+    python3 -m atlas_ab.analysis ladder $W/$m "${ACC[@]}" --widths $WS --allow-outliers \
+      --out $OUT/ladder_${m}_outliers_kept > $OUT/ladder_${m}_outliers_kept.txt 2>> $OUT/ladder_$m.err
+    log "ladder $m with --allow-outliers: exit $? (ladder_${m}_outliers_kept)"
+  fi
+  grep -hE 'pays|not known' $OUT/ladder_$m*.txt | tee -a $OUT/ladder.log
 done
 log "if an analysis failed here (matplotlib or statsmodels missing on the device), unpack ladder_runs_*.tar.xz and run"
 log "  python -m atlas_ab.analysis ladder RUNS_default --out ladder_default"
