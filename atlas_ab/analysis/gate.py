@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from atlas_ab import AtlasError
 from atlas_ab.analysis.confidence_sequence import hedged_cs, mixture_radius
 from atlas_ab.analysis.metrics import canonical, parse_metric, unit_parts
-from atlas_ab.analysis.units import UnitRun, figure
+from atlas_ab.analysis.unit_runs import UnitRun, figure
 
 PASS, REGRESSION, UNDECIDED = "PASS", "REGRESSION", "UNDECIDED"
 EXIT = {PASS: 0, REGRESSION: 1, UNDECIDED: 3}
@@ -240,7 +240,7 @@ def _prompt_tokens(run: UnitRun) -> np.ndarray | None:
 
 def pairing(baseline: UnitRun, candidate: UnitRun) -> tuple[bool, str]:
     """(paired, why): requests pair on (doc_id, turn) only where both runs decoded one text."""
-    from atlas_ab.analysis.completions import completion_hashes as hashes
+    from atlas_ab.analysis.completion_match import completion_hashes as hashes
 
     for r in (baseline, candidate):
         if r.telemetry is not None and r.telemetry.clusters != "doc_id":

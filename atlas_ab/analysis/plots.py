@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -243,4 +244,47 @@ def sequential_figure(looks: list[dict], path: Path, *, min_effect: float, direc
     ax.set_title(title, fontsize=9, loc="left")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def ladder_throughput_figure(cells, path: Path) -> Path:
+    """Committed tokens/s against K at each batch width (one panel per width: scales differ by
+    orders of magnitude), with the delta method's 95% interval."""
+    widths = sorted(cells["B"].unique())
+    fig, axes = plt.subplots(1, len(widths), figsize=(3.2 * len(widths), 3.4), squeeze=False)
+    for ax, b in zip(axes[0], widths):
+        c = cells[cells["B"] == b].sort_values("K")
+        ax.errorbar(c["K"], c["X"], yerr=[c["X"] - c["X_lo"], c["X_hi"] - c["X"]], marker="o", capsize=3)
+        if (c["K"] == 0).any():
+            ax.axhline(float(c.loc[c["K"] == 0, "X"].iloc[0]), color="gray", linestyle=":", label="K=0 (plain)")
+        ax.set_title(f"B = {b}")
+        ax.set_xlabel("K (drafts per step)")
+        ax.set_xticks(c["K"])
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("committed tokens / s")
+    if (cells["K"] == 0).any():
+        axes[0][0].legend(fontsize=7)
+    fig.suptitle("throughput against K, 95% intervals (delta method)")
+    return _save(fig, path)
+
+
+def ladder_figure(result, path: Path) -> Path:
+    """The ladder: the K served against batch width; ties drawn as a bar over the tied K."""
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ch = sorted(result.choices.values(), key=lambda c: c.B)
+    bs = [c.B for c in ch]
+    ax.step(bs, [c.K for c in ch], where="post", color="tab:blue", label="K served")
+    for c in ch:
+        ks = (c.best,) + c.tied
+        ax.vlines(c.B, min(ks), max(ks), color="tab:orange", linewidth=4, alpha=0.5)
+        ax.plot(c.B, c.K, "o", color="tab:blue" if c.pays else "tab:red")
+    ax.vlines([], 0, 0, color="tab:orange", linewidth=4, alpha=0.5, label="best and tied K")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(bs, [str(b) for b in bs])
+    ax.set_xlabel("batch width B")
+    ax.set_ylabel("K")
+    ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.set_title("K ladder (red: no K pays)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
     return _save(fig, path)

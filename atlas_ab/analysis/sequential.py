@@ -304,7 +304,7 @@ def _load(run_dirs) -> list:
     """Runs as the report reads them (step runs, or every run at its per-unit grain beside an engine run)."""
     from atlas_ab.analysis.cli import expand
     from atlas_ab.analysis.load import load_run
-    from atlas_ab.analysis.units import load_units, needs_units
+    from atlas_ab.analysis.unit_runs import load_units, needs_units
 
     given = [run_dirs] if isinstance(run_dirs, (str, Path)) else list(run_dirs)
     if all(hasattr(r, "arm") for r in given):

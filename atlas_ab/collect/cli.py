@@ -77,7 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token-ids", action="store_true",
                    help="llama.cpp: send our workload's token ids to /completion and continue each turn with the "
                         "reply's ids (both sides see the same tokens; no text round trip)")
-    p.add_argument("--concurrency", type=POSITIVE_INT, default=8, help="documents in flight (turns run in order)")
+    p.add_argument("--concurrency", type=POSITIVE_INT, default=8,
+                   help="requests in flight: one per document, its turns in order; each answer records how many "
+                        "were in flight when it was sent (in_flight), the load level an engine's K ladder reads")
     p.add_argument("--retries", type=COUNT, default=RETRIES,
                    help=f"retries per request on connection errors, 429, 5xx (default {RETRIES}; a timeout is "
                         "not retried)")

@@ -99,6 +99,7 @@ class Client:
     token_ids: bool = False        # prompts and replies as token ids: llama.cpp's own /completion
     lock: threading.Lock = field(default_factory=threading.Lock)
     waiting: dict = field(default_factory=dict)     # where -> when its request was sent (progress)
+    in_flight: dict = field(default_factory=dict)   # where -> requests in flight when it was sent, itself included
 
     @property
     def root(self) -> str:
@@ -130,7 +131,9 @@ class Client:
         url = self.root + "/completion" if self.token_ids else self.url.rstrip("/") + path
         body = self.body(messages, max_tokens)
         t0 = time.perf_counter()
-        self.waiting[where] = time.monotonic()
+        with self.lock:        # the load level this answer was measured at (the K ladder reads it)
+            self.waiting[where] = time.monotonic()
+            self.in_flight[where] = len(self.waiting)
         try:
             return self._attempts(path, url, body, where, t0)
         finally:

@@ -127,7 +127,7 @@ def send_all(client: Client, plan: Plan, done: dict, raw: Path, concurrency: int
             if client.token_ids:      # (kept in the stored response itself: a resume reads them back)
                 reply["ids"] = reply_ids(got, mt, where)
             append_raw(raw, {"doc_id": c.doc_id, "turn": t, **got, "reply": text, "attempts": attempts,
-                             "seconds": round(secs, 3)}, lock)
+                             "seconds": round(secs, 3), "in_flight": client.in_flight.pop(where, None)}, lock)
             messages += [user, reply]
             if bar is not None:
                 with lock:

@@ -104,9 +104,24 @@ def _model_shape(init: str, path: Optional[str], hidden: Optional[int], layers: 
         return f"{path}: no readable config.json there"
 
 
+def _csv(values) -> str:
+    """A list as a sweep's comma-separated choices (a study's grid written once, in its own keys)."""
+    return ",".join(str(v) for v in values)
+
+
+def _upto(n: int) -> str:
+    """0,1,..,n as a sweep's choices."""
+    return ",".join(str(v) for v in range(int(n) + 1))
+
+
+def _mul(a: int, b: int) -> int:
+    return int(a) * int(b)
+
+
 def register_resolvers() -> None:
     for name, fn in (("atlas.run_dir", _run_dir), ("atlas.hydra_subdir", hydra_subdir),
-                     ("atlas.n_devices", _n_devices), ("atlas.model_shape", _model_shape)):
+                     ("atlas.n_devices", _n_devices), ("atlas.model_shape", _model_shape),
+                     ("atlas.csv", _csv), ("atlas.upto", _upto), ("atlas.mul", _mul)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 

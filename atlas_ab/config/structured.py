@@ -150,6 +150,12 @@ class StudyConfig:
     # Pre-registrations (analysis/prereg/NAME.yaml, or just NAME), locked when the study starts.
     preregs: List[str] = field(default_factory=list)
     arms: List[str] = field(default_factory=list)   # the arm names the study compares
+    # kind ladder (conf/study/ladder.yaml): K in 0..k_max at each batch width of `widths`, every job
+    # checking the whole grid before any model loads (run/ladder_grid.py)
+    kind: str = "ab"
+    widths: List[int] = field(default_factory=list)
+    k_max: int = 0
+    waves: int = 0     # > 0: each job runs this many waves (workload.n_docs = waves x its batch width)
 
 
 #: handoff_norm / recycle_norm: what the checkpoint declares, or forced before / after the norm
@@ -180,8 +186,12 @@ def _number(where: str, key: str, v, lo=None, hi=None, integer: bool = True) -> 
 def validate_arm(arm: ArmConfig) -> ArmConfig:
     """Strict check of an arm (the Hydra path). One-line AtlasError on the first problem."""
     where = f"arm {arm.name!r}"
+    plain = arm.num_drafts == 0 and not isinstance(arm.num_drafts, bool)
     for key, (lo, hi) in _RANGES.items():
-        _number(where, key, getattr(arm, key), lo, hi, integer=key != "draft_conf")
+        if not (plain and key == "num_drafts"):
+            _number(where, key, getattr(arm, key), lo, hi, integer=key != "draft_conf")
+    if plain:
+        validate_plain(arm)
     if arm.proposer not in ("mtp", "draft_model"):
         raise AtlasError(f"{where}: proposer={arm.proposer!r} must be 'mtp' or 'draft_model'")
     if arm.row_space not in ROW_SPACES:
@@ -218,6 +228,21 @@ def validate_arm(arm: ArmConfig) -> ArmConfig:
     if arm.oracle_p2 and arm.num_drafts < 2:
         raise AtlasError(f"{where}: oracle_p2 needs num_drafts >= 2 (it re-computes draft 2)")
     return arm
+
+
+#: num_drafts=0 is plain decode (run/plain.py): the levers of the drafter then have no effect.
+PLAIN_IDLE = ("drafter_prefill", "catchup", "refeed", "ring_prefill", "draft_conf", "shadow_topk", "oracle_p2",
+              "fingerprints", "draft_policy", "draft_temperature")
+
+
+def validate_plain(arm: ArmConfig) -> None:
+    """K = 0 (plain decode: one target token per forward, no drafter) with every drafter lever off."""
+    idle = [k for k in PLAIN_IDLE if getattr(arm, k) not in (None, False, 0, 0.0)]
+    if arm.proposer != "mtp" or arm.row_space != "compact":
+        idle.append("proposer" if arm.proposer != "mtp" else "row_space")
+    if idle:
+        raise AtlasError(f"arm {arm.name!r}: num_drafts=0 is plain decode (no drafter): {idle[0]} has no effect; "
+                         "set it to its default")
 
 
 def validate_model(model: ModelConfig) -> ModelConfig:
@@ -329,6 +354,13 @@ def validate_run(arm: ArmConfig, model: ModelConfig, workload: WorkloadConfig, r
     validate_workload(workload)
     validate_arm_sampling(arm, workload.sampling)
     validate_runner(runner)
+    if arm.num_drafts == 0:
+        if runner.mode != "live":
+            raise AtlasError(f"arm {arm.name!r}: num_drafts=0 (plain decode) is timed live only: "
+                             "runner.mode=replay has no target to time and no drafts to replay")
+        if not workload.sampling.greedy:
+            raise AtlasError(f"arm {arm.name!r}: num_drafts=0 (plain decode) runs greedy only "
+                             "(workload.sampling.temperature=0)")
 
 
 def field_names(cls) -> list[str]:

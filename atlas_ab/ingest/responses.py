@@ -13,7 +13,8 @@ from pathlib import Path
 from atlas_ab.ingest.engine_units import Where
 from atlas_ab.ingest.jsonio import json_items
 
-WRAPPER_KEYS = {"doc_id", "turn", "response", "stream", "request", "reply", "attempts", "seconds", "extra"}
+WRAPPER_KEYS = {"doc_id", "turn", "response", "stream", "request", "reply", "attempts", "seconds", "extra",
+                "in_flight"}
 
 
 @dataclass(frozen=True)

@@ -136,10 +136,10 @@ class Runner:
             levers={**{k: getattr(self.arm, k) for k in self.arm.__dataclass_fields__},
                     "fingerprints": self.arm.fingerprints_on},
             mode=self.mode, replay=replay,
-            loop="run_ahead" if self.mode == "live" and runner.run_ahead and runs_ahead(self.arm, self.graphs,
-                                                                                        self.proposer)
-            else "step_by_step",
-            fused=bool(self.mode == "live" and self.graphs and runner.fuse_bookkeeping))
+            loop="run_ahead" if self.mode == "live" and runner.run_ahead and self.arm.num_drafts
+            and runs_ahead(self.arm, self.graphs, self.proposer) else "step_by_step",
+            # plain decode (K = 0: run/plain.py) has no bookkeeping to compile
+            fused=bool(self.mode == "live" and self.graphs and runner.fuse_bookkeeping and self.arm.num_drafts))
 
     def _trajectories(self, ck, runner: RunnerConfig) -> dict:
         """Replay: find (or build, once across concurrent jobs) the workload's stored trajectory."""
@@ -219,10 +219,20 @@ class Runner:
         docs = self.docs_of(i)
         if self.mode == "replay":
             return self._replay_wave(i, docs, on_step)
+        if self.arm.num_drafts == 0:
+            return self._plain_wave(docs, on_step)
         trace = self._wave(self._live_target(), docs, on_step)
         return WaveResult(steps=trace.steps.table(),
                           events=trace.events.table() if trace.events is not None else None,
                           gate=self._live_gate(docs, trace), n_tokens=trace.n_tokens)
+
+    def _plain_wave(self, docs, on_step=None) -> WaveResult:
+        """K = 0: plain decode, timed as the loop times its steps (run/plain.py)."""
+        from atlas_ab.run.plain import plain_wave
+
+        trace = plain_wave(self.trunk, docs, self.workload.gen_tokens, self.arm.name, self.graphs, self.capacity,
+                           on_step)
+        return WaveResult(steps=trace.steps, events=None, gate=self._live_gate(docs, trace), n_tokens=trace.n_tokens)
 
     def _replay_wave(self, i: int, docs, on_step=None) -> WaveResult:
         from atlas_ab.speculative.replay_check import compare_live, replay_gate

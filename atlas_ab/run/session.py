@@ -81,6 +81,12 @@ def configs(cfg: DictConfig, out=None) -> Configs:
     validate_run(c.arm, c.model, c.workload, c.runner)
     if c.study.arms and c.arm.name not in c.study.arms:
         raise AtlasError(f"arm {c.arm.name!r} is not in study {c.study.name!r} (arms: {', '.join(c.study.arms)})")
+    if c.study.kind == "ladder":
+        from atlas_ab.run.ladder_grid import check_grid
+
+        check_grid(c)
+    elif c.study.kind != "ab":
+        raise AtlasError(f"study.kind={c.study.kind!r} must be ab or ladder")
     return c
 
 

@@ -12,8 +12,8 @@ from atlas_ab import AtlasError
 from atlas_ab.analysis.__main__ import main
 from atlas_ab.analysis.confidence_sequence import mixture_radius
 from atlas_ab.analysis.gate import Margin, _ratio_cs, gate
-from atlas_ab.analysis.synth import simulate_steps, write_run
-from atlas_ab.analysis.units import load_units
+from tests.helpers.synth import simulate_steps, write_run
+from atlas_ab.analysis.unit_runs import load_units
 from atlas_ab.ingest import ingest
 from tests.helpers import gate_files
 from tests.helpers.engine_fixtures import greedy_positions
@@ -71,7 +71,7 @@ def test_json_and_the_numbers_behind_the_line(runs, capsys):
     assert d["estimate"] == pytest.approx(d["candidate_value"] - d["baseline_value"], abs=1e-12)
     assert d["lower"] < d["estimate"] < d["upper"] < -d["margin"]
     # the pooled values are the runs' own p1 (accepted-at-depth-1 over verify steps with k >= 1)
-    from atlas_ab.analysis.units import figure
+    from atlas_ab.analysis.unit_runs import figure
 
     assert d["baseline_value"] == pytest.approx(figure(load_units(runs["vllm_baseline"]), "p1").value, abs=1e-12)
 

@@ -20,7 +20,7 @@ from atlas_ab.analysis.sequential import (
     judge_sequential,
     sequence,
 )
-from atlas_ab.analysis.synth import simulate_steps, write_run
+from tests.helpers.synth import simulate_steps, write_run
 from atlas_ab.config.prereg import load_prereg
 
 SEQ = {"alpha": 0.05, "max_clusters": 1000}

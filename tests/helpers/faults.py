@@ -57,8 +57,22 @@ RUN_INPUT = [
          A + "unknown key workload.n_doc (did you mean workload.n_docs?); valid keys: …",
          ("atlas_ab", "+arm=baseline", "+workload.n_doc=3")),
     Case("run.typo-study", "a typo of a study key",
-         A + "unknown key study.prereg (did you mean study.preregs?); valid keys: name, preregs, arms",
+         A + "unknown key study.prereg (did you mean study.preregs?); valid keys: name, preregs, arms, kind, widths, "
+         "k_max, waves",
          ("atlas_ab", "+arm=baseline", "+study.prereg=x")),
+    Case("run.ladder-k-max", "a ladder study's K past the proposer's maximum",
+         A + "study 'ladder_cpu': k_max=9 is beyond the mtp proposer's maximum K=8 (arm.num_drafts)",
+         ("atlas_ab", "+study=ladder_cpu", "runner.batch_width=1", "arm.num_drafts=0", "study.k_max=9"),
+         also="every job of the sweep refuses the whole grid before its model loads"),
+    Case("run.ladder-memory", "a ladder study's width the memory cannot hold",
+         A + "study 'ladder_cpu': batch width 100000000 needs ~… GiB on cpu (weights … GiB + … MiB per sequence, "
+         "x1.3 headroom; an estimate), … GiB free: the widest that fits is …",
+         ("atlas_ab", "+study=ladder_cpu", "runner.batch_width=1", "arm.num_drafts=0", "study.waves=0",
+          "study.widths=[1,100000000]", "workload.n_docs=100000000"),
+         also="refused before any run of the grid"),
+    Case("run.plain-decode-lever", "K=0 (plain decode) with a drafter's lever",
+         A + "arm 'catchup_on': num_drafts=0 is plain decode (no drafter): catchup has no effect; set it to its "
+         "default", ("atlas_ab", "+arm=catchup_on", "arm.num_drafts=0")),
     Case("run.wrong-type-int", "a word for an integer", A + "arm.num_drafts='two': expected an integer",
          ("atlas_ab", "+arm=k1", "arm.num_drafts=two")),
     Case("run.wrong-type-bool", "a word for a bool", A + "arm.refeed='maybe': expected a bool (true or false)",

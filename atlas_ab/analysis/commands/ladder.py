@@ -1,0 +1,120 @@
+"""`ladder RUNS... --out DIR`: which K to serve at each batch width (analysis/ladder.py), written as
+the engines' configs (analysis/ladder_configs.py) with its figures."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from atlas_ab import AtlasError
+from atlas_ab.analysis import cli
+
+
+def run(args) -> int:
+    from atlas_ab.analysis.ladder import fit
+    from atlas_ab.analysis.ladder_configs import write_configs
+    from atlas_ab.analysis.ladder_runs import acceptance_from, model_of, times_from
+    from atlas_ab.analysis.load import load_run
+
+    def load(paths):
+        runs = [load_run(p, allow_incomplete=args.allow_incomplete) for p in cli.expand(paths)]
+        for r in runs:
+            for w in r.warnings:
+                cli.warn(w)
+        return runs
+
+    from atlas_ab.analysis.ladder_engine import is_collected
+
+    paths = cli.expand(args.runs)
+    collected = [is_collected(p) for p in paths]
+    if any(collected):
+        if not all(collected) or args.acceptance:
+            raise AtlasError("ladder: collected engine runs and atlas_ab runs (or --acceptance) mixed: give an "
+                             "engine's collected runs alone")
+        return _engine(args, paths)
+    timing = load(args.runs)
+    accept = load(args.acceptance) if args.acceptance else timing
+    acc, unit = acceptance_from(accept)
+    kept = []
+    times = times_from(timing, args.allow_outliers, lambda m: (cli.warn(m), kept.append(m)))
+    if args.widths:
+        times = {c: t for c, t in times.items() if c[0] in args.widths}
+        if not times:
+            raise AtlasError(f"--widths {args.widths}: none of the runs is at those batch widths")
+    res = fit(acc, times, n_boot=args.bootstrap, seed=args.seed, method=args.method, cluster_unit=unit)
+    src_t, src_a = model_of(timing), model_of(accept)
+    if kept:
+        res.notes.append(f"{len(kept)} of {len(timing)} timing runs hold warm-up-sized outliers, kept by "
+                         "--allow-outliers: their stalls count in the step times")
+    res.notes.append(f"timing: {src_t}; acceptance: {src_a}")
+    if args.acceptance:
+        res.notes.append("acceptance and timing come from different runs: acceptance on random weights means "
+                         "nothing, so it is taken from the trained model's runs, timing from the shape's")
+    out = Path(args.out)
+    levers = dict(((accept[0].manifest or {}).get("levers") or {}))
+    files = write_configs(res, out, levers=levers, max_batch=args.max_batch,
+                          provenance={"timing_runs": [str(r.path) for r in timing],
+                                      "acceptance_runs": [str(r.path) for r in accept],
+                                      "timing_model": src_t, "acceptance_model": src_a, "cluster_unit": unit})
+    files.update(_figures(res, out))
+    (out / "ladder.md").write_text(res.summary() + "\n")
+    if args.json:
+        cli.emit_json({**res.to_dict(), "files": {k: str(v) for k, v in files.items()}})
+    else:
+        print(res.summary())
+        print("wrote: " + ", ".join(str(p) for p in files.values()))
+    return 0
+
+
+def _figures(res, out: Path) -> dict:
+    """The two figures; none, said once, where matplotlib is missing (the GPU machine)."""
+    try:
+        from atlas_ab.analysis import plots
+    except ImportError as e:
+        cli.warn(f"no figures: {e}")
+        return {}
+    return {"throughput_png": plots.ladder_throughput_figure(res.cells, out / "ladder_throughput.png"),
+            "ladder_png": plots.ladder_figure(res, out / "ladder.png")}
+
+
+def _engine(args, paths) -> int:
+    """The same table from an engine's own acceptance and latency (analysis/ladder_engine.py)."""
+    from atlas_ab.analysis.ladder import fit
+    from atlas_ab.analysis.ladder_configs import write_configs
+    from atlas_ab.analysis.ladder_engine import engine_inputs
+
+    acc, times, notes = engine_inputs(paths)
+    res = fit(acc, times, n_boot=args.bootstrap, seed=args.seed, method=args.method, require_plain=False)
+    res.notes += ["engine telemetry: B is the collector's --concurrency (requests in flight), step time a "
+                  "request's wall time over its steps (queueing and prefill inside)"] + notes
+    out = Path(args.out)
+    files = write_configs(res, out, max_batch=args.max_batch, provenance={"engine_runs": [str(p) for p in paths]})
+    files.update(_figures(res, out))
+    (out / "ladder.md").write_text(res.summary() + "\n")
+    if args.json:
+        cli.emit_json({**res.to_dict(), "files": {k: str(v) for k, v in files.items()}})
+    else:
+        print(res.summary())
+        print("wrote: " + ", ".join(str(p) for p in files.values()))
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("ladder", help="the K ladder: best K per batch width, with intervals, as engine configs")
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="live runs (or a +study=ladder sweep directory): one per (batch width, K), K=0 included; or an "
+                        "engine's collected runs, one per (--concurrency, K)")
+    p.add_argument("--out", required=True, help="output directory (configs, ladder.json, ladder.md, figures)")
+    p.add_argument("--acceptance", nargs="+", metavar="RUN",
+                   help="take acceptance from these runs instead (a trained model's, when RUNS time a random-weight "
+                        "shape); live or replay")
+    p.add_argument("--method", choices=("delta", "bootstrap"), default="delta",
+                   help="the interval that decides ties and 'no K pays' (both are reported)")
+    p.add_argument("--widths", type=int, nargs="+", metavar="B", help="only these batch widths")
+    p.add_argument("--max-batch", type=int, metavar="N", help="the last range of the configs runs to N (default: "
+                                                             "the widest width measured)")
+    p.add_argument("--allow-outliers", action="store_true",
+                   help="keep step times with warm-up-sized outliers (a busy host's stalls), warning for each "
+                        "run, instead of refusing them")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    cli.add_run_flags(p, mismatch=False)
+    cli.add_boot_flags(p)
+    p.set_defaults(func=run)
