@@ -29,6 +29,7 @@ from atlas_ab.config.structured import (
 )
 from atlas_ab.run.engine import RunInfo, WaveResult
 from atlas_ab.run.store import aggregate_gate
+from atlas_ab.runtime import compile_cache
 from atlas_ab.speculative import pit_gate
 from atlas_ab.speculative.gate import Arbiter, check
 from atlas_ab.speculative.loop import Wave, runs_ahead
@@ -80,6 +81,8 @@ class Runner:
             # current device, so a job on cuda:1 would otherwise launch them on cuda:0 (measured:
             # "Pointer argument cannot be accessed from Triton" in a two-GPU sweep)
             torch.cuda.set_device(self.device)
+        # before any kernel is built: Triton's and inductor's caches where a later process finds them
+        self.compile_caches = compile_cache.persist(runner.compile_cache) if self.device.type == "cuda" else None
         self.dtype = resolve_dtype(runner.dtype, self.device)
         torch.manual_seed(runner.seed)
         self.graphs = self.device.type == "cuda" and runner.cuda_graphs

@@ -40,6 +40,7 @@ from atlas_ab.run.engine import Engine, RunInfo
 from atlas_ab.run.progress import Progress
 from atlas_ab.run.provenance import code_identity, host, versions
 from atlas_ab.run.shard_writer import ShardWriter
+from atlas_ab.run.startup import StartupClock, startup_line
 from atlas_ab.run.store import RunStore, write_failed_manifest
 from atlas_ab.telemetry.acceptance import histogram_rates, step_histogram
 
@@ -172,6 +173,7 @@ class RunSession:
         self.store: Optional[RunStore] = None
         self.claim: Optional[DeviceClaim] = None
         self.fresh = False     # this job's own new directory (no run in it before): a failure is recorded there
+        self.clock = StartupClock()    # where the wall time went (run/startup.py)
 
     def run(self) -> dict:
         """Run (or resume) the arm; returns the final manifest. Raises AtlasError on bad input."""
@@ -202,6 +204,7 @@ class RunSession:
             c.model.path = resolve_path(c.model.path)
             c.model.draft_path = resolve_path(c.model.draft_path)
             make_engine = engine_factory(c.runner.engine)     # imports torch where the engine uses it
+            self.clock.imported()
             threads = set_threads(thread_count(c.runner.threads, self.job.side_by_side))
             self.claim = DeviceClaim(c.runner.device, self.job.num)
             if self.fresh:
@@ -209,6 +212,7 @@ class RunSession:
                          self.claim.device, threads)
             engine: Engine = make_engine(c.arm, c.model, c.workload, replace(c.runner, device=self.claim.device))
             info: RunInfo = engine.info
+            self.clock.built(getattr(engine, "compile_caches", None))
             waves = [list(w) for w in engine.waves]
             base.update({
                 **{k: v for k, v in info.to_dict().items()},
@@ -250,6 +254,8 @@ class RunSession:
               f"{manifest['rows']['steps']} step rows{', resumed' if manifest.get('resumed') else ''})",
               file=self.out)
         print(summary_line(manifest), file=self.out)
+        if manifest.get("timings"):
+            print(startup_line(manifest["timings"]), file=self.out)
         self.out.flush()
         return manifest
 
@@ -269,6 +275,7 @@ class RunSession:
                     writer.submit(i, waves[i], res.steps, res.events, res.gate, res.n_tokens, dt,
                                   replay_check=res.replay_check)
                     prog.wave_done(i, len(waves[i]), res.n_tokens, res.steps, dt)
+                    self.clock.wave_done(dt)
         finally:
             prog.close()
         gate = store.manifest.get("gate") or {}
@@ -288,7 +295,7 @@ class RunSession:
         if not store.manifest["rows"]["steps"]:
             raise AtlasError(f"the run verified no step in {len(waves)} waves: nothing was measured "
                              f"(workload.gen_tokens={c.workload.gen_tokens})")
-        store.finish("complete", summary=acceptance_summary(store.read_steps()))
+        store.finish("complete", summary=acceptance_summary(store.read_steps()), timings=self.clock.timings())
 
     def _fail(self, ex: BaseException, base: dict) -> None:
         """Record the failure in the run it belongs to; a refused invocation writes nothing."""
