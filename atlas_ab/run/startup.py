@@ -43,14 +43,22 @@ def _compile_and_capture() -> tuple[float, float]:
     return fusion.compile_seconds(), graphs.capture_seconds()
 
 
+#: sessions started in this process (a sweep's jobs share one): only the first is charged its start
+SESSIONS = [0]
+
+
 class StartupClock:
     """Marks taken by the session as it goes: `imported()`, `built()`, `wave_done()` per wave,
-    then `timings()`. Seconds from this process's start where /proc has it, else from the clock's."""
+    then `timings()`. Seconds from this process's start where /proc has it (else from the clock's),
+    for the process's first session; a later job of a sweep in the same process counts from its own
+    start (its imports are the earlier job's)."""
 
     def __init__(self, clock=time.perf_counter, process_age=since_process_start):
         self.clock = clock
         self.t0 = clock()
-        self.age0 = process_age() or 0.0     # the process's life before this clock began
+        first = SESSIONS[0] == 0
+        SESSIONS[0] += 1
+        self.age0 = (process_age() or 0.0) if first else 0.0    # the process's life before this clock began
         self.marks: dict[str, float] = {}
         self.first_wave: Optional[float] = None
         self.waves = 0.0

@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 
+from atlas_ab.run import startup
 from atlas_ab.run.startup import PHASES, StartupClock, startup_line
 from atlas_ab.runtime import compile_cache
 from tests.helpers import faults
@@ -23,8 +24,9 @@ class Tick:
         return self.values.pop(0)
 
 
-def test_the_phases_are_the_marks_differences_from_the_process_start():
+def test_the_phases_are_the_marks_differences_from_the_process_start(monkeypatch):
     # process 1.5 s old when the clock starts at t=10; imported at 12, built at 13.25, summary at 20
+    monkeypatch.setattr(startup, "SESSIONS", [0])
     clock = StartupClock(clock=Tick(10.0, 12.0, 13.25, 20.0), process_age=lambda: 1.5)
     clock.imported()
     clock.built({"TRITON_CACHE_DIR": {"dir": "/c/triton", "set_by": "runner.compile_cache", "files": 0}})
@@ -38,7 +40,16 @@ def test_the_phases_are_the_marks_differences_from_the_process_start():
                                "compile 0.0s, capture 0.0s in all), the rest 1.2s; caches cold")
 
 
-def test_a_run_without_marks_prints_dashes_not_numbers():
+def test_a_sweeps_later_job_counts_from_its_own_start(monkeypatch):
+    monkeypatch.setattr(startup, "SESSIONS", [1])       # a job before it ran in this process
+    clock = StartupClock(clock=Tick(10.0, 10.5, 20.0), process_age=lambda: 30.0)
+    clock.imported()
+    t = clock.timings()
+    assert t["import"] == 0.5 and t["total"] == 10.0
+
+
+def test_a_run_without_marks_prints_dashes_not_numbers(monkeypatch):
+    monkeypatch.setattr(startup, "SESSIONS", [0])
     clock = StartupClock(clock=Tick(0.0, 2.0), process_age=lambda: None)
     t = clock.timings()
     assert t["import"] is None and t["model"] is None and t["first_wave"] is None and t["total"] == 2.0
