@@ -6,6 +6,7 @@ Jobs (run in the order given, each in its own process from --workdir, so a repea
 caches the earlier one left: the first `main` is cold on a fresh machine, the second warm):
   - main: `python -m atlas_ab +arm=refeed_on` (the default model and workload);
   - main_cpu: the same with runner.device=cpu (the goal: the GPU never slower than the CPU);
+  - main_nofuse: the same with runner.fuse_bookkeeping=false (what compiling the bookkeeping costs);
   - claims: `-m +study=claims` (13 arms, replayed);
   - llama8b: `model=llama8b workload.n_docs=64 runner.batch_width=64` (the 5.7B shape, 64 x 8).
 Each job's wall time is the process's, start to exit; its manifest's `timings` (run/startup.py)
@@ -29,12 +30,14 @@ ROOT = Path(__file__).resolve().parents[1]
 JOBS = {
     "main": ["+arm=refeed_on"],
     "main_cpu": ["+arm=refeed_on", "runner.device=cpu"],
+    "main_nofuse": ["+arm=refeed_on", "runner.fuse_bookkeeping=false"],
     "claims": ["-m", "+study=claims"],
     "llama8b": ["model=llama8b", "workload.n_docs=64", "runner.batch_width=64"],
 }
 SMOKE = {
     "main": ["workload=tiny"],
     "main_cpu": ["workload=tiny"],
+    "main_nofuse": ["workload=tiny"],
     "claims": ["workload.n_docs=4", "workload.turns=1", "runner.batch_width=4", "+arm=baseline,refeed_on"],
     "llama8b": ["model=default", "workload=tiny"],
 }

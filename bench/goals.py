@@ -221,6 +221,8 @@ def e2e_goals(runs: list[dict]) -> list[Goal]:
         goal("main job end to end, s (a second process: warm caches)", 8.0, warm),
         Goal("main job: this device's time / the same job on this machine's CPU", 1.0, ratio,
              detail="never slower than the CPU" + (f"; CPU {p:.1f} s" if p else f"; CPU: {how_cpu}")),
+        goal("main job end to end, s, bookkeeping eager (runner.fuse_bookkeeping=false), warm", float("nan"),
+             nth("main_nofuse")),
         goal("claims study end to end, s (13 arms, replayed)", 40.0, nth("claims")),
         goal("5.7B shape, 64 documents x 8 turns, end to end, s", 15.0, nth("llama8b")),
     ]

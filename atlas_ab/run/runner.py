@@ -195,9 +195,11 @@ class Runner:
                     plan=self.plan, capacity=self.capacity, run_ahead=self.cfg.run_ahead).run()
 
     def _live_target(self) -> LiveTarget:
-        """The run's one live target: its KV pool and step graphs serve every wave."""
+        """The run's one live target: its KV pool and step graphs serve every wave. Replay's live check
+        waves run their bookkeeping eagerly: their rows are compared, never timed, and the compile
+        would cost each arm seconds (the manifest's `fused` says false for replay runs)."""
         if self._live is None:
-            self._live = LiveTarget(self.trunk, self.graphs, fuse=self.cfg.fuse_bookkeeping)
+            self._live = LiveTarget(self.trunk, self.graphs, fuse=self.cfg.fuse_bookkeeping and self.mode == "live")
         return self._live
 
     def _pit_gate(self, docs, trace) -> dict:
