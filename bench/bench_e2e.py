@@ -75,6 +75,9 @@ def run_job(name: str, tag: str, workdir: Path, timeout: float, smoke: bool, ext
     res = dict(job=name, tag=tag, cmd=cmd, rc=rc, complete=bool(done), wall_s=wall if done else None,
                elapsed_s=wall, jobs=len(ms), device=ms[0].get("device") if ms else None,
                timings=[m.get("timings") for m in ms],
+               # the process's wall time past its (last) job's summary: teardown, for one, at exit
+               after_summary_s=wall - ms[-1]["timings"]["total"] if done and ms[-1].get("timings")
+               and len(ms) == 1 else None,
                summaries=[{"arm": m.get("arm"), **(m.get("summary") or {})} for m in ms],
                time_lines=[ln for ln in stdout.splitlines() if ln.startswith("time: ")],
                stderr_tail=stderr[-1500:] if not done else "")

@@ -382,6 +382,8 @@ def main(argv=None):
                       file=sys.stderr)
             print("   host by loop stage, ms/step (unprofiled wave): " + ", ".join(
                 f"{k} {v:.3f}" for k, v in prof["host_split_ms_per_step"].items()), file=sys.stderr)
+        if a.json:        # what is measured so far, in case a later model runs past the caller's timeout
+            Path(a.json).write_text(json.dumps(out, indent=1))
         if name != "default" or a.only_grid:
             continue
         Bl = widths[-1] if smoke else 64
