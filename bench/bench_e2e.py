@@ -7,6 +7,8 @@ caches the earlier one left: the first `main` is cold on a fresh machine, the se
   - main: `python -m atlas_ab +arm=refeed_on` (the default model and workload);
   - main_cpu: the same with runner.device=cpu (the goal: the GPU never slower than the CPU);
   - main_nofuse: the same with runner.fuse_bookkeeping=false (what compiling the bookkeeping costs);
+  - main_cold_1t: the same, cold again (caches of its own), inductor compiling in the process
+    (TORCHINDUCTOR_COMPILE_THREADS=1) rather than through its pool of worker processes;
   - claims: `-m +study=claims` (13 arms, replayed);
   - llama8b: `model=llama8b workload.n_docs=64 runner.batch_width=64` (the 5.7B shape, 64 x 8).
 Each job's wall time is the process's, start to exit; its manifest's `timings` (run/startup.py)
@@ -31,13 +33,17 @@ JOBS = {
     "main": ["+arm=refeed_on"],
     "main_cpu": ["+arm=refeed_on", "runner.device=cpu"],
     "main_nofuse": ["+arm=refeed_on", "runner.fuse_bookkeeping=false"],
+    # cold again (caches of its own), inductor compiling in this process instead of a worker pool
+    "main_cold_1t": ["+arm=refeed_on", "runner.compile_cache={workdir}/cache_1t"],
     "claims": ["-m", "+study=claims"],
     "llama8b": ["model=llama8b", "workload.n_docs=64", "runner.batch_width=64"],
 }
+JOB_ENV = {"main_cold_1t": {"TORCHINDUCTOR_COMPILE_THREADS": "1"}}
 SMOKE = {
     "main": ["workload=tiny"],
     "main_cpu": ["workload=tiny"],
     "main_nofuse": ["workload=tiny"],
+    "main_cold_1t": ["workload=tiny"],
     "claims": ["workload.n_docs=4", "workload.turns=1", "runner.batch_width=4", "+arm=baseline,refeed_on"],
     "llama8b": ["model=default", "workload=tiny"],
 }
@@ -53,7 +59,7 @@ def manifests(run: Path) -> list[dict]:
 
 
 def run_job(name: str, tag: str, workdir: Path, timeout: float, smoke: bool, extra: list[str]) -> dict:
-    args = JOBS[name] + (SMOKE[name] if smoke else []) + extra
+    args = [x.format(workdir=workdir) for x in JOBS[name]] + (SMOKE[name] if smoke else []) + extra
     sweep = "-m" in args
     out_dir = workdir / tag
     where = [f"hydra.sweep.dir={out_dir}"] if sweep else [f"hydra.run.dir={out_dir}"]
@@ -61,6 +67,7 @@ def run_job(name: str, tag: str, workdir: Path, timeout: float, smoke: bool, ext
            f"runner.trajectories={workdir / 'trajectories'}", *where]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.update(JOB_ENV.get(name, {}))
     t0 = time.perf_counter()
     try:
         p = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)

@@ -223,6 +223,8 @@ def e2e_goals(runs: list[dict]) -> list[Goal]:
              detail="never slower than the CPU" + (f"; CPU {p:.1f} s" if p else f"; CPU: {how_cpu}")),
         goal("main job end to end, s, bookkeeping eager (runner.fuse_bookkeeping=false), warm", float("nan"),
              nth("main_nofuse")),
+        goal("main job end to end, s, cold again, inductor compiling in the process (1 thread)", float("nan"),
+             nth("main_cold_1t")),
         goal("claims study end to end, s (13 arms, replayed)", 40.0, nth("claims")),
         goal("5.7B shape, 64 documents x 8 turns, end to end, s", 15.0, nth("llama8b")),
     ]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 41, time to a verdict, in one device call on a FRESH machine (carry .whl; 485 s of stage
+# Issue 41, time to a verdict, in one device call on a FRESH machine (carry .whl; 515 s of stage
 # timeouts at most, ~6-7 min expected; STAGES splits it over two calls):
 #   device run (carry .whl, built by scripts/gpu_wheels.sh): bash scripts/gpu_time_to_verdict.sh
 # Stages, each under `timeout`, each writing its JSON/log under $OUT as it ends (a call that runs
@@ -7,7 +7,8 @@
 #   e2e      bench/bench_e2e.py: the main job twice in separate processes (cold, then warm caches:
 #            the manifests' timings say import / model / compile / capture), once with the
 #            bookkeeping eager, once on this machine's CPU, the claims study (after the main job:
-#            Triton's and inductor's caches warm), the 5.7B 64 x 8 run      -> $OUT/e2e.json
+#            Triton's and inductor's caches warm), the 5.7B 64 x 8 run, then the main job cold again
+#            with inductor compiling in-process (the first job a timeout cuts)   -> $OUT/e2e.json
 #   gpu_test tests/run/test_gpu_fp32_rows.py: GPU fp32 step rows == CPU fp32 on every claims arm
 #   grid     bench_runner's grid (GRID_MODELS, default the 5.7B shape, then the 33.6M preset), B=16,64 K=1-3:
 #            step / its physical limit at 4.8 TB/s (the JSON is written after each model)
@@ -31,7 +32,7 @@ log "caches before: $(du -sh ~/.cache/atlas_ab 2>/dev/null || echo none) | stage
 
 if has e2e; then
   S=$SECONDS
-  timeout $(T 200 900) python3 bench/bench_e2e.py --jobs main,main,main_nofuse,main_cpu,claims,llama8b \
+  timeout $(T 230 900) python3 bench/bench_e2e.py --jobs main,main,main_nofuse,main_cpu,claims,llama8b,main_cold_1t \
     --workdir $W/e2e --job-timeout $(T 110 300) --json "$OUT/e2e.json" $(T "" --smoke) \
     > $W/e2e.out 2> "$OUT/e2e.err"
   log "e2e: exit $? in $((SECONDS - S)) s"
