@@ -34,6 +34,15 @@ def root(spec: str | None, env=os.environ) -> Path | None:
     return Path(os.path.expanduser(str(spec)))
 
 
+def _writable(d: Path) -> bool:
+    """d exists (made here if need be) and this process may write in it."""
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(d, os.W_OK)
+
+
 def _entries(d: Path) -> int:
     """Files under d (0 if it does not exist): how warm a cache is when a run starts."""
     if not d.is_dir():
@@ -50,10 +59,10 @@ def persist(spec: str | None, env=os.environ) -> dict:
     for var, sub in DIRS:
         if var in env:
             set_by = "environment"
-        elif base is not None:
+        elif base is not None and _writable(base / sub):
             env[var] = str(base / sub)
             set_by = "runner.compile_cache"
-        else:
+        else:       # none asked, or a directory this process cannot write: the library's default
             set_by = "default"
         d = env.get(var)
         out[var] = {"dir": d, "set_by": set_by, "files": _entries(Path(d)) if d else None}

@@ -2,8 +2,8 @@
 forward) gives the CPU's eager fp32 step rows on every arm of the claims study: the shipped model
 through the real Runner, one small live wave each (GPU only). Every integer column (k, accept_len,
 drafts, target, committed, gated, oracle, top-k ids, drafter/fed rows) exactly; the drafter's
-probabilities (conf, topk_probs) within 1e-5, since the two devices' kernels round fp32 apart in
-the last bits; the events' which-hidden-went-where exactly, their bf16 fingerprints not (a hidden
+probabilities (conf, topk_probs) within 1e-4, since the two devices' kernels sum fp32 in other
+orders; the events' which-hidden-went-where exactly, their bf16 fingerprints not (a hidden
 that rounds across a bf16 boundary flips its hash: docs/telemetry.md, "Replay runs")."""
 import numpy as np
 import pandas as pd
@@ -58,7 +58,7 @@ def assert_same_rows(one, two):
     for name in FLOATS:
         a, b = floats(g[name]), floats(c[name])
         assert a.shape == b.shape, name
-        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-4, err_msg=name)
     assert (one.events is None) == (two.events is None)
     if one.events is not None:
         keep = [n for n in one.events.column_names if n not in ("fp", "fp2")]

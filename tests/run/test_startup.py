@@ -81,6 +81,13 @@ def test_none_leaves_the_libraries_defaults_and_a_path_is_expanded(tmp_path, mon
     assert env["TRITON_CACHE_DIR"] == str(tmp_path / "cc" / "triton")
 
 
+def test_a_root_that_cannot_be_written_leaves_the_defaults(tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    env = {}
+    got = compile_cache.persist(str(tmp_path / "file"), env)
+    assert "TRITON_CACHE_DIR" not in env and got["TRITON_CACHE_DIR"]["set_by"] == "default"
+
+
 def test_a_run_prints_its_phases_and_keeps_them_in_the_manifest(tmp_path):
     d = tmp_path / "run"
     code, out, err = cli(*faults.FAKE, f"hydra.run.dir={d}")
