@@ -1,4 +1,14 @@
-"""Issue 23's speed goals, printed beside what a bench run measured.
+"""The speed goals (issues 23 and 41), printed beside what a bench run measured.
+
+One command per goal, each printing the goal, its target, the figure and its interval:
+  - end to end (main job, claims study, 5.7B 64 x 8; a fresh machine): python bench/bench_e2e.py
+  - the step over its physical limit and over its bare verify:
+        python bench/bench_runner.py --models llama8b,gpu --only-grid --widths 16,64
+  - the verify forward over its bytes at the rated bandwidth (the read-only bandwidth beside it):
+        python bench/bench_forward.py --shapes 5.7B
+  - FINGERPRINTS on / off at B=256: python bench/bench_runner.py --only-fingerprints --fp-alternations 11
+  - start-up before the first step: python bench/bench_startup.py
+(scripts/gpu_time_to_verdict.sh runs them all in one device call.)
 
 A goal is a ratio taken in one run (the runner's step over its graphed bare verify, the
 forward over its memory/FLOP bound, FINGERPRINTS on over off), its target, and whether the
