@@ -78,7 +78,8 @@ def alternated_ms(fs: dict, dev, reps: int, rounds: int) -> dict:
 
 # ---- the machine -------------------------------------------------------------------------------
 def machine_rates(dev, smoke: bool) -> dict:
-    """Copy bandwidth (bytes read + written / s, a 2 GiB device-to-device copy) and the bf16
+    """Copy bandwidth (bytes read + written / s, a 2 GiB device-to-device copy), read bandwidth
+    (bytes read / s, a sum over 8 GiB; printed beside the rated, which judges the goals) and the bf16
     matmul rate (FLOP/s, an 8192^3 matmul), both graphed, measured now. The matmul goes first and
     the copy is the best of three rounds: the H200 idles at a 345 MHz SM clock, and the run of
     2026-11-29, which timed the copy first, got 2.77 TB/s (against ~4.25 measured earlier,
@@ -97,6 +98,13 @@ def machine_rates(dev, smoke: bool) -> dict:
         copies += [2 * n / (graphed_ms(lambda b=bufs: b[1].copy_(b[0]), dev, reps) / 1e3) for _ in range(5)]
         bufs.clear()
     copy_bw = max(copies)
+    # read-only: a sum over 4 and 8 GiB of fp32 reads each byte once and writes 4 (a copy is no upper
+    # bound: the 5.7B verify forward once read its bytes faster than the same call's copy moved them)
+    reads = []
+    for n in ((1 << 20,) if smoke else (1 << 30, 2 << 30)):
+        x = torch.rand(n, device=dev)      # random, never zeros
+        reads += [4 * n / (graphed_ms(lambda x=x: x.sum(), dev, reps) / 1e3) for _ in range(3)]
+        del x
     # one tiny kernel inside a graph: the launch floor per kernel
     t = torch.zeros(1, device=dev)
 
@@ -106,6 +114,7 @@ def machine_rates(dev, smoke: bool) -> dict:
     per_kernel_us = graphed_ms(adds, dev, reps) * 1e3 / 200
     rated = RATED_BYTES_PER_S.get(torch.cuda.get_device_name(dev) if dev.type == "cuda" else "")
     return dict(copy_bytes_per_s=copy_bw, copy_bytes_per_s_all=copies, rated_bytes_per_s=rated,
+                read_bytes_per_s=max(reads), read_bytes_per_s_all=reads,
                 matmul_flop_per_s=mm_rate, graph_kernel_us=per_kernel_us)
 
 
@@ -558,7 +567,9 @@ def rebound(res) -> None:
 
 def table(res) -> str:
     rated = res["rates"].get("rated_bytes_per_s")
+    read = res["rates"].get("read_bytes_per_s")
     lines = [f"rates: copy {res['rates']['copy_bytes_per_s'] / 1e12:.2f} TB/s"
+             + (f", read-only {read / 1e12:.2f} TB/s" if read else "")
              + (f" (rated {rated / 1e12:.2f} TB/s)" if rated else "") + ", bf16 matmul "
              f"{res['rates']['matmul_flop_per_s'] / 1e12:.0f} TFLOP/s, one tiny kernel in a graph "
              f"{res['rates']['graph_kernel_us']:.2f} us" + (f" ({res['rates_note']})" if res.get("rates_note") else ""),
@@ -684,7 +695,8 @@ def main(argv=None):
     res["rates"] = machine_rates(dev, a.smoke)
     r = res["rates"]
     rated = f" (rated {r['rated_bytes_per_s'] / 1e12:.2f})" if r.get("rated_bytes_per_s") else ""
-    log(f"copy {r['copy_bytes_per_s'] / 1e12:.2f} TB/s best of {len(r['copy_bytes_per_s_all'])}{rated}  "
+    log(f"copy {r['copy_bytes_per_s'] / 1e12:.2f} TB/s best of {len(r['copy_bytes_per_s_all'])}, read-only "
+        f"{r['read_bytes_per_s'] / 1e12:.2f} TB/s best of {len(r['read_bytes_per_s_all'])}{rated}  "
         f"matmul {r['matmul_flop_per_s'] / 1e12:.0f} TFLOP/s  "
         f"graphed tiny kernel {r['graph_kernel_us']:.2f} us")
     res.update(grid=[], drafts=[], matmuls=[], skinny_table={}, errors={}, skipped=[])

@@ -33,6 +33,8 @@ from atlas_ab.proposers.draft_model import DraftModelProposer
 from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.run.runner import DEFAULT_TOKENIZER
 from atlas_ab.runtime import checkpoint
+from atlas_ab.runtime.fusion import compile_seconds
+from atlas_ab.runtime.graphs import capture_seconds
 from atlas_ab.runtime.kernels.top1 import argmax, top1
 from atlas_ab.runtime.presets import random_checkpoint
 from atlas_ab.speculative.loop import Wave
@@ -43,7 +45,7 @@ from atlas_ab.telemetry.fingerprint import fingerprint_rows
 from atlas_ab.workload.documents import build_workload
 
 from common import graphed_ms, sync  # bench/common.py (this folder is on sys.path)
-from goals import runner_goals, table as goals_table  # bench/goals.py
+from goals import RATED_BYTES_PER_S, runner_goals, step_limit_ms, table as goals_table  # bench/goals.py
 
 GRAPHS = torch.cuda.is_available()    # the runner's default on a GPU
 DEFAULT = "atlas_ab/models/default"
@@ -67,17 +69,18 @@ def docs_for(n, turns, chunk, gen):
                           DEFAULT_TOKENIZER).docs
 
 
-def run_wave(trunk, proposer, arm, docs, gen, target=None, run_ahead=True, host_events=False):
+def run_wave(trunk, proposer, arm, docs, gen, target=None, run_ahead=True, host_events=False, capacity=None):
     """One wave; `target` (with the same proposer) kept across calls keeps its step graphs, as the
     runner keeps them across a run's waves. run_ahead: False, every step waits for the host's plan.
     host_events: a run-ahead's fingerprint events recorded by the host step by step, as before they
-    were laid out on the device (FINGERPRINTS' mode "laid_out"; for the comparison)."""
+    were laid out on the device (FINGERPRINTS' mode "laid_out"; for the comparison). capacity: every sequence's token
+    budget (the runner's one per run, so that waves share their step graphs)."""
     dev = next(trunk.parameters()).device
     sync(dev)
     t0 = time.perf_counter()
     fp = fingerprint_rows if arm.fingerprints_on else None
     target = target if target is not None else LiveTarget(trunk, GRAPHS)
-    wave = Wave(target, proposer, arm, docs, gen, fingerprint_rows=fp, run_ahead=run_ahead)
+    wave = Wave(target, proposer, arm, docs, gen, fingerprint_rows=fp, run_ahead=run_ahead, capacity=capacity)
     if host_events and wave.fingerprints is not None and wave.fingerprints.laid_out:
         wave.fingerprints.mode = "in_step"
     trace = wave.run()
@@ -211,6 +214,22 @@ def bare_forward_ms(trunk, B, K, kv_len, dev, reps):
     return graphed_ms(bare_forward(trunk, B, K, kv_len, dev), dev, reps)
 
 
+def step_bytes(trunk, mtp, B, K, kv_len) -> dict:
+    """The bytes a step must read at least: the trunk's weights (the verify), the drafter's per draft
+    (its own layers and the trunk's lm_head it shares; the embedding rows it gathers are left out), and
+    the KV: the verify's over kv_len + K + 1 slots in every trunk layer, each draft's over kv_len in the
+    drafter's one layer."""
+    a = trunk.args
+    params = {id(p): p for p in trunk.parameters()}
+    trunk_b = sum(p.numel() * p.element_size() for p in params.values())
+    own = [p for p in mtp.parameters() if id(p) not in params]
+    drafter_b = sum(p.numel() * p.element_size() for p in own) + trunk.lm_head.weight.numel() \
+        * trunk.lm_head.weight.element_size()
+    slot = 2 * a.num_key_value_heads * a.head_dim * next(trunk.parameters()).element_size()   # K and V, one layer
+    kv_b = B * slot * (a.num_hidden_layers * (kv_len + K + 1) + K * kv_len)
+    return dict(trunk_weight_bytes=trunk_b, drafter_weight_bytes=drafter_b, kv_read_bytes=kv_b)
+
+
 def bare_draft(trunk, mtp, B, kv_len, dev):
     """One MTP draft step (block + head + its top-1 and softmax prob, as `head_outputs`) over B
     rows at drafter length kv_len: what each of a propose's K drafts costs at least (a function)."""
@@ -337,6 +356,12 @@ def main(argv=None):
                          stepwise_over_bare=stepwise["step_ms_median"] / bare,
                          unfused_over_bare=r["unfused_step_ms_median"] / bare,
                          wall_stepwise_over_ahead=stepwise["wall_s"] / r["wall_s"])
+                rated = RATED_BYTES_PER_S.get(out["device"])
+                nbytes = step_bytes(trunk, mtp, B, K, kv_len)
+                limit = step_limit_ms(nbytes["trunk_weight_bytes"], nbytes["drafter_weight_bytes"],
+                                      nbytes["kv_read_bytes"], K, rated) if rated else None
+                r.update(nbytes, rated_bytes_per_s=rated, limit_ms=limit,
+                         step_over_limit=r["step_ms_median"] / limit if limit else None)
                 out["grid"].append(r)
                 print(f"{name:8s} {arm.name:9s} B={B:4d} K={K} rows/s={r['rows_per_s']:10.0f} "
                       f"step={r['step_ms_median']:7.2f}ms "
@@ -344,6 +369,7 @@ def main(argv=None):
                       f"unfused x{r['unfused_over_bare']:5.2f}, "
                       f"floor x{r['floor_over_bare']:4.2f}) "
                       f"draft={draft:6.3f}ms glue={r['glue_ms']:6.3f}ms "
+                      + (f"limit={limit:6.3f}ms x{r['step_over_limit']:5.2f} " if limit else "") +
                       f"p1={r['p1']:.3f}", file=sys.stderr)
         if a.profile and not a.only_fingerprints:
             Bp, Kp, *lever = a.profile.split(",")
@@ -362,6 +388,8 @@ def main(argv=None):
                       file=sys.stderr)
             print("   host by loop stage, ms/step (unprofiled wave): " + ", ".join(
                 f"{k} {v:.3f}" for k, v in prof["host_split_ms_per_step"].items()), file=sys.stderr)
+        if a.json:        # what is measured so far, in case a later model runs past the caller's timeout
+            Path(a.json).write_text(json.dumps(out, indent=1))
         if name != "default" or a.only_grid:
             continue
         Bl = widths[-1] if smoke else 64
@@ -412,18 +440,29 @@ def main(argv=None):
         if a.only_fingerprints:
             continue
         out["levers"]["shadow_topk_4"] = ratio(ArmConfig(shadow_topk=4), ArmConfig())
-        # 10,000 verify steps of one arm, load excluded
+        # 10,000 verify steps of one arm, load excluded: one target and proposer across the waves, every
+        # wave at the run's one token budget, as the runner keeps its KV pool and step graphs (the first
+        # wave captures them, inside the figure, as in a run)
         big = docs_for(16 if smoke else 512, 1 if smoke else 3, chunk, gen)
         Bb = len(big) if smoke else 256
+        arm = ArmConfig(name="refeed_on", catchup=True, refeed=True)
+        kept = (LiveTarget(trunk, GRAPHS), MTPProposer(trunk, mtp, "compact", True))
+        capacity = max(sum(len(c) for c in d.chunks) for d in big) + len(big[0].chunks) * gen + arm.num_drafts + 2
         rows = wall = 0
+        waves_s, cc0 = [], (compile_seconds(), capture_seconds())
         for i in range(0, len(big), Bb):
-            r, _ = run_wave(trunk, MTPProposer(trunk, mtp, "compact", True),
-                            ArmConfig(name="refeed_on", catchup=True, refeed=True), big[i:i + Bb], gen)
+            r, _ = run_wave(trunk, kept[1], arm, big[i:i + Bb], gen, target=kept[0], capacity=capacity)
             rows += r["rows"]
             wall += r["wall_s"]
+            waves_s.append(r["wall_s"])
             if rows >= 10_000:
                 break
-        out["ten_k"] = dict(rows=rows, wall_s=wall, seconds_per_10k=wall * 10_000 / rows, batch_width=Bb)
+        out["ten_k"] = dict(rows=rows, wall_s=wall, seconds_per_10k=wall * 10_000 / rows, batch_width=Bb,
+                            waves_s=waves_s, compile_s=compile_seconds() - cc0[0],
+                            capture_s=capture_seconds() - cc0[1])     # capture_s includes compile_s
+        print(f"10,000 verify steps: {out['ten_k']['seconds_per_10k']:.3f} s ({len(waves_s)} waves of {Bb}: "
+              + ", ".join(f"{w:.3f}" for w in waves_s) + f" s; compile {out['ten_k']['compile_s']:.3f} s, "
+              f"capture {out['ten_k']['capture_s']:.3f} s inside)", file=sys.stderr)
         # memory per sequence slot
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)

@@ -17,23 +17,12 @@ import sys
 import time
 from pathlib import Path
 
+from atlas_ab.run.startup import since_process_start  # torch-free: the process's age, before torch loads
+
 from goals import startup_goals, table as goals_table  # bench/goals.py (this folder is on sys.path)
 
 T0 = time.perf_counter()
-
-
-def _since_process_start() -> float | None:
-    """Seconds since the kernel started this process (Linux /proc), else None."""
-    import os
-    try:
-        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return uptime - ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-BEFORE_T0 = _since_process_start()
+BEFORE_T0 = since_process_start()
 
 
 def main(argv=None):

@@ -134,6 +134,9 @@ class RunnerConfig:
     # with graphs: the step's bookkeeping (plan, acceptance, packing, book) compiled by torch.compile
     # into a few kernels (runtime/fusion.py); the same rows, a shorter step
     fuse_bookkeeping: bool = True
+    # where inductor's and Triton's compiled kernels persist between processes (runtime/compile_cache.py):
+    # auto ($XDG_CACHE_HOME/atlas_ab or ~/.cache/atlas_ab), a directory, or none (the libraries' defaults)
+    compile_cache: str = "auto"
     # live: the target verifies every step. replay: every arm replays one stored target-only greedy
     # trajectory per workload (built once, under `trajectories`); no trunk forward, no step timings.
     mode: str = "live"

@@ -30,6 +30,7 @@ from atlas_ab.config.structured import (
 )
 from atlas_ab.run.engine import RunInfo, WaveResult
 from atlas_ab.run.store import aggregate_gate
+from atlas_ab.runtime import compile_cache
 from atlas_ab.speculative import pit_gate
 from atlas_ab.speculative.gate import Arbiter, check
 from atlas_ab.speculative.loop import Wave
@@ -82,6 +83,8 @@ class Runner:
             # the job's GPU becomes the current device: Triton kernels and CUDA graphs launch on the
             # current device, whatever device their tensors are on
             torch.cuda.set_device(self.device)
+        # before any kernel is built: Triton's and inductor's caches where a later process finds them
+        self.compile_caches = compile_cache.persist(runner.compile_cache) if self.device.type == "cuda" else None
         self.dtype = resolve_dtype(runner.dtype, self.device)
         torch.manual_seed(runner.seed)
         self.graphs = self.device.type == "cuda" and runner.cuda_graphs
@@ -197,9 +200,11 @@ class Runner:
                     sampling=self.plan, capacity=self.capacity, run_ahead=self.cfg.run_ahead).run()
 
     def _live_target(self) -> LiveTarget:
-        """The run's one live target: its KV pool and step graphs serve every wave."""
+        """The run's one live target: its KV pool and step graphs serve every wave. Replay's live check
+        waves run their bookkeeping eagerly: their rows are compared, never timed, and the compile
+        would cost each arm seconds (the manifest's `fused` says false for replay runs)."""
         if self._live is None:
-            self._live = LiveTarget(self.trunk, self.graphs, fuse=self.cfg.fuse_bookkeeping)
+            self._live = LiveTarget(self.trunk, self.graphs, fuse=self.cfg.fuse_bookkeeping and self.mode == "live")
         return self._live
 
     def _pit_gate(self, docs, trace) -> dict:

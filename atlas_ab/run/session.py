@@ -41,6 +41,7 @@ from atlas_ab.run.engine import Engine, RunInfo
 from atlas_ab.run.progress import Progress
 from atlas_ab.run.provenance import code_identity, host, versions
 from atlas_ab.run.shard_writer import ShardWriter
+from atlas_ab.run.startup import StartupClock, startup_line
 from atlas_ab.run.store import RunStore, write_failed_manifest
 from atlas_ab.telemetry.acceptance import histogram_rates, step_histogram
 
@@ -181,6 +182,7 @@ class RunSession:
         self.claim: Optional[DeviceClaim] = None
         self.fresh = False     # this job's own new directory (no run in it before): a failure is recorded there
         self.base: dict[str, Any] = {"arm": None}
+        self.clock = StartupClock()    # where the wall time went (run/startup.py)
 
     def run(self) -> dict:
         """Run (or resume) the arm; returns the final manifest. Raises AtlasError on bad input."""
@@ -224,6 +226,7 @@ class RunSession:
             c.model.path = resolve_path(c.model.path)
             c.model.draft_path = resolve_path(c.model.draft_path)
             make_engine = engine_factory(c.runner.engine)     # imports torch where the engine uses it
+            self.clock.imported()
             threads = set_threads(thread_count(c.runner.threads, self.job.side_by_side))
             self.claim = DeviceClaim(self.job.device or c.runner.device, self.job.num)
             if self.fresh:
@@ -232,6 +235,7 @@ class RunSession:
             self.engine = engine = make_engine(c.arm, c.model, c.workload,
                                                replace(c.runner, device=self.claim.device))
             info: RunInfo = engine.info
+            self.clock.built(getattr(engine, "compile_caches", None))
             self.waves = waves = [list(w) for w in engine.waves]
             base.update({
                 **{k: v for k, v in info.to_dict().items()},
@@ -270,7 +274,8 @@ class RunSession:
         """The run is complete: every wave stored, the gate's outcome checked."""
         with self._failing():
             self._check_measured(self.store, self.waves, self.c)
-            return self.store.finish("complete", summary=acceptance_summary(self.store.read_steps()))
+            return self.store.finish("complete", summary=acceptance_summary(self.store.read_steps()),
+                                     timings=self.clock.timings())
 
     def stop(self, why: dict) -> dict:
         """The run stops before its last wave because its study decided (`why`: the study's name, the
@@ -279,7 +284,7 @@ class RunSession:
         with self._failing():
             self._check_measured(self.store, self.waves, self.c)
             return self.store.finish("stopped", summary=acceptance_summary(self.store.read_steps()),
-                                     stopped=why)
+                                     stopped=why, timings=self.clock.timings())
 
     def note(self, key: str, value: Any) -> None:
         """Record `value` under `key` in the run's manifest (a study's looks, between waves)."""
@@ -303,6 +308,8 @@ class RunSession:
               f"{manifest['rows']['steps']} step rows{', resumed' if manifest.get('resumed') else ''})",
               file=self.out)
         print(summary_line(manifest), file=self.out)
+        if manifest.get("timings"):
+            print(startup_line(manifest["timings"]), file=self.out)
         self.out.flush()
         return manifest
 
@@ -332,6 +339,7 @@ class RunSession:
                     writer.submit(i, waves[i], res.steps, res.events, res.gate, res.n_tokens, dt,
                                   replay_check=res.replay_check)
                     prog.wave_done(i, len(waves[i]), res.n_tokens, res.steps, dt)
+                    self.clock.wave_done(dt)
         finally:
             prog.close()
 

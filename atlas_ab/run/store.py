@@ -45,7 +45,8 @@ MANIFEST = "manifest.json"
 RESERVE, RESERVE_BYTES = ".reserve", 1 << 20
 
 #: Config keys that may differ between an interrupted run and its resumption.
-RESUME_IGNORED = (("runner", "progress"), ("runner", "resume"), ("runner", "write_behind"))
+RESUME_IGNORED = (("runner", "progress"), ("runner", "resume"), ("runner", "write_behind"),
+                  ("runner", "compile_cache"))
 
 
 def shard_name(i: int) -> str:

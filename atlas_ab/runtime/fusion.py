@@ -21,6 +21,7 @@ step (bench/bench_startup.py checks).
 from __future__ import annotations
 
 import functools
+import time
 
 import torch
 
@@ -30,6 +31,21 @@ from atlas_ab.errors import first_line
 #: Shapes (batch, K, arm) one region may be compiled for in a process before torch.compile gives
 #: up and runs it eagerly (dynamo's default, 8, is reached by a GPU test session's waves).
 RECOMPILE_LIMIT = 64
+#: Seconds this process spent in calls of compiled regions that compiled something (dynamo traced a
+#: new frame: a first shape, or an FX-graph cache hit loaded from disk). They run inside a step
+#: graph's warm-up, so `graphs.capture_seconds()` includes them too (run/startup.py splits the two).
+COMPILE_SECONDS = [0.0]
+
+
+def compile_seconds() -> float:
+    return COMPILE_SECONDS[0]
+
+
+def _frames_compiled() -> int:
+    """Frames dynamo has compiled in this process (its own counter; 0 where a torch lacks it)."""
+    from torch._dynamo import utils  # imported by the torch.compile before this call
+    counters = getattr(utils, "counters", None)
+    return int(counters["stats"]["unique_graphs"]) if counters is not None else 0
 
 
 def fused(fn):
@@ -43,12 +59,16 @@ def fused(fn):
         if call.compiled is None:
             _raise_recompile_limit()
             call.compiled = torch.compile(fn, dynamic=False)
+        frames, t0 = _frames_compiled(), time.perf_counter()
         try:
-            return call.compiled(*args, **kw)
+            out = call.compiled(*args, **kw)
         except torch._dynamo.exc.BackendCompilerFailed as e:   # the machine's compiler, not the region
             why = first_line(getattr(e, "inner_exception", None) or e)
             raise AtlasError(f"runner.fuse_bookkeeping: torch.compile could not build {fn.__qualname__} on this "
                              f"machine ({why}); run with runner.fuse_bookkeeping=false") from e
+        if _frames_compiled() != frames:
+            COMPILE_SECONDS[0] += time.perf_counter() - t0
+        return out
 
     call.eager, call.compiled = fn, None
     return call
