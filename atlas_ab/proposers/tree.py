@@ -25,6 +25,7 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from atlas_ab import AtlasError
 
@@ -174,3 +175,17 @@ def parse_tree(spec) -> TreeSpec:
     if spec and all(isinstance(x, int) and not isinstance(x, bool) for x in spec):
         return tree_from_topk(spec)
     return tree_from_paths(spec)
+
+
+def path_slots(path: torch.Tensor, base: torch.Tensor, row_of: torch.Tensor):
+    """The KV moves that leave the path's rows where a linear draft of its length would have put
+    them. path [B, D+1] (greedy_walk), base [B] the slot of the propose's first row (-1: inactive),
+    row_of [N+1] long each node's row within the propose (-1: no row). Returns src, dst [B, D+1]
+    slots (-1: nothing to move): the path's depth-d node's row moves to base + d. The target's
+    verify writes a row for every node (row_of = node id); the drafter only for internal nodes."""
+    d = torch.arange(path.shape[1], device=path.device)[None, :]          # [1, D+1]
+    row = torch.where(path >= 0, row_of[path.clamp(min=0)], -1)           # [B, D+1]
+    live = (row >= 0) & (base[:, None] >= 0) & (row != d)                 # a row off its linear slot
+    src = torch.where(live, base[:, None] + row, -1)
+    dst = torch.where(live, base[:, None] + d, -1)
+    return src, dst

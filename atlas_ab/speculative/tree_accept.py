@@ -10,9 +10,9 @@ plus its bonus.
 
 Everything after the walk reads the path as a linear draft of its length: `as_linear` gathers
 the verify's per-node outputs along it into the [B, D+1] shapes a K-chain's verify returns (so
-the commit, the ring writes and REFEED read them unchanged), and `path_slots` says which KV
-slots hold the path's rows and where a linear draft would have put them (`KVPool.move_slots`
-does the move, for the target's pool and the drafter's).
+the commit, the ring writes and REFEED read them unchanged), and `proposers.tree.path_slots` says
+which KV slots hold the path's rows and where a linear draft would have put them
+(`KVPool.move_slots` does the move, for the target's pool and the drafter's).
 
 Shapes: B sequences, N draft nodes (node 0 the root), D the tree's depth, H hidden size.
 """
@@ -55,17 +55,3 @@ def as_linear(path: torch.Tensor, x: torch.Tensor, fill=0) -> torch.Tensor:
     g = x.gather(1, idx.view(*idx.shape, *([1] * (x.dim() - 2))).expand(*idx.shape, *x.shape[2:]))
     keep = (path >= 0).view(*path.shape, *([1] * (x.dim() - 2)))
     return torch.where(keep, g, torch.as_tensor(fill, dtype=x.dtype, device=x.device))
-
-
-def path_slots(path: torch.Tensor, base: torch.Tensor, row_of: torch.Tensor):
-    """The KV moves that leave the path's rows where a linear draft of its length would have put
-    them. path [B, D+1] (greedy_walk), base [B] the slot of the propose's first row (-1: inactive),
-    row_of [N+1] long each node's row within the propose (-1: no row). Returns src, dst [B, D+1]
-    slots (-1: nothing to move): the path's depth-d node's row moves to base + d. The target's
-    verify writes a row for every node (row_of = node id); the drafter only for internal nodes."""
-    d = torch.arange(path.shape[1], device=path.device)[None, :]          # [1, D+1]
-    row = torch.where(path >= 0, row_of[path.clamp(min=0)], -1)           # [B, D+1]
-    live = (row >= 0) & (base[:, None] >= 0) & (row != d)                 # a row off its linear slot
-    src = torch.where(live, base[:, None] + row, -1)
-    dst = torch.where(live, base[:, None] + d, -1)
-    return src, dst

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from atlas_ab import AtlasError
-from atlas_ab.proposers.tree import MAX_NODES, linear, parse_tree, tree_from_paths, tree_from_topk
+from atlas_ab.proposers.tree import MAX_NODES, linear, parse_tree, path_slots, tree_from_paths, tree_from_topk
 from atlas_ab.runtime.kv import KVPool
-from atlas_ab.speculative.tree_accept import as_linear, greedy_walk, path_slots, tree_tensors
+from atlas_ab.speculative.tree_accept import as_linear, greedy_walk, tree_tensors
 
 # node ids: 0 root, 1 (0,), 2 (1,), 3 (0,0), 4 (0,1), 5 (1,0)
 VLLM = [(0,), (1,), (0, 0), (0, 1), (1, 0)]

@@ -5,11 +5,10 @@ import pytest
 import torch
 
 from atlas_ab import AtlasError
-from atlas_ab.proposers.tree import linear, tree_from_paths
+from atlas_ab.proposers.tree import linear, path_slots, tree_from_paths
 from atlas_ab.runtime import model as model_mod
 from atlas_ab.runtime.args import ModelArgs
 from atlas_ab.runtime.model import Transformer, init_weights
-from atlas_ab.speculative.tree_accept import path_slots
 
 pytestmark = pytest.mark.float_sensitive
 
