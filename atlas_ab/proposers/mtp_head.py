@@ -21,7 +21,7 @@ import torch
 from atlas_ab.proposers.base import DraftChain, Proposal, RowFeed, RowsWritten, drawn, head_outputs, plan_and_draft
 from atlas_ab.proposers.layout import pad_layout
 from atlas_ab.proposers.rowspace import rope_of, trim_table
-from atlas_ab.proposers.tree import path_slots
+from atlas_ab.proposers.tree_rows import path_slots
 from atlas_ab.runtime.graphs import bucket
 
 # A propose can write up to K rows past the sequence's own positions.

@@ -16,7 +16,8 @@ Vocabulary:
 A tree is given as its paths, or as top-k per depth ("2,1": the root's top-2, then each of
 those nodes' top-1), and refused in one AtlasError line naming the offending path when a path's
 parent is missing, a path repeats or has a negative rank, or the tree is wider than the verify's
-static shapes allow (more than MAX_NODES drafts, a rank at or past MAX_RANK).
+static shapes allow (more than MAX_NODES drafts, a rank at or past MAX_RANK). Torch-free: the
+analysis reads trees too (`coverage --tree`); the device side of a tree's rows is tree_rows.py.
 """
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from atlas_ab import AtlasError
 
@@ -175,17 +175,3 @@ def parse_tree(spec) -> TreeSpec:
     if spec and all(isinstance(x, int) and not isinstance(x, bool) for x in spec):
         return tree_from_topk(spec)
     return tree_from_paths(spec)
-
-
-def path_slots(path: torch.Tensor, base: torch.Tensor, row_of: torch.Tensor):
-    """The KV moves that leave the path's rows where a linear draft of its length would have put
-    them. path [B, D+1] (greedy_walk), base [B] the slot of the propose's first row (-1: inactive),
-    row_of [N+1] long each node's row within the propose (-1: no row). Returns src, dst [B, D+1]
-    slots (-1: nothing to move): the path's depth-d node's row moves to base + d. The target's
-    verify writes a row for every node (row_of = node id); the drafter only for internal nodes."""
-    d = torch.arange(path.shape[1], device=path.device)[None, :]          # [1, D+1]
-    row = torch.where(path >= 0, row_of[path.clamp(min=0)], -1)           # [B, D+1]
-    live = (row >= 0) & (base[:, None] >= 0) & (row != d)                 # a row off its linear slot
-    src = torch.where(live, base[:, None] + row, -1)
-    dst = torch.where(live, base[:, None] + d, -1)
-    return src, dst

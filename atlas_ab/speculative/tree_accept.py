@@ -10,7 +10,7 @@ plus its bonus.
 
 Everything after the walk reads the path as a linear draft of its length: `as_linear` gathers
 the verify's per-node outputs along it into the [B, D+1] shapes a K-chain's verify returns (so
-the commit, the ring writes and REFEED read them unchanged), and `proposers.tree.path_slots` says
+the commit, the ring writes and REFEED read them unchanged), and `proposers.tree_rows.path_slots` says
 which KV slots hold the path's rows and where a linear draft would have put them
 (`KVPool.move_slots` does the move, for the target's pool and the drafter's).
 

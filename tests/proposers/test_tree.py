@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from atlas_ab import AtlasError
-from atlas_ab.proposers.tree import MAX_NODES, linear, parse_tree, path_slots, tree_from_paths, tree_from_topk
+from atlas_ab.proposers.tree import MAX_NODES, linear, parse_tree, tree_from_paths, tree_from_topk
+from atlas_ab.proposers.tree_rows import path_slots
 from atlas_ab.runtime.kv import KVPool
 from atlas_ab.speculative.tree_accept import as_linear, greedy_walk, tree_tensors
 

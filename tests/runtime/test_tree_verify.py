@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from atlas_ab import AtlasError
-from atlas_ab.proposers.tree import linear, path_slots, tree_from_paths
+from atlas_ab.proposers.tree import linear, tree_from_paths
+from atlas_ab.proposers.tree_rows import path_slots
 from atlas_ab.runtime import model as model_mod
 from atlas_ab.runtime.args import ModelArgs
 from atlas_ab.runtime.model import Transformer, init_weights
