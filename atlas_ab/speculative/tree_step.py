@@ -36,6 +36,7 @@ class TreeStep:
     path: torch.Tensor         # [B, D+1] its node ids by depth (-1 past it)
     tokens: torch.Tensor       # [B, D+1] the target's argmax along it (the commit: tokens[:, :a+1])
     vh: torch.Tensor           # [B, D+1, H] the target's hiddens along it
+    topk_ids: torch.Tensor | None = None   # [B, K, k] the chain's SHADOW_TOPK candidates (linear_step, topk > 0)
 
 
 @torch.no_grad()
@@ -58,10 +59,11 @@ def tree_step(target, prop, tree, tt: dict, last_tok, last_hid, n: np.ndarray, a
 
 
 @torch.no_grad()
-def linear_step(target, prop, K: int, last_tok, last_hid, n: np.ndarray, active: np.ndarray) -> TreeStep:
-    """The K-chain's step in the same terms (path = 0..a)."""
+def linear_step(target, prop, K: int, last_tok, last_hid, n: np.ndarray, active: np.ndarray,
+                topk: int = 0) -> TreeStep:
+    """The K-chain's step in the same terms (path = 0..a); topk: log SHADOW_TOPK's candidates."""
     dev = last_tok.device
-    p = prop.propose(None, last_tok, last_hid, n, K, active)
+    p = prop.propose(None, last_tok, last_hid, n, K, active, topk=topk)
     vtok = torch.cat([last_tok[:, None], p.drafts], 1)                                  # [B, K+1]
     pos = torch.as_tensor(n, device=dev)[:, None] + torch.arange(K + 1, device=dev)[None]
     slots = torch.where(torch.as_tensor(active, device=dev)[:, None], pos, -1)
@@ -70,14 +72,15 @@ def linear_step(target, prop, K: int, last_tok, last_hid, n: np.ndarray, active:
     prop.after_verify(acc.cpu().numpy(), active)
     d = torch.arange(K + 1, device=dev)[None]
     path = torch.where(d <= acc[:, None], d, -1)
-    return TreeStep(vtok, tgt, acc, path, torch.where(path >= 0, tgt, -1), vh)
+    return TreeStep(vtok, tgt, acc, path, torch.where(path >= 0, tgt, -1), vh, p.topk_ids)
 
 
 @torch.no_grad()
-def decode(target, prop, prompts: list, n_new: int, tree=None, K: int = 2):
+def decode(target, prop, prompts: list, n_new: int, tree=None, K: int = 2, topk: int = 0, on_step=None):
     """Greedy speculative decoding of each prompt (a list of token-id lists) to n_new tokens.
     Returns (committed [B] lists of n_new ids, accepted per step [steps, B] with -1 where a
-    sequence had finished)."""
+    sequence had finished). on_step(step, active): called with each TreeStep (topk: the chain's
+    SHADOW_TOPK candidates in it)."""
     B = len(prompts)
     dev = target.device
     width = (tree.n_nodes if tree is not None else K) + 1
@@ -104,7 +107,9 @@ def decode(target, prop, prompts: list, n_new: int, tree=None, K: int = 2):
         if not active.any():
             break
         s = (tree_step(target, prop, tree, tt, last_tok, last_hid, n, active) if tree is not None
-             else linear_step(target, prop, K, last_tok, last_hid, n, active))
+             else linear_step(target, prop, K, last_tok, last_hid, n, active, topk))
+        if on_step is not None:
+            on_step(s, active)
         acc = s.accepted.cpu().numpy()
         toks = s.tokens.cpu().numpy()
         steps.append(np.where(active, acc, -1))
