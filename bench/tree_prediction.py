@@ -28,8 +28,8 @@ import torch
 from atlas_ab.analysis.coverage import topk_coverage
 from atlas_ab.analysis.tree_prediction import predict_tree
 from atlas_ab.config.structured import WorkloadConfig
+from atlas_ab.config.tree import parse_tree
 from atlas_ab.proposers.mtp_head import MTPProposer
-from atlas_ab.proposers.tree import parse_tree
 from atlas_ab.runtime import checkpoint
 from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.speculative.tree_step import decode

@@ -6,7 +6,7 @@ the target's token among the candidates estimates q_i(r) = P(the target's token 
 rank-r candidate at depth i | the prefix is right), r = 0..k-1 (the rest: absent);
 q_i(0) = p{i}_cond for greedy drafts.
 
-A tree (proposers/tree.py) reaches depth i when the target's greedy path runs through one of its
+A tree (config/tree.py) reaches depth i when the target's greedy path runs through one of its
 depth-i nodes. The target's path is one sequence, so at most one node per depth lies on it, and
 node v, with path (r_1, .., r_i), lies on it with probability
 
@@ -36,7 +36,7 @@ import numpy as np
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.coverage import Coverage
-from atlas_ab.proposers.tree import TreeSpec, linear
+from atlas_ab.config.tree import TreeSpec, linear
 
 
 @dataclass(frozen=True)

@@ -237,7 +237,7 @@ class MTPProposer:
         self.kv.restore(snap)
         return self.mtp.logits(out, self.lm_head)[:, 0].argmax(dim=-1)
 
-    # -- a tree propose (proposers/tree.py): planned, drafted, compacted ---
+    # -- a tree propose (config/tree.py): planned, drafted, compacted ---
     def plan_propose_tree(self, positions, tree, active) -> tuple[dict, dict]:
         """Host: book a tree propose's M rows (one per internal node, `tree.row_of`) per active
         sequence. Row r, the forward at internal node v, has pair key n-1+depth(v) and the RoPE

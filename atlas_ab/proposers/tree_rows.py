@@ -1,6 +1,6 @@
 """Where a tree's accepted path's KV rows are, and where a linear draft would have put them.
 
-The device half of proposers/tree.py (whose vocabulary it uses): after a tree verify, the rows
+The device half of config/tree.py (whose vocabulary it uses): after a tree verify, the rows
 of the accepted path (the target's: one per node; the drafter's: one per internal node) move
 onto the slots a linear propose of the path's tokens writes, so everything after the step reads
 the KV as if the path had been a linear draft (`KVPool.move_slots` moves them).

@@ -162,6 +162,9 @@ class Runner:
 
     def _proposer(self, ck, model: ModelConfig):
         self._draft_info = None
+        if self.arm.tree is not None:       # the loop's step verifies a K-chain only, so far
+            raise AtlasError(f"arm {self.arm.name!r}: tree={self.arm.tree!r}: the runner's loop does not verify "
+                             "trees yet (bench/tree_prediction.py decodes them through speculative/tree_step.py)")
         if self.arm.proposer == "mtp":
             from atlas_ab.proposers.mtp_head import MTPProposer
             from atlas_ab.runtime.layouts import handoff_in_effect

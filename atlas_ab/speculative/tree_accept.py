@@ -1,6 +1,6 @@
 """Greedy acceptance over a draft tree, and the accepted path as the linear draft it stands for.
 
-A tree verify (proposers/tree.py for the vocabulary) gives the target's argmax at every node,
+A tree verify (config/tree.py for the vocabulary) gives the target's argmax at every node,
 `target` [B, N+1] (at node i: the token the target puts after i's path). Node i >= 1 matches when
 its token equals the target's argmax at its parent; it is accepted when it and every ancestor
 match. The accepted path is the deepest accepted node's (ties, possible only when two siblings

@@ -1,11 +1,11 @@
-"""The static tree (proposers/tree.py), its greedy walk and compaction (speculative/tree_accept.py)
+"""The static tree (config/tree.py), its greedy walk and compaction (speculative/tree_accept.py)
 and KVPool's tree mask and slot moves, on small hand-built trees, literally."""
 import numpy as np
 import pytest
 import torch
 
 from atlas_ab import AtlasError
-from atlas_ab.proposers.tree import MAX_NODES, linear, parse_tree, tree_from_paths, tree_from_topk
+from atlas_ab.config.tree import MAX_NODES, linear, parse_tree, tree_from_paths, tree_from_topk
 from atlas_ab.proposers.tree_rows import path_slots
 from atlas_ab.runtime.kv import KVPool
 from atlas_ab.speculative.tree_accept import as_linear, greedy_walk, tree_tensors
@@ -160,3 +160,19 @@ def test_tree_mask_literal():
     lin = torch.as_tensor(linear(3).ancestors)
     s = torch.tensor([[5, 6, 7, 8], [2, 3, 4, 5]])
     assert torch.equal(kv.tree_mask(s, 10, s[:, 0], lin), kv.mask(s, 10))
+
+
+def test_the_tree_lever_composes_and_refuses_in_one_line():
+    from atlas_ab.config.levers import arm_of
+    from atlas_ab.config.structured import ArmConfig, validate_arm
+    from tests.helpers.compose import cfg_of
+    arm = arm_of(cfg_of("+arm=tree_top2"))
+    assert arm.tree == "topk:2,1" and parse_tree(arm.tree).n_nodes == 4 and arm.num_drafts == 2
+    assert parse_tree(arm_of(cfg_of("+arm=tree_linear2")).tree).is_linear
+    for bad, msg in ((dict(tree="[(0,), (1, 1)]"), "tree path (1, 1): its parent (1,) is missing"),
+                     (dict(tree="topk:2,1", num_drafts=3), "is 2 deep but num_drafts=3"),
+                     (dict(tree="topk:2,1", catchup=True), "tree runs with catchup off"),
+                     (dict(tree="topk:2,1", proposer="draft_model"), "tree applies to the MTP proposer only")):
+        with pytest.raises(AtlasError) as e:
+            validate_arm(ArmConfig(**bad))
+        assert msg in str(e.value) and "\n" not in str(e.value)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from atlas_ab.config.tree import linear, tree_from_paths
 from atlas_ab.proposers.base import RowFeed
 from atlas_ab.proposers.mtp_head import MTPProposer
-from atlas_ab.proposers.tree import linear, tree_from_paths
 from atlas_ab.runtime import checkpoint
 
 pytestmark = pytest.mark.float_sensitive

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from atlas_ab import AtlasError
-from atlas_ab.proposers.tree import linear, tree_from_paths
+from atlas_ab.config.tree import linear, tree_from_paths
 from atlas_ab.proposers.tree_rows import path_slots
 from atlas_ab.runtime import model as model_mod
 from atlas_ab.runtime.args import ModelArgs

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from atlas_ab.config.tree import linear, parse_tree
 from atlas_ab.proposers.mtp_head import MTPProposer
-from atlas_ab.proposers.tree import linear, parse_tree
 from atlas_ab.runtime import checkpoint
 from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.speculative.tree_step import decode

@@ -4,7 +4,7 @@ from __future__ import annotations
 from atlas_ab.analysis import cli
 from atlas_ab.analysis.coverage import topk_coverage
 from atlas_ab.analysis.tree_prediction import predict_tree
-from atlas_ab.proposers.tree import parse_tree
+from atlas_ab.config.tree import parse_tree
 
 
 def register(subparsers) -> None:

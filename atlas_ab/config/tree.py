@@ -1,4 +1,5 @@
-"""A static draft tree: its shape, validated, and the masks a tree verify and a tree draft read.
+"""The TREE lever's value: a static draft tree, parsed and validated, and its shape (the parents,
+depths and ranks, the ancestor mask a tree verify and a tree draft read).
 
 Vocabulary:
   node      one draft of the tree; node 0 is the root, the last committed token t_n (not a draft)
