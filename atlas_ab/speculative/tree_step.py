@@ -39,6 +39,25 @@ class TreeStep:
     topk_ids: torch.Tensor | None = None   # [B, K, k] the chain's SHADOW_TOPK candidates (linear_step, topk > 0)
 
 
+def tree_positions(tree, tt: dict, n, active):
+    """The verify's positions (by depth) and KV slots (by node id) [B, N+1] at positions n [B]
+    (tensors; slot -1 where inactive)."""
+    pos = n[:, None] + tt["depth"][None]                                                # [B, N+1]
+    slots = torch.where(active[:, None], n[:, None] + torch.arange(tree.n_nodes + 1, device=n.device)[None], -1)
+    return pos, slots
+
+
+def verify_tree(target, prop, tree, tt: dict, nodes, pos, slots, length: int) -> TreeStep:
+    """Device: the target's verify of every node (nodes, pos, slots [B, N+1]) under the tree mask,
+    the greedy walk, and both KVs compacted onto the path's linear slots. Books nothing on the
+    host (`after_verify_tree` does, from the path)."""
+    vh, tgt = target.verify(nodes, pos, slots, length, tree=(slots[:, 0], tt["ancestors"]))
+    acc, path, _ = greedy_walk(nodes, tgt, tt, tree.max_depth)
+    target.kv.move_slots(*path_slots(path, slots[:, 0], torch.arange(tree.n_nodes + 1, device=nodes.device)))
+    prop.compact_tree(path, tree)
+    return TreeStep(nodes, tgt, acc, path, as_linear(path, tgt, fill=-1), as_linear(path, vh))
+
+
 @torch.no_grad()
 def tree_step(target, prop, tree, tt: dict, last_tok, last_hid, n: np.ndarray, active: np.ndarray) -> TreeStep:
     """One step at positions n [B] (t_n = last_tok [B], last_hid [B, H] the target hidden of n-1)."""
@@ -46,16 +65,12 @@ def tree_step(target, prop, tree, tt: dict, last_tok, last_hid, n: np.ndarray, a
     plan, lengths = prop.plan_propose_tree(n, tree, active)
     nodes, _ = prop.draft_tree({k: torch.as_tensor(v, device=dev) for k, v in plan.items()}, last_tok, last_hid,
                                tree, lengths)                                           # [B, N+1]
-    n_t = torch.as_tensor(n, device=dev)
-    pos = n_t[:, None] + tt["depth"][None]                                              # [B, N+1] by depth
-    slots = torch.where(torch.as_tensor(active, device=dev)[:, None],
-                        n_t[:, None] + torch.arange(tree.n_nodes + 1, device=dev)[None], -1)   # by node id
-    vh, tgt = target.verify(nodes, pos, slots, int(n.max()) + tree.n_nodes + 1, tree=(slots[:, 0], tt["ancestors"]))
-    acc, path, best = greedy_walk(nodes, tgt, tt, tree.max_depth)
-    target.kv.move_slots(*path_slots(path, slots[:, 0], torch.arange(tree.n_nodes + 1, device=dev)))
-    prop.compact_tree(path, tree)
-    prop.after_verify_tree(acc.cpu().numpy(), best.cpu().numpy(), tree, active)
-    return TreeStep(nodes, tgt, acc, path, as_linear(path, tgt, fill=-1), as_linear(path, vh))
+    pos, slots = tree_positions(tree, tt, torch.as_tensor(n, device=dev), torch.as_tensor(active, device=dev))
+    s = verify_tree(target, prop, tree, tt, nodes, pos, slots, int(n.max()) + tree.n_nodes + 1)
+    acc = s.accepted.cpu().numpy()
+    best = s.path.cpu().numpy()[np.arange(len(n)), acc]
+    prop.after_verify_tree(acc, best, tree, active)
+    return s
 
 
 @torch.no_grad()
