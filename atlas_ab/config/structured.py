@@ -332,6 +332,11 @@ def validate_run(arm: ArmConfig, model: ModelConfig, workload: WorkloadConfig, r
     validate_workload(workload)
     validate_arm_sampling(arm, workload.sampling)
     validate_runner(runner)
+    if arm.tree is not None:        # Phase 1: greedy, live, eager
+        if workload.sampling.temperature > 0:
+            raise AtlasError(f"arm {arm.name!r}: tree verifies greedily only (workload.sampling.temperature=0)")
+        if runner.mode != "live":
+            raise AtlasError(f"arm {arm.name!r}: tree runs in live mode only (runner.mode=live; no tree replay yet)")
 
 
 def field_names(cls) -> list[str]:

@@ -84,6 +84,14 @@ class TreeSpec:
         r[self.internal] = np.arange(len(self.internal))
         return r
 
+    @functools.cached_property
+    def rank0_child(self) -> np.ndarray:
+        """[N+1] int64: each node's rank-0 child (its drafter's argmax), -1 where it has none."""
+        c = np.full(self.n_nodes + 1, -1, dtype=np.int64)
+        kids = np.nonzero(self.rank == 0)[0][1:]
+        c[self.parent[kids]] = kids
+        return c
+
     @property
     def is_linear(self) -> bool:
         return self.paths == tuple((0,) * d for d in range(1, self.n_nodes + 1))

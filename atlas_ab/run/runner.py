@@ -83,6 +83,9 @@ class Runner:
         self.dtype = resolve_dtype(runner.dtype, self.device)
         torch.manual_seed(runner.seed)
         self.graphs = self.device.type == "cuda" and runner.cuda_graphs
+        if arm.tree is not None and self.graphs:
+            raise AtlasError(f"arm {arm.name!r}: tree runs eagerly only (runner.cuda_graphs=false: its verify has no "
+                             "Triton path or captured graph yet)")
 
         path = Path(resolve_path(model.path)) if model.path else None
         if model.init == "random":
@@ -162,9 +165,6 @@ class Runner:
 
     def _proposer(self, ck, model: ModelConfig):
         self._draft_info = None
-        if self.arm.tree is not None:       # the loop's step verifies a K-chain only, so far
-            raise AtlasError(f"arm {self.arm.name!r}: tree={self.arm.tree!r}: the runner's loop does not verify "
-                             "trees yet (bench/tree_prediction.py decodes them through speculative/tree_step.py)")
         if self.arm.proposer == "mtp":
             from atlas_ab.proposers.mtp_head import MTPProposer
             from atlas_ab.runtime.layouts import handoff_in_effect

@@ -44,7 +44,8 @@ import numpy as np
 import torch
 
 from atlas_ab.config.structured import ArmConfig
-from atlas_ab.proposers.base import RowFeed
+from atlas_ab.config.tree import parse_tree
+from atlas_ab.proposers.base import Proposal, RowFeed
 from atlas_ab.proposers.ring import Ring, gap_keys, gap_keys_on_device
 from atlas_ab.runtime.batch import ragged_runs
 from atlas_ab.runtime.fusion import fused
@@ -63,7 +64,9 @@ from atlas_ab.speculative.host_io import (
 )
 from atlas_ab.speculative.sampling import SamplingPlan
 from atlas_ab.speculative.timing import StepTimer
-from atlas_ab.speculative.verify import CoupledVerify, GreedyVerify, SampledVerify
+from atlas_ab.speculative.tree_accept import as_linear, tree_tensors
+from atlas_ab.speculative.tree_step import verify_tree
+from atlas_ab.speculative.verify import CoupledVerify, GreedyVerify, SampledVerify, Verified
 from atlas_ab.telemetry.events import EventLog, StepEvents
 from atlas_ab.telemetry.fingerprint import fingerprint_rows as default_fingerprint_rows
 from atlas_ab.telemetry.records import StepBlocks
@@ -80,7 +83,7 @@ def runs_ahead(arm: ArmConfig, graphs: bool, proposer) -> bool:
     """Whether a wave can run ahead of the host (`Wave._run_ahead`): static shapes, a proposer that
     plans on the device, and no DRAFT_CONF (its gate is read by the host between the propose and
     the verify)."""
-    return graphs and arm.draft_conf <= 0 and hasattr(proposer, "plan_on_device")
+    return graphs and arm.draft_conf <= 0 and arm.tree is None and hasattr(proposer, "plan_on_device")
 
 
 def verifier(plan: SamplingPlan | None, target, doc: torch.Tensor, K: int, fuse: bool = False):
@@ -118,15 +121,19 @@ class Wave:
         self.proposer, self.arm = proposer, arm
         self.docs, self.G = docs, gen_tokens
         self.K = arm.num_drafts
+        # TREE: the static tree (validate_arm: K is its depth); its verify reads N + 1 rows
+        self.tree = parse_tree(arm.tree) if arm.tree is not None else None
+        width = self.tree.n_nodes if self.tree is not None else self.K
         self.on_step = on_step
         B = self.B = len(docs)
         self.turns = len(docs[0].chunks)
         self.doc_ids = np.array([d.doc_id for d in docs], dtype=np.int64)
-        budgets = np.array([sum(len(c) for c in d.chunks) + self.turns * gen_tokens + self.K + 2
+        budgets = np.array([sum(len(c) for c in d.chunks) + self.turns * gen_tokens + width + 2
                             for d in docs], dtype=np.int64)
         if capacity is not None:
             budgets = np.full(B, max(int(capacity), int(budgets.max())), dtype=np.int64)
         self.device, self.dtype = self.target.device, self.target.dtype
+        self.tt = tree_tensors(self.tree, self.device) if self.tree is not None else None
         self.target.alloc(budgets)
         proposer.alloc(budgets)
         self.history = np.zeros((B, int(budgets.max()) + 1), dtype=np.int64)  # committed tokens
@@ -551,13 +558,19 @@ class Wave:
         plan = {"last_tok": self.history[np.arange(B), n], "pos": pos, "vslot": np.where(active[:, None], pos, -1),
                 "left": np.where(active, self.G - self.gen, 0)}
         lengths = {"verify": int(n[active].max()) + K + 1}
+        if self.tree is not None:                   # TREE: every node, positions by depth, slots by node id
+            pos = n[:, None] + self.tree.depth[None, :]                                   # [B, N+1]
+            plan.update(pos=pos, vslot=np.where(active[:, None], n[:, None] + np.arange(self.tree.n_nodes + 1), -1))
+            lengths["verify"] = int(n[active].max()) + self.tree.n_nodes + 1
         self._feed_plan = None
         fed = self._catchup(active, n, plan, lengths, width=self.cu_width) if self.arm.catchup \
             else np.zeros(B, dtype=np.int64)
         rows_at_propose = self.proposer.drafter_rows()
         if self.ev is not None and not self.fp_in_step:
             self._pre_events(active, n)
-        for part in (self.proposer.plan_propose(self.history, n, K, active, static=self.steps.graphs),
+        propose = self.proposer.plan_propose_tree(n, self.tree, active) if self.tree is not None else \
+            self.proposer.plan_propose(self.history, n, K, active, static=self.steps.graphs)
+        for part in (propose,
                      self.proposer.plan_oracle(n, active) if self.arm.oracle_p2 else ({}, {})):
             plan.update(part[0])
             lengths.update(part[1])
@@ -602,6 +615,10 @@ class Wave:
         self.n_tok = np.where(active, self.n_tok + c, self.n_tok)
         self.gen += c
         written = self._book_ring(h.ring_label) if self.ring is not None else None
+        if self.tree is not None:                  # the path booked as a linear propose (cut at the turn's end)
+            last = h.tree_path[np.arange(self.B), a_eff]
+            self.proposer.after_verify_tree(a_eff, last, self.tree, active)
+            return written
         # dropped (gated) drafts were never verified: their rows go as rejected ones do
         self.proposer.after_verify(np.where(h.gated, 0, a_eff), active)
         return written
@@ -646,6 +663,10 @@ class Wave:
                                                         + ([fed] if fed is not None else []), dim=1))  # [B, 2+W]
             if join:
                 self.side.join()
+        if self.tree is not None:                  # TREE: the nodes' drafts (node 0: t_n), conf per node
+            nodes, conf = self.proposer.draft_tree(a, a["last_tok"], self.last_hidden, self.tree, length)
+            return Proposal(drafts=nodes[:, 1:], conf=conf, topk_ids=None, topk_probs=None), \
+                torch.zeros(self.B, dtype=torch.bool, device=x.device), fp
         draws = self.verifier.draws(self.target, self.turn, n)
         prop = self.proposer.draft(a, a["last_tok"], self.last_hidden, self.K, self.arm.shadow_topk, draws, length)
         tau = self.arm.draft_conf
@@ -668,9 +689,13 @@ class Wave:
         propose's and, with a ring, the verify's rows and the ring's rows after the write, hashed
         beside the path into the packed read (join False: the caller joins `self.side`)."""
         a = self._plan_arrays(x, layout, fuse=self.fuse) if a is None else a
-        vtok = torch.cat([a["last_tok"][:, None], prop.drafts], dim=1)               # [B, K+1]
-        v = self.verifier.verify(self.target, prop, vtok, a["pos"], a["vslot"], length["verify"], gated,
-                                 all_gated, self.turn)
+        vtok = torch.cat([a["last_tok"][:, None], prop.drafts], dim=1)               # [B, K+1] (a tree: [B, N+1])
+        path = None
+        if self.tree is not None:                  # TREE: verified, walked, compacted; then read as a linear step
+            v, prop, path = self._verify_tree(prop, vtok, a, length["verify"])
+        else:
+            v = self.verifier.verify(self.target, prop, vtok, a["pos"], a["vslot"], length["verify"], gated,
+                                     all_gated, self.turn)
         if self.side is not None:
             self.side.join()               # the propose's rows are hashed: last_hidden and the ring may move on
         c, label, take, ring_label = self._accept_on_device(a["left"], a["pos"][:, 0], v.accepted, v.vh, gated,
@@ -684,7 +709,8 @@ class Wave:
         packed, read_layout = pack_read(fuse=self.fuse, acc=v.accepted, gated=gated, drafts=prop.drafts,
                                         target=v.tokens, conf=prop.conf, committed=c, ring_label=ring_label,
                                         oracle=oracle, topk_ids=prop.topk_ids, topk_probs=prop.topk_probs,
-                                        accept_prob=v.accept_prob, alpha1=v.alpha1, pit=v.pit, fp=late)
+                                        accept_prob=v.accept_prob, alpha1=v.alpha1, pit=v.pit, fp=late,
+                                        tree_path=path)
         if fp is not None:
             cols = layout_columns(read_layout)["fp"]
             ar = torch.arange(self.B, device=x.device)
@@ -697,6 +723,18 @@ class Wave:
                 self.side.join()
         return packed, read_layout, v.vh
 
+    def _verify_tree(self, prop, nodes, a: dict, length: int):
+        """Device, TREE: the tree's verify (`tree_step.verify_tree`: every node under the tree mask,
+        the greedy walk, both KVs compacted), returned as a K-chain's: the Verified along the
+        accepted path continued by rank-0 children (`tree_accept.linear_view`: [B, K+1] tokens and
+        hiddens, K the tree's depth), the Proposal of its drafts and confidences ([B, K]; -1 and 0
+        where the tree has no rank-0 child) and the accepted path [B, K+1]."""
+        s = verify_tree(self.target, self.proposer, self.tree, self.tt, nodes, a["pos"], a["vslot"], length)
+        conf = torch.cat([torch.ones_like(prop.conf[:, :1]), prop.conf], dim=1)          # [B, N+1] (root: 1)
+        lin = Proposal(drafts=as_linear(s.view, nodes, fill=-1)[:, 1:], conf=as_linear(s.view, conf, fill=0.0)[:, 1:],
+                       topk_ids=None, topk_probs=None)
+        return Verified(vh=s.vh, tokens=s.tokens, accepted=s.accepted), lin, s.path
+
     def _record(self, h: StepRead, act, n, rows_at_propose, fed, step_no, turn, timing) -> None:
         """A step's telemetry rows (active sequences)."""
         step_ms, warmup_ms = timing
@@ -707,6 +745,8 @@ class Wave:
             extra["oracle"] = h.oracle[act]
         if h.topk_ids is not None:
             extra["topk_ids"], extra["topk_probs"] = h.topk_ids[act], h.topk_probs[act]
+        if h.tree_path is not None:
+            extra["tree_path"], extra["tree_nodes"] = h.tree_path[act], np.full(len(act), self.tree.n_nodes)
         if h.pit is not None:
             extra.update(accept_prob=h.accept_prob[act], alpha1=h.alpha1[act], pit=h.pit[act])
             self.trace.pit.append(h.pit[act][np.arange(self.K + 1)[None, :] < c[act][:, None]])

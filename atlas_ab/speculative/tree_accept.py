@@ -22,10 +22,25 @@ import torch
 
 
 def tree_tensors(tree, device) -> dict:
-    """The spec's arrays as device tensors: parent, depth [N+1] long, ancestors [N+1, N+1] bool."""
+    """The spec's arrays as device tensors: parent, depth, rank0_child [N+1] long, ancestors
+    [N+1, N+1] bool."""
     return {"parent": torch.as_tensor(tree.parent, device=device).clamp(min=0),
             "depth": torch.as_tensor(tree.depth, device=device),
+            "rank0_child": torch.as_tensor(tree.rank0_child, device=device),
             "ancestors": torch.as_tensor(tree.ancestors, device=device)}
+
+
+def linear_view(path: torch.Tensor, accepted: torch.Tensor, rank0_child: torch.Tensor) -> torch.Tensor:
+    """The accepted path continued past its end by rank-0 children (the drafter's argmax: what a
+    linear draft from the path's last node drafts next), -1 where the tree has none: [B, D+1] node
+    ids. On a linear tree it is 0..D, the chain's depths, so a tree step's drafts, confidences
+    and target tokens read along it are the chain's, rejected depths included."""
+    out = path.clone()
+    for d in range(1, path.shape[1]):
+        prev = out[:, d - 1]
+        nxt = torch.where(prev >= 0, rank0_child[prev.clamp(min=0)], -1)
+        out[:, d] = torch.where(d <= accepted, path[:, d], nxt)
+    return out
 
 
 def greedy_walk(tokens: torch.Tensor, target: torch.Tensor, tt: dict, max_depth: int):

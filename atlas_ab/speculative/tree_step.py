@@ -25,7 +25,7 @@ import torch
 
 from atlas_ab.proposers.tree_rows import path_slots
 from atlas_ab.speculative.sampling import greedy_accept
-from atlas_ab.speculative.tree_accept import as_linear, greedy_walk, tree_tensors
+from atlas_ab.speculative.tree_accept import as_linear, greedy_walk, linear_view, tree_tensors
 
 
 @dataclass
@@ -34,9 +34,10 @@ class TreeStep:
     target: torch.Tensor       # [B, N+1] the target's argmax at each node
     accepted: torch.Tensor     # [B] the accepted path's depth
     path: torch.Tensor         # [B, D+1] its node ids by depth (-1 past it)
-    tokens: torch.Tensor       # [B, D+1] the target's argmax along it (the commit: tokens[:, :a+1])
-    vh: torch.Tensor           # [B, D+1, H] the target's hiddens along it
+    tokens: torch.Tensor       # [B, D+1] the target's argmax along `view` (the commit: tokens[:, :a+1])
+    vh: torch.Tensor           # [B, D+1, H] the target's hiddens along `view`
     topk_ids: torch.Tensor | None = None   # [B, K, k] the chain's SHADOW_TOPK candidates (linear_step, topk > 0)
+    view: torch.Tensor | None = None       # [B, D+1] the path continued by rank-0 children (tree_accept.linear_view)
 
 
 def tree_positions(tree, tt: dict, n, active):
@@ -55,7 +56,8 @@ def verify_tree(target, prop, tree, tt: dict, nodes, pos, slots, length: int) ->
     acc, path, _ = greedy_walk(nodes, tgt, tt, tree.max_depth)
     target.kv.move_slots(*path_slots(path, slots[:, 0], torch.arange(tree.n_nodes + 1, device=nodes.device)))
     prop.compact_tree(path, tree)
-    return TreeStep(nodes, tgt, acc, path, as_linear(path, tgt, fill=-1), as_linear(path, vh))
+    view = linear_view(path, acc, tt["rank0_child"])
+    return TreeStep(nodes, tgt, acc, path, as_linear(view, tgt, fill=-1), as_linear(view, vh), view=view)
 
 
 @torch.no_grad()
