@@ -21,7 +21,8 @@ the ring labels written, and under sampling the exact acceptance probabilities a
 Each lever is one short, named branch:
 CATCHUP (`_catchup`), REFEED and SHIFT (`_ring_take`), RING_PREFILL
 (`_ring_prefill`), DRAFT_CONF (`gated`), SHADOW_TOPK (`topk`), ORACLE_P2
-(`_oracle`), DRAFTER_PREFILL (`_prefill_turn`), FINGERPRINTS (`self.ev`).
+(`_oracle`), DRAFTER_PREFILL (`_prefill_turn`), FINGERPRINTS (`self.ev`), TREE (`_verify_tree`:
+a static draft tree verified in one forward, then read as the linear step of its accepted path).
 
 At static shapes a turn's steps also run ahead of the host (`_run_ahead`, the default where
 the arm allows: every arm but DRAFT_CONF's): the device plans each step itself from state the
