@@ -220,6 +220,9 @@ LEVERS: tuple[Lever, ...] = (
           "argmax (verified as a one-hot q); unset = sampled"),
     Lever("draft_temperature", float, (0.0, MAX_TEMPERATURE), None, None, None, True,
           "under a sampled workload: the temperature of the drafter's q; unset = the target's"),
+    Lever("tree", str, None, None, None, None, True,
+          "a static draft tree: its paths of child ranks, '[(0,), (1,), (0, 0)]', or top-k per depth, "
+          "'topk:2,1'; unset = the linear K-chain"),
 )
 BY_NAME = {lv.name: lv for lv in LEVERS}
 # (tests/config/test_lever_cli.py checks that every ArmConfig field has its row here)

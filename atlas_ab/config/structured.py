@@ -45,6 +45,7 @@ class ArmConfig:
     ring_size: int = 64              # per-sequence catch-up ring capacity (labels)
     handoff_norm: str = "checkpoint"  # HANDOFF_NORM: checkpoint (as declared) | pre | post the trunk's final norm
     recycle_norm: str = "checkpoint"  # RECYCLE_NORM: checkpoint | pre | post the MTP layer's own final norm
+    tree: Optional[str] = None       # TREE: a static draft tree (config/tree.py); None = the K-chain
 
     @property
     def has_ring(self) -> bool:
@@ -230,12 +231,14 @@ def validate_arm(arm: ArmConfig) -> ArmConfig:
             raise AtlasError(f"{where}: draft_temperature has no effect with draft_policy=greedy (argmax drafts)")
     if arm.oracle_p2 and arm.num_drafts < 2:
         raise AtlasError(f"{where}: oracle_p2 needs num_drafts >= 2 (it re-computes draft 2)")
+    if arm.tree is not None:
+        _validate_tree(where, arm)
     return arm
 
 
 #: num_drafts=0 is plain decode (run/plain.py): the levers of the drafter then have no effect.
 PLAIN_IDLE = ("drafter_prefill", "catchup", "refeed", "ring_prefill", "draft_conf", "shadow_topk", "oracle_p2",
-              "fingerprints", "draft_policy", "draft_temperature")
+              "fingerprints", "draft_policy", "draft_temperature", "tree")
 
 
 def validate_plain(arm: ArmConfig) -> None:
@@ -246,6 +249,24 @@ def validate_plain(arm: ArmConfig) -> None:
     if idle:
         raise AtlasError(f"arm {arm.name!r}: num_drafts=0 is plain decode (no drafter): {idle[0]} has no effect; "
                          "set it to its default")
+
+
+#: the levers a tree arm runs with (greedy, the MTP proposer, every other lever off: Phase 1)
+TREE_LEVERS_OFF = ("drafter_prefill", "catchup", "refeed", "ring_prefill", "oracle_p2")
+
+
+def _validate_tree(where: str, arm: ArmConfig) -> None:
+    from atlas_ab.config.tree import parse_tree  # (here: config/tree.py reads nothing of this module)
+    tree = parse_tree(arm.tree)        # a bad tree: one line naming its path
+    if arm.proposer != "mtp":
+        raise AtlasError(f"{where}: tree applies to the MTP proposer only (proposer={arm.proposer!r})")
+    on = [k for k in TREE_LEVERS_OFF if getattr(arm, k)] + [k for k in ("draft_conf", "shadow_topk") if getattr(arm, k)]
+    if on:
+        raise AtlasError(f"{where}: tree runs with {on[0]} off (a tree arm verifies greedily with every other "
+                         "lever off)")
+    if arm.num_drafts != tree.max_depth:
+        raise AtlasError(f"{where}: tree {tree.describe()} is {tree.max_depth} deep but num_drafts="
+                         f"{arm.num_drafts}; set num_drafts={tree.max_depth} (a path is booked as a linear draft of K)")
 
 
 def validate_model(model: ModelConfig) -> ModelConfig:
@@ -364,6 +385,11 @@ def validate_run(arm: ArmConfig, model: ModelConfig, workload: WorkloadConfig, r
         if not workload.sampling.greedy:
             raise AtlasError(f"arm {arm.name!r}: num_drafts=0 (plain decode) runs greedy only "
                              "(workload.sampling.temperature=0)")
+    if arm.tree is not None:        # Phase 1: greedy, live, eager
+        if workload.sampling.temperature > 0:
+            raise AtlasError(f"arm {arm.name!r}: tree verifies greedily only (workload.sampling.temperature=0)")
+        if runner.mode != "live":
+            raise AtlasError(f"arm {arm.name!r}: tree runs in live mode only (runner.mode=live; no tree replay yet)")
 
 
 def field_names(cls) -> list[str]:

@@ -79,6 +79,21 @@ class KVPool:
             m &= j > s - window
         return m[:, None]
 
+    def tree_mask(self, slots: torch.Tensor, length: int, start: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
+        """`mask` for a tree's rows [B, 1, T, length]: row t sees its sequence's slots before
+        start [B] (the committed context) and slot start + u of the tree's block exactly when
+        block[t, u] (block [T, W] bool, W the block's width: ancestors and itself). A padding row
+        keeps `mask`'s rule."""
+        j = torch.arange(length, device=slots.device)[None, None, :]       # [1, 1, L]
+        st = start.to(slots.device)[:, None, None]                          # [B, 1, 1]
+        u = j - st                                                          # [B, 1, L] offset in the block
+        W = block.shape[1]
+        inside = (u >= 0) & (u < W)
+        blk = block.to(slots.device)[None].expand(slots.shape[0], -1, -1)   # [B, T, W]
+        seen = blk.gather(2, u.clamp(0, W - 1).expand(-1, slots.shape[1], -1))  # [B, T, L]
+        m = ((j < st) | (inside & seen)) & (j < self.capacity.to(slots.device)[:, None, None])
+        return torch.where((slots < 0)[..., None], self.mask(slots, length)[:, 0], m)[:, None]
+
     def check(self, slots: torch.Tensor) -> None:
         """Host-side validation (syncs; for tests / debugging, not the hot path)."""
         s = slots.detach().cpu()
@@ -109,6 +124,17 @@ class KVPool:
             return k, v
         idx = self.read_index(length)
         return self.k[layer][idx], self.v[layer][idx]
+
+    def move_slots(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Copy every layer's k/v from slot src[b, i] to dst[b, i] of sequence b (src, dst [B, T];
+        -1 in either: no move). All sources are read before any destination is written, so the
+        moves may overlap (a tree's accepted path compacting onto its linear slots)."""
+        live = (src >= 0) & (dst >= 0)
+        s = self.flat(torch.where(live, src, -1)).reshape(-1)
+        d = self.flat(torch.where(live, dst, -1)).reshape(-1)    # dead pairs: dump slot onto dump slot
+        k, v = self.k[:, s].clone(), self.v[:, s].clone()
+        self.k[:, d] = k
+        self.v[:, d] = v
 
     # ---- one-slot save / restore (e.g. a drafter overwriting a slot it must give back) -----
     def snapshot(self, slots: torch.Tensor):

@@ -28,6 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from atlas_ab import AtlasError
 from atlas_ab.runtime import kernels
 from atlas_ab.runtime.args import ModelArgs
 from atlas_ab.runtime.kernels.attention import attention as attention_kernel
@@ -112,8 +113,9 @@ class _Ctx:
 FOLD_MAX_ROWS = 64      # fold GQA groups into the query rows when G*T is at most this
 
 
-def _cached_ctx(kv: KVPool, slots: torch.Tensor, length: Optional[int], a: ModelArgs, dtype) -> _Ctx:
-    if kv.dtype == dtype and kernels.enabled(kv.device):
+def _cached_ctx(kv: KVPool, slots: torch.Tensor, length: Optional[int], a: ModelArgs, dtype, tree=None) -> _Ctx:
+    # tree: the Triton attention reads each row's slots causally, with no tree mask yet: the torch path
+    if tree is None and kv.dtype == dtype and kernels.enabled(kv.device):
         slots = slots.to(kv.device, non_blocking=True).contiguous()
         return _Ctx(kv=kv, fast=True, slots=slots, window=a.sliding_window)
     if length is None:
@@ -122,7 +124,12 @@ def _cached_ctx(kv: KVPool, slots: torch.Tensor, length: Optional[int], a: Model
     slots = slots.to(kv.device, non_blocking=True)       # no-op when already there
     B, T = slots.shape
     G = a.num_attention_heads // a.num_key_value_heads
-    m = kv.mask(slots, length, a.sliding_window)                        # [B, 1, T, L] bool
+    if tree is None:
+        m = kv.mask(slots, length, a.sliding_window)                    # [B, 1, T, L] bool
+    elif a.sliding_window is not None:
+        raise AtlasError("a tree verify on a sliding-window model: the window would be by slot, not position")
+    else:
+        m = kv.tree_mask(slots, length, *tree)                          # [B, 1, T, L] bool
     # Few rows (decode / verify / drafts): queries are folded to [B, KVH, G*T, D], so grouped heads
     # share K/V with no copy and no enable_gqa (which forces the math kernel when a mask is given
     # on GPU); the mask is repeated G times. Many rows (prefill): K/V are repeated to all heads
@@ -344,11 +351,13 @@ class Transformer(nn.Module):
         return x
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, kv: KVPool,
-                length: Optional[int] = None) -> torch.Tensor:
+                length: Optional[int] = None, tree=None) -> torch.Tensor:
         """tokens/positions/slots [B, T] -> hidden [B, T, H] (PRE final norm). Row (b, t) is written
         at slot slots[b, t] (-1 = padding: written to the dump slot, output meaningless) and attends
-        to its sequence's slots [0, slots[b, t]]. `length` = max slot + 1 (host int; see module doc)."""
-        return self._run(tokens, positions, _cached_ctx(kv, slots, length, self.args, self.dtype))
+        to its sequence's slots [0, slots[b, t]]. `length` = max slot + 1 (host int; see module doc).
+        tree: (start [B], block [T, W] bool), a tree verify: row t attends to the slots before start
+        and to slot start + u where block[t, u] (KVPool.tree_mask; the torch path only)."""
+        return self._run(tokens, positions, _cached_ctx(kv, slots, length, self.args, self.dtype, tree))
 
     def forward_train(self, tokens: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         """No cache, causal over the T rows (positions default 0..T-1) -> hidden [B, T, H] PRE norm."""
@@ -446,12 +455,13 @@ class MTPModule(DecoderLayer):
         return refs[i]
 
     def forward(self, tokens, hiddens, positions, slots, kv: KVPool, embed=None,
-                length: Optional[int] = None, zero_at: int = 0) -> torch.Tensor:
+                length: Optional[int] = None, zero_at: int = 0, tree=None) -> torch.Tensor:
         """x = eh_proj(cat([enorm(embed(tok)), hnorm(hidden)])); out = block(x) over the MTP's own
         1-layer KVPool. Returns out [B, T, H] PRE shared_head.norm. `zero_at`: the RoPE position of
-        pair key 0, whose embedding is zeroed when zero_first_embed (the caller's row space knows)."""
+        pair key 0, whose embedding is zeroed when zero_first_embed (the caller's row space knows).
+        tree: as Transformer.forward's (a tree draft's rows)."""
         x = self._input(tokens, hiddens, embed, positions, zero_at)
-        return self._block(x, positions, _cached_ctx(kv, slots, length, self.args, x.dtype))
+        return self._block(x, positions, _cached_ctx(kv, slots, length, self.args, x.dtype, tree))
 
     def forward_train(self, tokens, hiddens, embed=None, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         """No cache, causal over T rows (positions default 0..T-1). Row t combines tokens[:, t] with

@@ -41,6 +41,7 @@ class StepRead:
     alpha1: Optional[np.ndarray] = None       # [B] float32 (sampled runs)
     pit: Optional[np.ndarray] = None          # [B, K+1] float32 (sampled runs)
     fp: Optional[np.ndarray] = None           # [B, S] int64: FINGERPRINTS of the step's event rows, hashed in it
+    tree_path: Optional[np.ndarray] = None    # [B, K+1] int64 (TREE): the accepted path's node ids by depth, -1 past it
 
 
 _FIELDS = tuple(f.name for f in fields(StepRead))     # the read's order (a compiled `pack_read` reads it)

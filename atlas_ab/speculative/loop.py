@@ -21,6 +21,7 @@ The levers, by name (shapes: step.py's vocabulary):
   SHADOW_TOPK      `DeviceStep.propose` (the drafter's top-k; `StepTable.write`, step_table.py)
   ORACLE_P2        `DeviceStep.oracle`; `_plan`'s `plan_oracle`
   FINGERPRINTS     `self.fingerprints` (step_events.py)
+  TREE             `_plan` (positions by depth), `DeviceStep.propose` / `verify_tree`, `_commit`
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 
 from atlas_ab.config.structured import ArmConfig
+from atlas_ab.config.tree import parse_tree
 from atlas_ab.proposers.base import RowFeed
 from atlas_ab.proposers.ring import Ring, gap_keys
 from atlas_ab.runtime.batch import ragged_runs
@@ -61,9 +63,12 @@ class Wave:
         tensor's rows (None: the FNV-1a of telemetry/fingerprint.py; tests pass a stand-in)."""
         self.target, self.proposer, self.arm, self.docs, self.G = target, proposer, arm, docs, gen_tokens
         self.K, self.on_step, self.turns = arm.num_drafts, on_step, len(docs[0].chunks)
+        # TREE: the static tree (validate_arm: K is its depth); its verify reads N + 1 rows
+        self.tree = parse_tree(arm.tree) if arm.tree is not None else None
+        width = self.tree.n_nodes if self.tree is not None else self.K
         B = self.B = len(docs)
         self.doc_ids = np.array([d.doc_id for d in docs], dtype=np.int64)
-        budgets = np.array([sum(len(c) for c in d.chunks) + self.turns * gen_tokens + self.K + 2
+        budgets = np.array([sum(len(c) for c in d.chunks) + self.turns * gen_tokens + width + 2
                             for d in docs], dtype=np.int64)
         if capacity is not None:
             budgets = np.full(B, max(int(capacity), int(budgets.max())), dtype=np.int64)
@@ -204,12 +209,18 @@ class Wave:
         plan = {"last_tok": self.history[np.arange(B), n], "pos": pos, "vslot": np.where(active[:, None], pos, -1),
                 "left": np.where(active, self.G - self.gen, 0)}
         lengths = {"verify": int(n[active].max()) + K + 1}
+        if self.tree is not None:                   # TREE: every node, positions by depth, slots by node id
+            pos = n[:, None] + self.tree.depth[None, :]                                   # [B, N+1]
+            plan.update(pos=pos, vslot=np.where(active[:, None], n[:, None] + np.arange(self.tree.n_nodes + 1), -1))
+            lengths["verify"] = int(n[active].max()) + self.tree.n_nodes + 1
         fed = self._catchup(active, n, plan, lengths, width=self.cu_width) if self.arm.catchup \
             else np.zeros(B, dtype=np.int64)
         rows_at_propose = self.proposer.drafter_rows()
         if self.fingerprints is not None and not self.fingerprints.in_step:
             self.fingerprints.propose_and_feed(active, n, self.step_no, self.turn)
-        for part in (self.proposer.plan_propose(self.history, n, K, active, static=self.graphs.static),
+        propose = self.proposer.plan_propose_tree(n, self.tree, active) if self.tree is not None else \
+            self.proposer.plan_propose(self.history, n, K, active, static=self.graphs.static)
+        for part in (propose,
                      self.proposer.plan_oracle(n, active) if self.arm.oracle_p2 else ({}, {})):
             plan.update(part[0])
             lengths.update(part[1])
@@ -314,6 +325,10 @@ class Wave:
         self.n_tok = np.where(active, self.n_tok + c, self.n_tok)
         self.gen += c
         written = self.ring.book_written(h.ring_label) if self.ring is not None else None
+        if self.tree is not None:                  # the path booked as a linear propose (cut at the turn's end)
+            last = h.tree_path[np.arange(self.B), a_eff]
+            self.proposer.after_verify_tree(a_eff, last, self.tree, active)
+            return written
         # dropped (gated) drafts were never verified: their rows go as rejected ones do
         self.proposer.after_verify(np.where(h.gated, 0, a_eff), active)
         return written

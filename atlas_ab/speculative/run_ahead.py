@@ -37,7 +37,7 @@ from atlas_ab.speculative.host_io import first_difference, layout_width, pack_on
 def runs_ahead(arm: ArmConfig, graphs: bool, proposer) -> bool:
     """Whether a wave can run ahead of the host: static shapes, a proposer that plans on the device,
     and no DRAFT_CONF."""
-    return graphs and arm.draft_conf <= 0 and hasattr(proposer, "plan_on_device")
+    return graphs and arm.draft_conf <= 0 and arm.tree is None and hasattr(proposer, "plan_on_device")
 
 
 class RunAhead:

@@ -33,14 +33,20 @@ Vocabulary
 
 Levers on the step: CATCHUP (`feed_rows`), REFEED and SHIFT (`ring_take`), DRAFT_CONF (`gated`,
 and `propose` / `verify` as two graphs), SHADOW_TOPK (`proposer.draft`'s topk), ORACLE_P2
-(`oracle`), FINGERPRINTS (`fingerprints`: the hashing, step_events.py).
+(`oracle`), FINGERPRINTS (`fingerprints`: the hashing, step_events.py), TREE (`verify_tree`: a static
+draft tree verified in one forward, then read as the linear step of its accepted path).
 """
 from __future__ import annotations
 
 import torch
 
+from atlas_ab.config.tree import parse_tree
+from atlas_ab.proposers.base import Proposal
 from atlas_ab.runtime.fusion import fused
 from atlas_ab.speculative.host_io import pack_read, unpack_plan
+from atlas_ab.speculative.tree_accept import as_linear, tree_tensors
+from atlas_ab.speculative.tree_step import verify_tree
+from atlas_ab.speculative.verify import Verified
 
 
 def commit_counts(accepted: torch.Tensor, left: torch.Tensor) -> torch.Tensor:
@@ -58,6 +64,9 @@ class DeviceStep:
                  fingerprints=None):
         self.target, self.proposer, self.verifier, self.arm = target, proposer, verifier, arm
         self.B, self.K = last_hidden.shape[0], arm.num_drafts
+        # TREE: the static tree (validate_arm: K is its depth) and its arrays on the device
+        self.tree = parse_tree(arm.tree) if arm.tree is not None else None
+        self.tt = tree_tensors(self.tree, last_hidden.device) if self.tree is not None else None
         self.last_hidden = last_hidden            # [B, H]: the next propose's target hidden (of n)
         self.ring = ring                          # proposers/ring.py `Ring` [B, R+1, H], or None
         self.fuse = fuse
@@ -101,6 +110,10 @@ class DeviceStep:
         n = a["pos"][:, 0]                                                              # [B]
         fed = self.feed_rows(a, length["catchup"]) if "cu_tok" in a else None          # [B, W, H]
         fp = self.fingerprints.hash_propose(n, fed, join) if self._hashing() else None  # [B, 2+W]
+        if self.tree is not None:                  # TREE: the nodes' drafts (node 0: t_n), conf per node
+            nodes, conf = self.proposer.draft_tree(a, a["last_tok"], self.last_hidden, self.tree, length)
+            return Proposal(drafts=nodes[:, 1:], conf=conf, topk_ids=None, topk_probs=None), \
+                torch.zeros(self.B, dtype=torch.bool, device=x.device), fp
         draws = self.verifier.draws(self.target, turn, n)
         prop = self.proposer.draft(a, a["last_tok"], self.last_hidden, self.K, self.arm.shadow_topk, draws, length)
         tau = self.arm.draft_conf
@@ -123,9 +136,13 @@ class DeviceStep:
         fingerprints; the read's fp columns get them and, with a ring, the verify's rows and the
         ring's rows after the write (join False: the caller joins)."""
         a = self.plan_arrays(x, layout, fuse=self.fuse) if a is None else a
-        vtok = torch.cat([a["last_tok"][:, None], prop.drafts], dim=1)                  # [B, K+1]
-        v = self.verifier.verify(self.target, prop, vtok, a["pos"], a["vslot"], length["verify"], gated,
-                                 all_gated, turn)                                        # vh [B, K+1, H]
+        vtok = torch.cat([a["last_tok"][:, None], prop.drafts], dim=1)                  # [B, K+1] (a tree: [B, N+1])
+        path = None
+        if self.tree is not None:                  # TREE: verified, walked, compacted; then read as a linear step
+            v, prop, path = self.verify_tree(prop, vtok, a, length["verify"])
+        else:
+            v = self.verifier.verify(self.target, prop, vtok, a["pos"], a["vslot"], length["verify"], gated,
+                                     all_gated, turn)                                    # vh [B, K+1, H]
         if self.fingerprints is not None:
             self.fingerprints.join()   # the propose's rows are hashed: last_hidden and the ring may move on
         c, label, take, ring_label = self.accept(a["left"], a["pos"][:, 0], v.accepted, v.vh, gated,
@@ -137,10 +154,23 @@ class DeviceStep:
         packed, read_layout = pack_read(fuse=self.fuse, acc=v.accepted, gated=gated, drafts=prop.drafts,
                                         target=v.tokens, conf=prop.conf, committed=c, ring_label=ring_label,
                                         oracle=oracle, topk_ids=prop.topk_ids, topk_probs=prop.topk_probs,
-                                        accept_prob=v.accept_prob, alpha1=v.alpha1, pit=v.pit, fp=late)
+                                        accept_prob=v.accept_prob, alpha1=v.alpha1, pit=v.pit, fp=late,
+                                        tree_path=path)
         if fp is not None:
             self.fingerprints.hash_verify(fp, packed, read_layout, v.vh, slot, join)
         return packed, read_layout, v.vh
+
+    def verify_tree(self, prop, nodes, a: dict, length: int):
+        """TREE: the tree's verify (`tree_step.verify_tree`: every node under the tree mask, the
+        greedy walk, both KVs compacted), returned as a K-chain's: the Verified along the accepted
+        path continued by rank-0 children (`tree_accept.linear_view`: [B, K+1] tokens and hiddens,
+        K the tree's depth), the Proposal of its drafts and confidences ([B, K]; -1 and 0 where
+        the tree has no rank-0 child) and the accepted path [B, K+1]."""
+        s = verify_tree(self.target, self.proposer, self.tree, self.tt, nodes, a["pos"], a["vslot"], length)
+        conf = torch.cat([torch.ones_like(prop.conf[:, :1]), prop.conf], dim=1)          # [B, N+1] (root: 1)
+        lin = Proposal(drafts=as_linear(s.view, nodes, fill=-1)[:, 1:], conf=as_linear(s.view, conf, fill=0.0)[:, 1:],
+                       topk_ids=None, topk_probs=None)
+        return Verified(vh=s.vh, tokens=s.tokens, accepted=s.accepted), lin, s.path
 
     @fused
     def accept(self, left, n, accepted, vh, gated) -> tuple:

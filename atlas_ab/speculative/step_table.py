@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from atlas_ab.config.tree import parse_tree
 from atlas_ab.speculative.host_io import StepRead
 from atlas_ab.telemetry.events import EventLog
 from atlas_ab.telemetry.step_blocks import StepBlocks
@@ -59,6 +60,9 @@ class StepTable:
             extra["oracle"] = h.oracle[act]
         if h.topk_ids is not None:
             extra["topk_ids"], extra["topk_probs"] = h.topk_ids[act], h.topk_probs[act]
+        if h.tree_path is not None:              # TREE: the accepted path and the tree's size
+            extra["tree_path"] = h.tree_path[act]
+            extra["tree_nodes"] = np.full(len(act), len(parse_tree(self.arm.tree).paths))
         if h.pit is not None:
             extra.update(accept_prob=h.accept_prob[act], alpha1=h.alpha1[act], pit=h.pit[act])
             self.trace.pit.append(h.pit[act][np.arange(self.K + 1)[None, :] < c[act][:, None]])

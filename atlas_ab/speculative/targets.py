@@ -81,10 +81,11 @@ class LiveTarget:
         last = hid[torch.arange(len(start), device=self.device), self._t(count - 1)]
         return hid, argmax(self.trunk.logits(last[:, None], fp32=False)[:, 0])
 
-    def verify(self, vtok, pos, slots, length: int):
+    def verify(self, vtok, pos, slots, length: int, tree=None):
         """Target forward over [t_n, d1..dK] (or [t_n] for a DRAFT_CONF serial step): hiddens and
-        argmaxes per depth. Device only: the loop captures it inside its step."""
-        vh = self.trunk.forward(vtok, pos, slots, self.kv, length=length)
+        argmaxes per depth. Device only: the loop captures it inside its step. tree: (start [B],
+        ancestors [N+1, N+1]) for a tree's nodes (pos by depth, slots by node id; model.forward)."""
+        vh = self.trunk.forward(vtok, pos, slots, self.kv, length=length, tree=tree)
         return vh, argmax(self.trunk.logits(vh, fp32=False))
 
     def verify_logits(self, vtok, pos, slots, length: int):

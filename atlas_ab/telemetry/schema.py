@@ -86,6 +86,14 @@ STEP_COLUMNS: tuple[Column, ...] = (
                                          "token (aligned with `committed`), Uniform(0, 1) when the sampler is "
                                          "lossless (the distributional gate); null in greedy runs",
            nullable=True),
+    Column("tree_nodes", _I32, False, "TREE: the draft nodes the step verified (the arm's tree, its shape in the "
+                                      "manifest's arm); then `k` is the tree's depth, and `drafts`, `conf` and "
+                                      "`target` run along the accepted path, continued past it by rank-0 children "
+                                      "(-1 / 0 where the tree has none); null for a linear step",
+           nullable=True),
+    Column("tree_path", pa.list_(_I32), False, "TREE: the accepted path's node ids by depth, the root (0) first, "
+                                               "accept_len + 1 of them (config/tree.py numbers the nodes); null for "
+                                               "a linear step", nullable=True),
 )
 
 EVENT_COLUMNS: tuple[Column, ...] = (

@@ -79,4 +79,10 @@ class StepBlocks:
         else:
             for name in ("accept_prob", "alpha1", "pit"):
                 arrays[name] = pa.nulls(N, STEP_SCHEMA.field(name).type)
+        if "tree_path" in col:  # a tree arm
+            arrays["tree_nodes"] = pa.array(col["tree_nodes"], pa.int32())
+            arrays["tree_path"] = ragged(col["tree_path"], col["accept_len"] + 1, pa.int32())
+        else:
+            arrays["tree_nodes"] = pa.nulls(N, pa.int32())
+            arrays["tree_path"] = pa.nulls(N, STEP_SCHEMA.field("tree_path").type)
         return pa.table({n: arrays[n] for n in STEP_SCHEMA.names}, schema=STEP_SCHEMA)

@@ -1,0 +1,95 @@
+"""A tree arm's greedy decode (speculative/tree_step.py) on the shipped default model: lossless
+(its committed tokens are the target's greedy decoding, ours and transformers'), and a linear
+"tree" is the K-chain step for step: the same tokens, accepted counts, target and drafter KV rows."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from atlas_ab.config.tree import linear, parse_tree
+from atlas_ab.proposers.mtp_head import MTPProposer
+from atlas_ab.runtime import checkpoint
+from atlas_ab.speculative.targets import LiveTarget
+from atlas_ab.speculative.tree_step import decode
+
+pytestmark = pytest.mark.float_sensitive
+
+DEFAULT = Path(__file__).resolve().parents[2] / "atlas_ab" / "models" / "default"
+N_NEW = 40
+TREES = ["[(0,), (1,), (0, 0), (1, 0)]", "topk:3,1", "[(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)]"]
+
+
+@pytest.fixture(scope="module")
+def ck():
+    return checkpoint.load(DEFAULT, device="cpu", dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    from tokenizers import Tokenizer
+
+    from atlas_ab.workload.corpus import build_corpus
+    tok = Tokenizer.from_file(str(DEFAULT / "tokenizer.json"))
+    held = [d for d in build_corpus().select("stdlib", "heldout") if len(d.text) > 4000]
+    ids = tok.encode(held[0].text, add_special_tokens=False).ids
+    return [ids[:48], ids[300:331], ids[900:960]]          # ragged lengths
+
+
+@pytest.fixture(scope="module")
+def greedy(ck, prompts):
+    """The target alone: argmax after each prefix, recomputed from scratch (no cache)."""
+    out = []
+    with torch.no_grad():
+        for p in prompts:
+            seq = list(p)
+            for _ in range(N_NEW):
+                z = ck.trunk.logits(ck.trunk.forward_train(torch.tensor([seq]))[:, -1:])
+                seq.append(int(z[0, 0].argmax()))
+            out.append(seq[len(p):])
+    return out
+
+
+def _arm(ck):
+    lay = ck.layout
+    return LiveTarget(ck.trunk), MTPProposer(ck.trunk, ck.mtp, "compact", refeed=False,
+                                             handoff_norm=lay.handoff_norm, recycle_norm=lay.recycle_norm)
+
+
+@pytest.mark.parametrize("spec", TREES)
+def test_tree_decode_is_the_targets_greedy(ck, prompts, greedy, spec):
+    target, prop = _arm(ck)
+    got, steps = decode(target, prop, prompts, N_NEW, tree=parse_tree(spec))
+    assert got == greedy
+    assert (steps.max(axis=0) >= 1).all()          # the tree did accept drafts
+
+
+def test_linear_tree_is_the_chain_step_for_step(ck, prompts):
+    K = 3
+    t1, p1 = _arm(ck)
+    t2, p2 = _arm(ck)
+    got_c, steps_c = decode(t1, p1, prompts, N_NEW, K=K)
+    got_t, steps_t = decode(t2, p2, prompts, N_NEW, tree=linear(K))
+    assert got_c == got_t and np.array_equal(steps_c, steps_t)
+    assert torch.equal(t1.kv.k, t2.kv.k) and torch.equal(t1.kv.v, t2.kv.v)
+    assert torch.equal(p1.kv.k, p2.kv.k) and torch.equal(p1.kv.v, p2.kv.v)
+    assert (p1.rows == p2.rows).all() and (p1.row_key == p2.row_key).all() and (p1.row_target == p2.row_target).all()
+
+
+@pytest.mark.slow          # loads transformers
+def test_tree_decode_equals_transformers_greedy(ck, prompts, greedy):
+    transformers = pytest.importorskip("transformers")
+
+    class Quiet(transformers.LlamaForCausalLM):
+        _keys_to_ignore_on_load_unexpected = checkpoint.hf_unexpected_patterns(ck.args)
+
+    hf = Quiet.from_pretrained(DEFAULT, dtype=torch.float32).eval()
+    theirs = []
+    with torch.no_grad():
+        for p in prompts:
+            g = hf.generate(torch.tensor([p]), max_new_tokens=N_NEW, do_sample=False, num_beams=1,
+                            pad_token_id=0, eos_token_id=None)
+            theirs.append(g[0, len(p):].tolist())
+    target, prop = _arm(ck)
+    got, _ = decode(target, prop, prompts, N_NEW, tree=parse_tree(TREES[2]))
+    assert got == theirs == greedy
