@@ -15,7 +15,8 @@ from atlas_ab import AtlasError
 from atlas_ab.analysis.cli import PROG
 from atlas_ab.errors import closed_stdout, one_line
 
-SUBCOMMANDS = ["compare", "report", "mcnemar", "power", "fingerprints", "coverage", "ingest", "claims", "gate", "ladder"]
+SUBCOMMANDS = ["compare", "report", "mcnemar", "power", "fingerprints", "coverage", "ingest", "claims", "gate",
+               "ladder"]
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

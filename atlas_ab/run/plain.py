@@ -3,7 +3,7 @@
 A wave of B documents decodes each turn target-only and greedily: the turn's prefill (its new chunk
 and the pending token) commits the turn's first token, as in the speculative loop, then each step is
 ONE batched one-token forward of the target, its argmax, and one read back to the host. No drafter
-runs. On the GPU the one-token forward replays one CUDA graph (runtime/graphs.py `Steps`, the pool's
+runs. On the GPU the one-token forward replays one CUDA graph (runtime/graphs.py `StepGraphs`, the pool's
 full length); it is timed as the loop times its steps (speculative/timing.py: a step's kind is
 "serial", the wave's first step and any that first ran a static step are warm-up). Rows are
 telemetry rows with k = 0 and accept_len = 0 (no drafts, no confidences), so the analysis reads a
@@ -18,7 +18,7 @@ import pyarrow as pa
 import torch
 
 from atlas_ab.runtime.batch import ragged_window
-from atlas_ab.runtime.graphs import Steps
+from atlas_ab.runtime.graphs import StepGraphs
 from atlas_ab.speculative.timing import StepTimer
 from atlas_ab.telemetry.step_blocks import StepBlocks
 
@@ -53,7 +53,7 @@ def plain_wave(trunk, docs, gen_tokens: int, arm_name: str, graphs: bool, capaci
     hist = np.zeros((B, kv.max_capacity + 1), dtype=np.int64)                   # [B, L]
     n_tok = np.zeros(B, dtype=np.int64)          # tokens in hist (the last one not yet processed)
     kv_len = np.zeros(B, dtype=np.int64)         # positions the target has processed
-    steps, timer = Steps(graphs), StepTimer(live=True)
+    steps, timer = StepGraphs(graphs), StepTimer(live=True)
     blocks = StepBlocks(K=0, topk=0)
     ar = np.arange(B)
     doc_ids = np.array([d.doc_id for d in docs], dtype=np.int64)

@@ -34,8 +34,8 @@ from atlas_ab.runtime import compile_cache
 from atlas_ab.speculative import pit_gate
 from atlas_ab.speculative.gate import Arbiter, check
 from atlas_ab.speculative.loop import Wave
-from atlas_ab.speculative.run_ahead import runs_ahead
 from atlas_ab.speculative.precision import calibrate, calibration_tokens
+from atlas_ab.speculative.run_ahead import runs_ahead
 from atlas_ab.speculative.sampling import plan_of
 from atlas_ab.speculative.targets import LiveTarget
 

@@ -32,11 +32,11 @@ from typing import Callable, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from atlas_ab import AtlasError, atomic
+from atlas_ab.clock import now
 from atlas_ab.config.paths import resolve_path
 from atlas_ab.config.prereg import Prereg, from_lock, load_prereg
 from atlas_ab.run import claim
 from atlas_ab.run.device import DeviceClaim
-from atlas_ab.run.provenance import now
 from atlas_ab.run.session import Job, RunSession, configs
 from atlas_ab.run.store import config_diff
 from atlas_ab.study.looks import Plan, check_schedule, plan_of, whole_clusters

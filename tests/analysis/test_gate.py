@@ -12,11 +12,11 @@ from atlas_ab import AtlasError
 from atlas_ab.analysis.__main__ import main
 from atlas_ab.analysis.confidence_sequence import mixture_radius
 from atlas_ab.analysis.gate import Margin, _ratio_cs, gate
-from tests.helpers.synth import simulate_steps, write_run
 from atlas_ab.analysis.unit_runs import load_units
 from atlas_ab.ingest import ingest
 from tests.helpers import gate_files
 from tests.helpers.engine_fixtures import greedy_positions
+from tests.helpers.synth import simulate_steps, write_run
 
 FILES = Path(__file__).resolve().parents[1] / "fixtures" / "gate"
 

@@ -20,8 +20,8 @@ from atlas_ab.analysis.sequential import (
     judge_sequential,
     sequence,
 )
-from tests.helpers.synth import simulate_steps, write_run
 from atlas_ab.config.prereg import load_prereg
+from tests.helpers.synth import simulate_steps, write_run
 
 SEQ = {"alpha": 0.05, "max_clusters": 1000}
 
