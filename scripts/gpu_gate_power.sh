@@ -5,11 +5,11 @@
 #   startup_gate8.json                  bench/bench_startup.py --model llama8b: the gate / the steps' time at
 #                                       the GPU's default 8 gated sequences a wave (STARTUP=0 skips it)
 #   gpu_gate_tests.txt                  pytest -m gpu tests/speculative/test_gpu_gate.py (TESTS=0 skips it)
-#   device run (carry .whl): bash scripts/gpu_gate_power.sh      (nvidia-h200; ~4-5 min)
+#   device run (carry .whl): bash scripts/gpu_gate_power.sh      (nvidia-h200; ~4-5 min; MODELS="default" for one)
 set -uo pipefail
 source scripts/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-for m in default llama8b; do
+for m in ${MODELS:-default llama8b}; do
   S=$SECONDS
   timeout 150 python3 bench/bench_gate_power.py --device cuda --model $m --json $OUT/gate_power_$m.json \
     2> $OUT/gate_power_$m.err | tee $OUT/gate_power_$m.txt
