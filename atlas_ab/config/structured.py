@@ -342,7 +342,7 @@ def validate_arm_sampling(arm: ArmConfig, s: SamplingConfig) -> None:
 
 #: runner.gate_sequences=null: sequences gated per wave by device type. The CPU's check runs on the cores
 #: the steps use; on a GPU its forward is one dense batch beside launch-bound steps (2 sequences were
-#: 2.5% of the steps' time at 5.7B: bench/RESULTS.md, "Issue 23: start-up and the gate").
+#: 2.5% of the steps' time at 5.7B: bench/RESULTS.md, "Start-up and the gate").
 GATE_SEQUENCES = {"cpu": 2, "cuda": 8}
 
 
