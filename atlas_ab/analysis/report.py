@@ -333,8 +333,8 @@ def build_report(runs: list[Run | UnitRun], out: Path, prereg: str | Path | None
         figs["difference"] = plots.difference_figure(_difference_items(judged, comps), out / "difference.png")
     for j in judged:
         if j.sequential is not None:
-            from atlas_ab.analysis.sequential_report import figure as sequential_path_figure
-            figs[f"sequential_{j.prereg.name}"] = sequential_path_figure(j.sequential, j.prereg.name, out / _seq_png(j.prereg))
+            from atlas_ab.analysis.sequential_report import figure as path_figure
+            figs[f"sequential_{j.prereg.name}"] = path_figure(j.sequential, j.prereg.name, out / _seq_png(j.prereg))
     if steps:
         figs.update({"depth": plots.depth_figure(cells, out / "depth.png"),
                      "histogram": plots.histogram_figure(arms, out / "histogram.png"),
