@@ -54,6 +54,11 @@ def run(args) -> int:
                           provenance={"timing_runs": [str(r.path) for r in timing],
                                       "acceptance_runs": [str(r.path) for r in accept],
                                       "timing_model": src_t, "acceptance_model": src_a, "cluster_unit": unit})
+    return _finish(res, out, files, args)
+
+
+def _finish(res, out: Path, files: dict, args) -> int:
+    """The figures and ladder.md beside the configs, then the answer on stdout (or as JSON)."""
     files.update(_figures(res, out))
     (out / "ladder.md").write_text(res.summary() + "\n")
     if args.json:
@@ -87,14 +92,7 @@ def _engine(args, paths) -> int:
                   "request's wall time over its steps (queueing and prefill inside)"] + notes
     out = Path(args.out)
     files = write_configs(res, out, max_batch=args.max_batch, provenance={"engine_runs": [str(p) for p in paths]})
-    files.update(_figures(res, out))
-    (out / "ladder.md").write_text(res.summary() + "\n")
-    if args.json:
-        cli.emit_json({**res.to_dict(), "files": {k: str(v) for k, v in files.items()}})
-    else:
-        print(res.summary())
-        print("wrote: " + ", ".join(str(p) for p in files.values()))
-    return 0
+    return _finish(res, out, files, args)
 
 
 def register(subparsers) -> None:
