@@ -12,16 +12,16 @@ the arm allows (run_ahead.py: the device plans and books them; the host's own pl
 checked equal behind it). The target (targets.py) is the trunk in live mode, a stored trajectory in
 replay mode; the rest is the same code in both, and only live mode times its steps (timing.py).
 
-The levers, by name (shapes: step.py's vocabulary):
-  CATCHUP          `catchup_rows` (host plan), `DeviceStep.feed_rows`, `RunAhead.plan` (device plan)
+The levers, by name (shapes: step.py's vocabulary; lever_rows.py: the host's rows of four of them):
+  CATCHUP          `lever_rows.catchup_rows` (host plan), `DeviceStep.feed_rows`, `RunAhead.plan` (device plan)
   REFEED, SHIFT    `DeviceStep.ring_take`: which hiddens the ring gets, under which labels
-  RING_PREFILL     `ring_prefill`
-  DRAFTER_PREFILL  `_prefill_turn`, `drafter_context`
+  RING_PREFILL     `lever_rows.ring_prefill`
+  DRAFTER_PREFILL  `_prefill_turn`, `lever_rows.drafter_context`
   DRAFT_CONF       `DeviceStep.propose`'s gate; `_run`'s two graphs and `_all_gated`
   SHADOW_TOPK      `DeviceStep.propose` (the drafter's top-k; `StepTable.write`, step_table.py)
   ORACLE_P2        `DeviceStep.oracle`; `_plan`'s `plan_oracle`
   FINGERPRINTS     `self.fingerprints` (step_events.py)
-  TREE             `_plan` (positions by depth), `DeviceStep.propose` / `verify_tree`, `_commit`
+  TREE             `lever_rows.tree_plan` (positions by depth), `DeviceStep.propose` / `verify_tree`, `_commit`
 """
 from __future__ import annotations
 
@@ -32,11 +32,10 @@ import torch
 
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.config.tree import parse_tree
-from atlas_ab.proposers.base import RowFeed
-from atlas_ab.proposers.ring import Ring, gap_keys
-from atlas_ab.runtime.batch import ragged_runs
+from atlas_ab.proposers.ring import Ring
 from atlas_ab.runtime.graphs import bucket
 from atlas_ab.speculative.host_io import StepRead, pack_plan, unpack_read
+from atlas_ab.speculative.lever_rows import catchup_rows, drafter_context, ring_prefill, tree_plan
 from atlas_ab.speculative.run_ahead import RunAhead, runs_ahead
 from atlas_ab.speculative.sampling import SamplingPlan
 from atlas_ab.speculative.step import DeviceStep
@@ -210,9 +209,7 @@ class Wave:
                 "left": np.where(active, self.G - self.gen, 0)}
         lengths = {"verify": int(n[active].max()) + K + 1}
         if self.tree is not None:                   # TREE: every node, positions by depth, slots by node id
-            pos = n[:, None] + self.tree.depth[None, :]                                   # [B, N+1]
-            plan.update(pos=pos, vslot=np.where(active[:, None], n[:, None] + np.arange(self.tree.n_nodes + 1), -1))
-            lengths["verify"] = int(n[active].max()) + self.tree.n_nodes + 1
+            tree_plan(self.tree, n, active, plan, lengths)
         fed = self._catchup(active, n, plan, lengths, width=self.cu_width) if self.arm.catchup \
             else np.zeros(B, dtype=np.int64)
         rows_at_propose = self.proposer.drafter_rows()
@@ -345,70 +342,3 @@ class Wave:
         if self.fingerprints is not None:
             self.fingerprints.feed(rows, self.turn, self.step_no, step)
         return fed
-
-
-# ------------------------------------------------------------- levers
-def drafter_context(proposer, history: np.ndarray, last_hidden: torch.Tensor, start: np.ndarray, count: np.ndarray,
-                    hid: torch.Tensor):
-    """DRAFTER_PREFILL: the drafter's context rows after a turn's prefill (hid [B, T, H]: positions
-    start .. start+count-1 [B]), pair keys start-1 .. start+count-2, i.e. (token k+1, hidden k): key
-    start-1 pairs the pending token with the saved hidden (last_hidden [B, H]). A key the drafter
-    holds is never re-written; the dense space only appends at slot == key (the reference engine
-    refuses a feed that would leave a hole), so a misaligned dense drafter is left as it is.
-    Returns the rows the drafter took (`RowFeed`), None when there are none."""
-    drafter_rows, newest = proposer.drafter_rows(), proposer.last_pair_key()
-    k0 = np.maximum(np.maximum(start - 1, newest + 1), 0)              # [B] each sequence's first key
-    n = np.maximum(start + count - 1 - k0, 0)                           # keys k0 .. start+count-2
-    if proposer.slot_is_key:
-        n = np.where(drafter_rows == k0, n, 0)
-    seq, j = ragged_runs(n)
-    if not len(seq):
-        return None
-    key = k0[seq] + j
-    t = functools.partial(torch.as_tensor, device=hid.device)
-    rel = key - start[seq]                    # hidden of position k: from this prefill, or the saved one
-    from_saved = rel < 0
-    hiddens = hid[t(seq), t(np.maximum(rel, 0))]                                           # [rows, H]
-    if from_saved.any():
-        hiddens[t(np.nonzero(from_saved)[0])] = last_hidden[t(seq[from_saved])]
-    return proposer.prefill_drafter(RowFeed(seq=seq, key=key, token=history[seq, key + 1],
-                                            label=np.full(len(seq), -1), hiddens=hiddens))
-
-
-def catchup_rows(ring: Ring, row_space: str, proposer, history: np.ndarray, n: np.ndarray, active: np.ndarray,
-                 static: bool, width: int | None, plan: dict, lengths: dict):
-    """CATCHUP: plan the gap rows between the drafter's newest row and a propose at n [B] (or, n the
-    turn's start, before its drafter prefill), fed from the ring (target hiddens) on the device
-    before the drafts: cu_tok, cu_slot, cu_rope, cu_label [B, W] into `plan`, their KV length into
-    `lengths`. width: the rows' fixed width, planned even when there are none (static shapes),
-    unless a sequence's gap is wider: then the rows' bucket (a run-ahead halts on such a step and
-    the host runs it). Returns the rows fed per sequence [B] and (RowFeed, their columns j), or None."""
-    seq, key = gap_keys(ring, row_space, proposer.last_pair_key(), proposer.drafter_rows(), n, active)
-    fed = np.zeros(len(n), dtype=np.int64)
-    if width is not None and len(seq) and np.bincount(seq).max() > width:
-        width = None
-    if len(key) == 0:
-        if width is not None:
-            z = np.zeros((len(n), width), dtype=np.int64)
-            plan.update(cu_tok=z, cu_slot=z - 1, cu_rope=z, cu_label=z)
-        return fed, None
-    labels = key + 1                          # pair key k reads ring label k+1
-    feed = RowFeed(seq=seq, key=key, token=history[seq, key + 1], label=labels, hiddens=None)
-    w, rows = proposer.plan_rows(feed, static=static, width=width)
-    if rows is None:
-        return fed, None
-    plan.update(cu_tok=rows["tok"], cu_slot=rows["slot"], cu_rope=rows["rope"], cu_label=rows["label"])
-    lengths["catchup"] = int(rows["slot"].max()) + 1
-    np.add.at(fed, w.seq, 1)
-    return fed, (w, rows["j"])
-
-
-def ring_prefill(ring: Ring, last_hidden: torch.Tensor, kv_len: np.ndarray) -> tuple:
-    """RING_PREFILL: ring the prefill's last hidden (position P-1, P = kv_len [B]) under label P. The
-    turn's first propose pairs it with key P-1 (row 0); when that propose is rejected outright the
-    compact row space trims the row, and no ring label could rebuild it. Returns the labels, the
-    rows [B, H] and where they went."""
-    seq = np.arange(len(kv_len))
-    label = kv_len.copy()                     # label n holds the hidden of position n-1
-    rows = last_hidden[torch.as_tensor(seq, device=last_hidden.device)]   # a gather: last_hidden moves in place
-    return label, rows, ring.write(seq, label, rows)

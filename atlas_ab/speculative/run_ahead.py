@@ -140,7 +140,7 @@ class RunAhead:
         ar = torch.arange(B, device=n.device)                                           # [B]
         active = (gen < self.G) & (halted == 0)                                         # [B]
         plan = {}
-        if self.arm.catchup:        # the gap rows, as the host plans them (loop.catchup_rows), at their fixed width
+        if self.arm.catchup:        # the gap rows as the host plans them (lever_rows.catchup_rows), fixed width
             last_key = torch.where(rows > 0, self.row_key_dev[ar, (rows - 1).clamp(min=0)], -1)          # [B]
             keys, live = gap_keys_on_device(self.ring.mirror, self.ring.capacity, self.arm.row_space, last_key,
                                             rows, n, active)                                               # [B, R]
