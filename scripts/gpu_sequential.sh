@@ -7,7 +7,7 @@
 #   device run: bash scripts/gpu_sequential.sh        (kind nvidia-h200; after gpu_claims.sh in the
 #   same call it reuses $CLAIMS_DIR/large and the fixed-n sweeps default_1gpu / large_claims)
 # FIXED_N=0: no fixed-n sweep; the fixed-n verdicts and steps are the committed claims report's
-# (analysis/reports/claims_2026-11-30: the same shipped model and workload; its 33.6M model is that
+# (analysis/reports/claims_2026-12-02: the same shipped model and workload; its 33.6M model is that
 # day's training, not this call's), which saves ~1-2 min of device time per model.
 # Knobs: CLAIMS_DIR, SEQ_OVERRIDES / CLAIMS_OVERRIDES / TRAIN_OVERRIDES (tiny dry runs on the CPU),
 # TRAIN_BUDGET_S (the second model's training when it is not there, default 100), SKIP_WHEELS=1.
@@ -35,7 +35,7 @@ for m in default large; do
   fi
   FIXED_JSON=$W/${m}_fixed_report/report.json
   if [ "${FIXED_N:-1}" = 0 ]; then
-    FIXED_JSON=$REPO/analysis/reports/claims_2026-11-30/report.json
+    FIXED_JSON=$REPO/analysis/reports/claims_2026-12-02/report.json
   else
     FIXED=$W/${m}_1gpu; [ $m = large ] && FIXED=$W/large_claims
     [ -d $FIXED ] || FIXED=$W/${m}_fixed_seq
