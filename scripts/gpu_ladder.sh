@@ -13,7 +13,7 @@
 # model build and one wave) near 4 minutes of H200 time; a stage cut by its timeout keeps its complete
 # runs (the others are moved aside) and its ladder covers the widths that have every K.
 # Knobs: MODELS ("default gpu llama8b"), WIDTHS ("[1,4,8,16,64,256]"), K_MAX (3), LADDER_OVERRIDES
-# (after workload.turns=1; tiny dry runs on the CPU), STAGE_TIMEOUT (s; default 70 for default and gpu, 170
+# (after workload.turns=1; tiny dry runs on the CPU), STAGE_TIMEOUT (s; default 120 for default and gpu (70 cut the B=256 jobs on 2026-12-02), 170
 # for llama8b, whose 24 jobs each build 11 GB of weights), SKIP_WHEELS=1, LADDER_DIR.
 # A CPU check at a tiny size (no GPU, no wheels):
 #   SKIP_WHEELS=1 OUT=/tmp/ladder_out MODELS="default gpu" WIDTHS="[1,2]" K_MAX=1 \
@@ -36,7 +36,7 @@ for m in ${MODELS:-default gpu llama8b}; do
   # model overrides in LADDER_OVERRIDES apply to random-weight shapes only (a checkpoint's config.json decides)
   OV=(workload.turns=1 ${LADDER_OVERRIDES:-})
   if [ $m = default ]; then OV=($(printf '%s\n' "${OV[@]}" | grep -v '^model\.')); else MODEL=(model=$m); fi
-  T=${STAGE_TIMEOUT:-$([ $m = llama8b ] && echo 170 || echo 70)}
+  T=${STAGE_TIMEOUT:-$([ $m = llama8b ] && echo 170 || echo 120)}
   (cd $W && timeout $T python3 -m atlas_ab -m +study=ladder "${MODEL[@]}" "${GRID[@]}" \
      runner.progress=false hydra.sweep.dir=$W/$m "${OV[@]}") > $W/$m.log 2>&1
   log "ladder sweep $m: exit $? in $((SECONDS - S)) s ($(ls -d $W/$m/*_k* 2>/dev/null | wc -l) runs)"

@@ -73,25 +73,35 @@ def _clusters(run: Run, doc: np.ndarray) -> np.ndarray:
     return doc if cmap is None else np.asarray(cmap)[doc]
 
 
-def acceptance_from(runs: list[Run]) -> tuple[dict[int, Acceptance], str]:
-    """K -> the verify steps of every run of that K, and the cluster unit."""
-    by_k: dict[int, list] = {}
-    units = set()
+def acceptance_from(runs: list[Run]) -> tuple[dict[int, Acceptance], str, int | None]:
+    """K -> the verify steps of that K's run at the acceptance width; the cluster unit; that width. The
+    acceptance width is the widest batch width at which every K >= 1 ran: its documents are the
+    most, every K is read on the same ones (their covariance is a paired one), and no document is
+    counted once per width (a greedy step's acceptance does not depend on B; pooling widths would
+    weight the narrow widths' documents several times, and a workload cut for 8 documents clusters
+    by document where one cut for 256 clusters by source file)."""
+    cells: dict[tuple[int, int], Run] = {}
     for r in runs:
-        _, k = width_and_k(r)
-        if k == 0:
-            continue
+        b, k = width_and_k(r)
+        if k:
+            cells[(b, k)] = r
+    Ks = sorted({k for _, k in cells})
+    common = [b for b in sorted({b for b, _ in cells}) if all((b, k) in cells for k in Ks)]
+    if Ks and not common:
+        raise AtlasError("acceptance runs: no batch width has a run of every K (" + ", ".join(
+            f"K={k} at B={sorted(b for b, kk in cells if kk == k)}" for k in Ks) + ")")
+    acc, units = {}, set()
+    for k in Ks:
+        r = cells[(common[-1], k)]
         s = r.steps[r.steps["k"] >= 1]
         if (s["k"] != k).any():
             raise AtlasError(f"{r.path}: verify steps with k other than the arm's K={k} (DRAFT_CONF or a ragged "
                              "turn end): the ladder reads runs with every lever but K off")
-        by_k.setdefault(k, []).append((_clusters(r, s["doc_id"].to_numpy()), s["accept_len"].to_numpy()))
+        acc[k] = acceptance_of(k, _clusters(r, s["doc_id"].to_numpy()), s["accept_len"].to_numpy())
         units.add(r.clusters[1])
     if len(units) > 1:
-        raise AtlasError(f"acceptance runs cluster by different units ({', '.join(sorted(units))})")
-    acc = {k: acceptance_of(k, np.concatenate([c for c, _ in v]), np.concatenate([a for _, a in v]))
-           for k, v in by_k.items()}
-    return acc, units.pop() if units else "document"
+        raise AtlasError(f"acceptance runs at B={common[-1]} cluster by different units ({', '.join(sorted(units))})")
+    return acc, units.pop() if units else "document", common[-1] if Ks else None
 
 
 def times_from(runs: list[Run], allow_outliers: bool = False, warn=None) -> dict[tuple[int, int], np.ndarray]:

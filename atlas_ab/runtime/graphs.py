@@ -21,7 +21,8 @@ import torch
 
 #: Seconds this process spent capturing graphs (warm-up runs included, so Triton's first-call
 #: compilation too). A step during which a capture ran is warm-up: its time goes to `warmup_ms`, not
-#: `step_ms` (speculative/timing.py; bench/RESULTS.md, "Graph capture and step_ms").
+#: `step_ms` (speculative/timing.py; while capture was in `step_ms`, a batch-1 live run's tokens/s sd came
+#: out ~10x the other arms', the claims study's Q5 of 2026-11-29).
 CAPTURE_SECONDS = [0.0]
 #: First calls of a step key (a capture on the GPU, a first compile or allocation in eager mode),
 #: counted in every mode: a loop step during which this grew paid a one-time cost, which is

@@ -84,3 +84,20 @@ def test_ranges_and_engine_formats():
     cfg, why = trtllm_config(ranges({1: 1, 8: 2}))
     assert cfg is None and "rises after batch size 7" in why
     assert vllm_config(ranges({1: 0, 8: 0})) is None
+
+
+def test_acceptance_comes_from_the_widest_width_that_has_every_k(sweep):
+    """Greedy acceptance does not depend on B: each K is read once, at the widest width with every K
+    (B=4 here), not pooled over widths (that would count a document once per width, and mix cluster
+    units where narrow workloads cluster by document and wide ones by source file)."""
+    from atlas_ab import AtlasError
+    from atlas_ab.analysis.ladder_runs import acceptance_from
+    from atlas_ab.analysis.load import load_run
+    runs = {p.name: load_run(p) for p in sweep}
+    acc, unit, width = acceptance_from(list(runs.values()))
+    assert width == 4 and unit == "document" and sorted(acc) == [1, 2]
+    for k in (1, 2):
+        s = runs[f"k{k}_b4"].steps
+        assert int(acc[k].steps.sum()) == int((s["k"] >= 1).sum())      # that run's steps, once
+    with pytest.raises(AtlasError, match="no batch width has a run of every K"):
+        acceptance_from([runs["k1_b1"], runs["k2_b4"]])

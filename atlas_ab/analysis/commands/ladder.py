@@ -32,7 +32,7 @@ def run(args) -> int:
         return _engine(args, paths)
     timing = load(args.runs)
     accept = load(args.acceptance) if args.acceptance else timing
-    acc, unit = acceptance_from(accept)
+    acc, unit, acc_width = acceptance_from(accept)
     kept = []
     times = times_from(timing, args.allow_outliers, lambda m: (cli.warn(m), kept.append(m)))
     if args.widths:
@@ -44,7 +44,8 @@ def run(args) -> int:
     if kept:
         res.notes.append(f"{len(kept)} of {len(timing)} timing runs hold warm-up-sized outliers, kept by "
                          "--allow-outliers: their stalls count in the step times")
-    res.notes.append(f"timing: {src_t}; acceptance: {src_a}")
+    res.notes.append(f"timing: {src_t}; acceptance: {src_a}, its runs at batch width {acc_width} "
+                     "(the widest that has every K)")
     if args.acceptance:
         res.notes.append("acceptance and timing come from different runs: acceptance on random weights means "
                          "nothing, so it is taken from the trained model's runs, timing from the shape's")
