@@ -150,6 +150,16 @@ def oracle_probe(run: Run) -> OracleProbe:
                        n_cond_all=int(eligible.sum()))
 
 
+@dataclass(frozen=True)
+class MatchedPairs:
+    """Two runs' steps matched position by position (`matched_pairs`)."""
+    control: np.ndarray        # [pairs] the control's metric value at each matched row
+    treatment: np.ndarray      # [pairs] the treatment's
+    n_control: int             # the control's rows in the metric's denominator
+    n_treatment: int
+    sums: DocSums              # per-cluster sums of treatment - control
+
+
 KEY = ["doc_id", "turn", "position"]
 
 
@@ -291,11 +301,10 @@ class PairedDifference:
         return d
 
 
-def paired_difference(control: Run, treatment: Run, metric: str, n_boot: int = 2000, seed: int = 0,
-                      unpaired=None, clusters: tuple | None = None) -> PairedDifference:
-    """The paired difference of `metric` between two runs (see PairedDifference). `unpaired`: the
-    unpaired stats.Difference of the same metric, for the sd pairing saved; `clusters`: (doc_id ->
-    cluster map or None, unit), default the control run's own (load.Run.clusters)."""
+def matched_pairs(control: Run, treatment: Run, metric: str, clusters: tuple | None = None) -> MatchedPairs:
+    """The two runs' rows in the denominator of `metric`, matched on (doc_id, turn, position) (a
+    position twice in one run is refused: it would pair many-to-many), and the per-cluster sums of
+    their differences. `clusters`: (doc_id -> cluster map or None, unit), default the control's own."""
     require_same_text(control, treatment)
     frames = []
     for r in (control, treatment):
@@ -313,25 +322,35 @@ def paired_difference(control: Run, treatment: Run, metric: str, n_boot: int = 2
     if m.empty:
         raise AtlasError(f"{control.path} vs {treatment.path}: no step pairs on (doc_id, turn, position) "
                          f"in the denominator of {metric}")
-    ya, yb = m["y_a"].to_numpy(), m["y_b"].to_numpy()
+    ya, yb = m["y_a"].to_numpy(np.float64), m["y_b"].to_numpy(np.float64)                  # [pairs]
     d = yb - ya
     cmap, unit = control.clusters if clusters is None else clusters
-    doc = m["doc_id"].to_numpy()
-    unit_of = doc if cmap is None else np.asarray(cmap)[doc]
-    ids, inv = np.unique(unit_of, return_inverse=True)
+    doc = m["doc_id"].to_numpy(np.int64)
+    ids, inv = np.unique(doc if cmap is None else np.asarray(cmap, np.int64)[doc], return_inverse=True)
     sums = DocSums(metric=metric, doc_id=ids, y=np.bincount(inv, weights=d), n=np.bincount(inv).astype(np.int64),
                    y2=np.bincount(inv, weights=d * d), unit=unit)
-    note = few_clusters(len(ids), unit)
+    return MatchedPairs(ya, yb, frames[0][1], frames[1][1], sums)
+
+
+def paired_difference(control: Run, treatment: Run, metric: str, n_boot: int = 2000, seed: int = 0,
+                      unpaired=None, clusters: tuple | None = None) -> PairedDifference:
+    """The paired difference of `metric` between two runs (see PairedDifference). `unpaired`: the
+    unpaired stats.Difference of the same metric, for the sd pairing saved; `clusters`: (doc_id ->
+    cluster map or None, unit), default the control run's own (load.Run.clusters)."""
+    mp = matched_pairs(control, treatment, metric, clusters)
+    ya, yb, sums = mp.control, mp.treatment, mp.sums
+    d = yb - ya
+    note = few_clusters(len(sums.doc_id), sums.unit)
     return PairedDifference(
-        metric=canonical(metric), control=control.arm, treatment=treatment.arm, n_pairs=len(m),
-        n_control=frames[0][1], n_treatment=frames[1][1], control_value=float(ya.mean()),
+        metric=canonical(metric), control=control.arm, treatment=treatment.arm, n_pairs=len(d),
+        n_control=mp.n_control, n_treatment=mp.n_treatment, control_value=float(ya.mean()),
         treatment_value=float(yb.mean()), delta=float(d.mean()),
         se=None if note else cluster.cluster_se(sums),
         bootstrap=cluster.bootstrap(sums, n_boot=n_boot, seed=seed) if n_boot and not note else None,
-        n_clusters=len(ids), cluster_note=note,
+        n_clusters=len(sums.doc_id), cluster_note=note,
         unpaired_iid_se=None if unpaired is None else unpaired.se,
         unpaired_cluster_se=None if unpaired is None else unpaired.cluster_se,
-        n_discordant=int(np.count_nonzero(d)), cluster_unit=unit)
+        n_discordant=int(np.count_nonzero(d)), cluster_unit=sums.unit)
 
 
 def mcnemar_by_depth(control: Run, treatment: Run) -> list[McNemarResult]:

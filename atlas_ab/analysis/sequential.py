@@ -31,7 +31,7 @@ import numpy as np
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.confidence_sequence import asymptotic_cs, hedged_cs
-from atlas_ab.analysis.metrics import DocSums, doc_sums, parse_metric, row_values
+from atlas_ab.analysis.metrics import DocSums, doc_sums, parse_metric
 from atlas_ab.config.prereg import Estimand, Prereg, load_prereg
 
 METHODS = {"hedged_capital": "hedged-capital confidence sequence (Waudby-Smith & Ramdas, JRSS-B 2024) over "
@@ -247,33 +247,25 @@ def _join(sa: DocSums, sb: DocSums):
     return both, ia, ib, skipped
 
 
-def _paired_sums(control, treatment, metric: str, cmap, unit: str) -> DocSums:
-    """Per-cluster sums of the matched-position differences (as paired.paired_difference pairs them)."""
-    from atlas_ab.analysis.paired import KEY, require_same_text
+def decisive_look(looks: list[dict], decided_at: int | None) -> dict | None:
+    """The look that decided (1-based `decided_at`), else the last one; None before any look."""
+    return looks[decided_at - 1] if decided_at else (looks[-1] if looks else None)
 
-    require_same_text(control, treatment)
-    frames = []
-    for r in (control, treatment):
-        if "position" not in r.steps.columns:
-            raise AtlasError(f"{r.path}: no position column, so steps cannot be paired between runs")
-        keep, y = row_values(r.steps, metric)
-        frames.append(r.steps[KEY].assign(y=y)[keep])
-    m = frames[0].merge(frames[1], on=KEY, suffixes=("_a", "_b"))
-    if m.empty:
-        raise AtlasError(f"{control.path} vs {treatment.path}: no step pairs on (doc_id, turn, position) in the "
-                         f"denominator of {metric}")
-    doc = m["doc_id"].to_numpy(np.int64)
-    g = doc if cmap is None else np.asarray(cmap, np.int64)[doc]
-    ids, inv = np.unique(g, return_inverse=True)
-    d = m["y_b"].to_numpy(np.float64) - m["y_a"].to_numpy(np.float64)
-    return DocSums(metric=metric, doc_id=ids, y=np.bincount(inv, weights=d), n=np.bincount(inv).astype(np.int64),
-                   y2=np.bincount(inv, weights=d * d), unit=unit)
+
+def saving_words(saving: dict) -> str:
+    """A study's saving (study.json's `saving`) in words: the steps each arm ran against the fixed-n
+    registration's, and the waves not run."""
+    used = ", ".join(f"{a} {n:,}" for a, n in saving["steps_per_arm"].items())
+    fixed = (f" of the fixed-n registration's {saving['fixed_n_per_arm']:,} per arm ({saving['saved_share']:.0%} "
+             "not run)" if saving.get("fixed_n_per_arm") else "")
+    return f"verify steps run {used}{fixed}; {saving['waves_not_run']} of {saving['waves_total']} waves not run"
 
 
 def clusters_of(pr: Prereg, control, treatment) -> Clusters:
     """Both arms' per-cluster sums on the registered turns, estimand and cluster unit, in the
     workload's document order (a cluster's first document)."""
     from atlas_ab.analysis.criteria import _cells, _clusters, _turns
+    from atlas_ab.analysis.paired import matched_pairs
 
     spec = pr.spec
     a, b = _turns(control, spec.turns), _turns(treatment, spec.turns)
@@ -284,7 +276,7 @@ def clusters_of(pr: Prereg, control, treatment) -> Clusters:
         if not (hasattr(a, "steps") and hasattr(b, "steps")):
             raise AtlasError(f"{pr.path}: matched positions need step tables; runs without one are judged on "
                              "the whole arm")
-        s = _paired_sums(a, b, metric, cmap, unit)
+        s = matched_pairs(a, b, metric, clusters).sums
         keep = s.n > 0
         ids = s.doc_id[keep]
         ya, na, yb, nb = np.zeros(len(ids)), s.n[keep].astype(np.float64), s.y[keep], s.n[keep].astype(np.float64)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from atlas_ab.analysis import plots
-from atlas_ab.analysis.sequential import SequentialResult, judge_sequential
+from atlas_ab.analysis.sequential import SequentialResult, decisive_look, judge_sequential, saving_words
 from atlas_ab.config.prereg import Prereg
 
 
@@ -32,8 +32,7 @@ class SequentialView:
 
     def lines(self) -> list[str]:
         r, n = self.result, len(self.looks)
-        at = r.decided_at
-        lk = self.looks[at - 1] if at else self.looks[-1]
+        lk = decisive_look(self.looks, r.decided_at)
         seen = f"{lk['documents']} documents ({lk['waves']} waves)" if lk.get("waves") else \
             f"{lk['n_clusters']} {r.cluster_unit}s"
         out = [f"- sequential decision: **{r.decision}** at look {lk['index']} of {n}, after {seen}: "
@@ -42,11 +41,7 @@ class SequentialView:
                f"{r.estimand.replace('_', ' ')}, clusters: {r.cluster_unit}s)"]
         sv = (self.record or {}).get("saving")
         if sv:
-            used = ", ".join(f"{a} {v:,}" for a, v in sv["steps_per_arm"].items())
-            fixed = (f" of the fixed-n registration's {sv['fixed_n_per_arm']:,} per arm ({sv['saved_share']:.0%} "
-                     "not run)" if sv.get("fixed_n_per_arm") else "")
-            out.append(f"- verify steps run: {used}{fixed}; {sv['waves_not_run']} of {sv['waves_total']} waves "
-                       "not run")
+            out.append(f"- {saving_words(sv)}")
         elif self.record is None:
             out.append("- no sequential study drove these runs: judged after every cluster, the budget taken as "
                        "ended")

@@ -364,23 +364,20 @@ class SequentialStudy:
 
 def summary_lines(m: dict) -> list[str]:
     """The study's outcome: each registration's decision, where it stopped, and its saving."""
+    from atlas_ab.analysis.sequential import decisive_look, saving_words
+
     lines = [f"sequential study {m.get('study')}: {m.get('status')} ({m.get('waves_run', 0)} of "
              f"{(m.get('waves') or {}).get('total', '?')} waves run)"]
     for name, e in (m.get("preregs") or {}).items():
         looks = e.get("looks") or []
-        at = e.get("decided_at")
-        lk = looks[at - 1] if at else (looks[-1] if looks else None)
+        lk = decisive_look(looks, e.get("decided_at"))
         where = (f"at look {lk['index']} of {len(looks)}, after {lk.get('documents')} documents "
                  f"({lk.get('waves')} waves): estimate {lk['estimate']:+.4f}, bounds [{lk['lower']:+.4f}, "
                  f"{lk['upper']:+.4f}]") if lk else "no look yet"
         lines.append(f"  {name}: {e.get('decision') or 'UNDECIDED'} {where}")
         sv = e.get("saving")
         if sv:
-            used = ", ".join(f"{a} {n:,}" for a, n in sv["steps_per_arm"].items())
-            fixed = (f" of the fixed-n registration's {sv['fixed_n_per_arm']:,} per arm ({sv['saved_share']:.0%} "
-                     "not run)" if sv.get("fixed_n_per_arm") else "")
-            lines.append(f"  saving: verify steps run {used}{fixed}; {sv['waves_not_run']} of {sv['waves_total']} "
-                         "waves not run")
+            lines.append(f"  saving: {saving_words(sv)}")
     for arm, d in (m.get("arms") or {}).items():
         lines.append(f"  arm {arm}: {d}")
     return lines
