@@ -1,7 +1,7 @@
 """One greedy verify step of a tree arm, and a greedy decode driven by it (the eager path).
 
 A tree step (config/tree.py for the vocabulary) is a linear step with three pieces swapped:
-the drafter drafts the tree (`MTPProposer.draft_tree`), the target verifies every node in one
+the drafter drafts the tree (`MTPTree.draft_tree`, proposers/mtp_tree.py), the target verifies every node in one
 forward under the tree mask (positions by depth, slots by node id: `LiveTarget.verify(tree=)`),
 and greedy acceptance walks the tree (`tree_accept.greedy_walk`). Then the accepted path's KV rows,
 the target's and the drafter's, move onto the slots a linear draft of its tokens would have used
