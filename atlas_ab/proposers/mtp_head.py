@@ -143,17 +143,25 @@ class MTPProposer(MTPTree):
         """Host: book the propose's K rows per active sequence (pair keys n-1 .. n+K-2) and return
         their RoPE positions and KV slots ([B, K] int64: d_rope, d_slot; slot -1 inactive) and
         the drafter's KV read length."""
+        return self._book_propose(positions, active, np.arange(num_drafts))
+
+    def _book_propose(self, positions, active, depth: np.ndarray) -> tuple[dict, dict]:
+        """Host: book M = len(depth) rows per active sequence: row r at slot base + r, pair key
+        n-1+depth[r], and the RoPE position a linear draft gives that key (at slot base + depth[r]).
+        A chain's depths are 0..K-1; a tree's are its internal nodes' (`plan_propose_tree`)."""
         base = self.rows.copy()
         act = np.nonzero(active)[0]
-        i = np.arange(num_drafts)[None, :]
-        keys = positions[:, None] - 1 + i
-        slots = np.where(active[:, None], base[:, None] + i, -1)
-        self.row_key[act[:, None], base[act][:, None] + i] = keys[act]
-        self.row_target[act[:, None], base[act][:, None] + i] = i == 0
-        self.rows[act] += num_drafts
-        self.last_drafted[act] = num_drafts
+        dep = np.asarray(depth)[None, :]                                                 # [1, M]
+        M = dep.shape[1]
+        r = np.arange(M)[None, :]                                                        # [1, M]
+        keys = positions[:, None] - 1 + dep                                              # [B, M]
+        slots = np.where(active[:, None], base[:, None] + r, -1)                         # [B, M]
+        self.row_key[act[:, None], base[act][:, None] + r] = keys[act]
+        self.row_target[act[:, None], base[act][:, None] + r] = r == 0
+        self.rows[act] += M
+        self.last_drafted[act] = M
         self.row0_slot = np.where(active, base, -1)
-        plan = {"d_rope": rope_of(self.row_space, keys, base[:, None] + i), "d_slot": slots}
+        plan = {"d_rope": rope_of(self.row_space, keys, base[:, None] + dep), "d_slot": slots}
         return plan, {"draft": int(slots.max()) + 1}
 
     # -- the same plan on the device (the loop's run-ahead: speculative/run_ahead.py) --

@@ -3,7 +3,8 @@ the device, and its accepted path's rows compacted and booked as a linear propos
 (config/tree.py's vocabulary; the loop's side is speculative/tree_step.py).
 
 A mixin of `MTPProposer` (mtp_head.py): it reads and books the same drafter state (rows,
-row_key, row_target, last_drafted, kv) and uses its `_handoff`, `_recycle` and `mtp`.
+row_key, row_target, last_drafted, kv), books its rows with `_book_propose` and uses its `_handoff`,
+`_recycle` and `mtp`.
 Shapes: B sequences, N draft nodes (node 0 the root), M internal nodes (one drafter row each),
 D the tree's depth, H the hidden size, V the vocabulary.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from atlas_ab.proposers.rowspace import rope_of, trim_table
+from atlas_ab.proposers.rowspace import trim_table
 from atlas_ab.proposers.tree_rows import path_slots
 
 
@@ -23,21 +24,9 @@ class MTPTree:
         position a linear draft gives that key (`rope_of` at the linear slot base + depth(v)), so
         the path's rows, once compacted onto base .. base+depth, are a linear propose's. Returns
         d_rope, d_slot [B, M] int64 (slot -1 inactive) and the drafter's read length."""
-        base = self.rows.copy()
-        act = np.nonzero(active)[0]
-        dep = tree.depth[tree.internal][None, :]                                       # [1, M]
-        M = dep.shape[1]
-        r = np.arange(M)[None, :]
-        keys = positions[:, None] - 1 + dep
-        slots = np.where(active[:, None], base[:, None] + r, -1)
-        self.row_key[act[:, None], base[act][:, None] + r] = keys[act]
-        self.row_target[act[:, None], base[act][:, None] + r] = r == 0
-        self.rows[act] += M
-        self.last_drafted[act] = M
-        self.row0_slot = np.where(active, base, -1)
+        plan, lengths = self._book_propose(positions, active, tree.depth[tree.internal])
         self.tree_base = self.row0_slot.copy()
-        plan = {"d_rope": rope_of(self.row_space, keys, base[:, None] + dep), "d_slot": slots}
-        return plan, {"draft": int(slots.max()) + 1}
+        return plan, lengths
 
     def draft_tree(self, plan: dict, last_tokens, target_hidden, tree, lengths: dict):
         """Device: the tree's drafts, depth by depth. The forward at internal node v takes v's token
