@@ -83,6 +83,8 @@ def acceptance_from(runs: list[Run]) -> tuple[dict[int, Acceptance], str, int | 
     cells: dict[tuple[int, int], Run] = {}
     for r in runs:
         b, k = width_and_k(r)
+        if k and (b, k) in cells:      # as times_from: one run per cell, never one dropped in silence
+            raise AtlasError(f"{r.path}: a second acceptance run at batch width {b} K={k} (one run per cell)")
         if k:
             cells[(b, k)] = r
     Ks = sorted({k for _, k in cells})

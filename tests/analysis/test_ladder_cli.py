@@ -101,3 +101,12 @@ def test_acceptance_comes_from_the_widest_width_that_has_every_k(sweep):
         assert int(acc[k].steps.sum()) == int((s["k"] >= 1).sum())      # that run's steps, once
     with pytest.raises(AtlasError, match="no batch width has a run of every K"):
         acceptance_from([runs["k1_b1"], runs["k2_b4"]])
+
+
+def test_a_second_acceptance_run_of_one_cell_is_refused(sweep):
+    from atlas_ab import AtlasError
+    from atlas_ab.analysis.ladder_runs import acceptance_from
+    from atlas_ab.analysis.load import load_run
+    run = load_run(sweep[1])
+    with pytest.raises(AtlasError, match="a second acceptance run at batch width 1 K=1"):
+        acceptance_from([run, run])

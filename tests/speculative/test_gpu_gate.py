@@ -25,14 +25,11 @@ def runner():
         at_calibration.append(torch.cuda.max_memory_allocated())
         return calibrate(*a, **k)
     torch.cuda.reset_peak_memory_stats()
-    mp = pytest.MonkeyPatch()
-    mp.setattr(runner_mod, "calibrate", peak_then_calibrate)
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner_mod, "calibrate", peak_then_calibrate)
         r = Runner(ArmConfig(name="refeed_on", catchup=True, refeed=True), model_cfg("model=llama8b"),
                    WorkloadConfig(n_docs=8, turns=2, chunk_tokens=64, gen_tokens=32),
                    RunnerConfig(device="cuda", batch_width=8, gate_sequences=8))
-    finally:
-        mp.undo()
     weights = sum(p.numel() * p.element_size() for m in (r.trunk, r.proposer.mtp) for p in m.parameters())
     peak = at_calibration[0]
     print(f"\nllama8b init: {weights / 1e9:.2f} GB of bf16 weights, peak {peak / 1e9:.2f} GB")
