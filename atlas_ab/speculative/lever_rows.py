@@ -1,7 +1,7 @@
 """The host's rows of three levers, planned between a wave's steps (loop.py calls them): CATCHUP's
 gap rows before a propose, DRAFTER_PREFILL's context rows after a turn's prefill, RING_PREFILL's
-one ring row of the prefill's last hidden; and TREE's positions and slots in a step's plan. Each
-takes the wave's arrays and returns rows; none keeps state. (Shapes: step.py's vocabulary.)"""
+one ring row of the prefill's last hidden. Each takes the wave's arrays and returns rows; none
+keeps state. (Shapes: step.py's vocabulary.)"""
 from __future__ import annotations
 
 import functools
@@ -12,15 +12,6 @@ import torch
 from atlas_ab.proposers.base import RowFeed
 from atlas_ab.proposers.ring import Ring, gap_keys
 from atlas_ab.runtime.batch import ragged_runs
-
-
-def tree_plan(tree, n: np.ndarray, active: np.ndarray, plan: dict, lengths: dict) -> None:
-    """TREE: every node verified at position n + its depth, in KV slot n + its node id (the
-    ancestor mask keeps siblings apart), into `plan` (pos, vslot [B, N+1]) and `lengths`."""
-    N = tree.n_nodes
-    plan.update(pos=n[:, None] + tree.depth[None, :],                                      # [B, N+1]
-                vslot=np.where(active[:, None], n[:, None] + np.arange(N + 1), -1))       # [B, N+1]
-    lengths["verify"] = int(n[active].max()) + N + 1
 
 
 def drafter_context(proposer, history: np.ndarray, last_hidden: torch.Tensor, start: np.ndarray, count: np.ndarray,

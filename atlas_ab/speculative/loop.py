@@ -12,7 +12,7 @@ the arm allows (run_ahead.py: the device plans and books them; the host's own pl
 checked equal behind it). The target (targets.py) is the trunk in live mode, a stored trajectory in
 replay mode; the rest is the same code in both, and only live mode times its steps (timing.py).
 
-The levers, by name (shapes: step.py's vocabulary; lever_rows.py: the host's rows of four of them):
+The levers, by name (shapes: step.py's vocabulary; lever_rows.py: the host's rows of three of them):
   CATCHUP          `lever_rows.catchup_rows` (host plan), `DeviceStep.feed_rows`, `RunAhead.plan` (device plan)
   REFEED, SHIFT    `DeviceStep.ring_take`: which hiddens the ring gets, under which labels
   RING_PREFILL     `lever_rows.ring_prefill`
@@ -21,7 +21,7 @@ The levers, by name (shapes: step.py's vocabulary; lever_rows.py: the host's row
   SHADOW_TOPK      `DeviceStep.propose` (the drafter's top-k; `StepTable.write`, step_table.py)
   ORACLE_P2        `DeviceStep.oracle`; `_plan`'s `plan_oracle`
   FINGERPRINTS     `self.fingerprints` (step_events.py)
-  TREE             `lever_rows.tree_plan` (positions by depth), `DeviceStep.propose` / `verify_tree`, `_commit`
+  TREE             `verify_depth` (`_plan`: positions by depth), `DeviceStep.propose` / `verify_tree`, `_commit`
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from atlas_ab.config.tree import parse_tree
 from atlas_ab.proposers.ring import Ring
 from atlas_ab.runtime.graphs import bucket
 from atlas_ab.speculative.host_io import StepRead, pack_plan, unpack_read
-from atlas_ab.speculative.lever_rows import catchup_rows, drafter_context, ring_prefill, tree_plan
+from atlas_ab.speculative.lever_rows import catchup_rows, drafter_context, ring_prefill
 from atlas_ab.speculative.run_ahead import RunAhead, runs_ahead
 from atlas_ab.speculative.sampling import SamplingPlan
 from atlas_ab.speculative.step import DeviceStep
@@ -65,6 +65,8 @@ class Wave:
         # TREE: the static tree (validate_arm: K is its depth); its verify reads N + 1 rows
         self.tree = parse_tree(arm.tree) if arm.tree is not None else None
         width = self.tree.n_nodes if self.tree is not None else self.K
+        # the verify's rows, root first: each node's depth (a K-chain is the one-path tree: depths 0..K)
+        self.verify_depth = self.tree.depth if self.tree is not None else np.arange(self.K + 1)   # [N+1]
         B = self.B = len(docs)
         self.doc_ids = np.array([d.doc_id for d in docs], dtype=np.int64)
         budgets = np.array([sum(len(c) for c in d.chunks) + self.turns * gen_tokens + width + 2
@@ -204,12 +206,11 @@ class Wave:
         """Host: the step's plan (int64 arrays: the verify of [t_n, d1..dK] at positions n..n+K,
         what the turn still needs, the catch-up rows at `cu_width`, the drafts' slots), KV lengths."""
         B, K = self.B, self.K
-        pos = n[:, None] + np.arange(K + 1)[None, :]                                      # [B, K+1]
-        plan = {"last_tok": self.history[np.arange(B), n], "pos": pos, "vslot": np.where(active[:, None], pos, -1),
+        pos = n[:, None] + self.verify_depth[None, :]                                    # [B, N+1] RoPE by depth
+        slot = n[:, None] + np.arange(len(self.verify_depth))[None, :]                   # [B, N+1] KV by node id
+        plan = {"last_tok": self.history[np.arange(B), n], "pos": pos, "vslot": np.where(active[:, None], slot, -1),
                 "left": np.where(active, self.G - self.gen, 0)}
-        lengths = {"verify": int(n[active].max()) + K + 1}
-        if self.tree is not None:                   # TREE: every node, positions by depth, slots by node id
-            tree_plan(self.tree, n, active, plan, lengths)
+        lengths = {"verify": int(n[active].max()) + len(self.verify_depth)}
         fed = self._catchup(active, n, plan, lengths, width=self.cu_width) if self.arm.catchup \
             else np.zeros(B, dtype=np.int64)
         rows_at_propose = self.proposer.drafter_rows()
