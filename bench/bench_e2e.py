@@ -10,6 +10,7 @@ caches the earlier one left: the first `main` is cold on a fresh machine, the se
   - main_cold_1t: the same, cold again (caches of its own), inductor compiling in the process
     (TORCHINDUCTOR_COMPILE_THREADS=1) rather than through its pool of worker processes;
   - claims: `-m +study=claims` (13 arms, replayed);
+  - tree: `-m +study=tree` (3 arms, live: the tree's steps captured on the Triton path);
   - llama8b: `model=llama8b workload.n_docs=64 runner.batch_width=64` (the 5.7B shape, 64 x 8).
 Each job's wall time is the process's, start to exit; its manifest's `timings` (run/startup.py)
 say where it went. The JSON is rewritten as each job ends (a job past --job-timeout is killed and
@@ -36,6 +37,7 @@ JOBS = {
     # cold again (caches of its own), inductor compiling in this process instead of a worker pool
     "main_cold_1t": ["+arm=refeed_on", "runner.compile_cache={workdir}/cache_1t"],
     "claims": ["-m", "+study=claims"],
+    "tree": ["-m", "+study=tree"],
     "llama8b": ["model=llama8b", "workload.n_docs=64", "runner.batch_width=64"],
 }
 JOB_ENV = {"main_cold_1t": {"TORCHINDUCTOR_COMPILE_THREADS": "1"}}
@@ -45,6 +47,7 @@ SMOKE = {
     "main_nofuse": ["workload=tiny"],
     "main_cold_1t": ["workload=tiny"],
     "claims": ["workload.n_docs=4", "workload.turns=1", "runner.batch_width=4", "+arm=baseline,refeed_on"],
+    "tree": ["workload.n_docs=4", "workload.turns=1", "runner.batch_width=4", "+arm=baseline,tree_top2"],
     "llama8b": ["model=default", "workload=tiny"],
 }
 

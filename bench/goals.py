@@ -236,4 +236,5 @@ def e2e_goals(runs: list[dict]) -> list[Goal]:
              nth("main_cold_1t")),
         goal("claims study end to end, s (13 arms, replayed)", 40.0, nth("claims")),
         goal("5.7B shape, 64 documents x 8 turns, end to end, s", 15.0, nth("llama8b")),
+        goal("tree study end to end, s (3 arms, 32 documents, live: no goal set)", float("nan"), nth("tree")),
     ]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 41, time to a verdict, in one device call on a FRESH machine (carry .whl; 515 s of stage
+# Issue 41, time to a verdict, in one device call on a FRESH machine (carry .whl; 585 s of stage
 # timeouts at most, ~6-7 min expected; STAGES splits it over two calls):
 #   device run (carry .whl, built by scripts/gpu_wheels.sh): bash scripts/gpu_time_to_verdict.sh
 # Stages, each under `timeout`, each writing its JSON/log under $OUT as it ends (a call that runs
@@ -32,7 +32,7 @@ log "caches before: $(du -sh ~/.cache/atlas_ab 2>/dev/null || echo none) | stage
 
 if has e2e; then
   S=$SECONDS
-  timeout $(T 230 900) python3 bench/bench_e2e.py --jobs main,main,main_nofuse,main_cpu,claims,llama8b,main_cold_1t \
+  timeout $(T 300 900) python3 bench/bench_e2e.py --jobs main,main,main_nofuse,main_cpu,claims,tree,llama8b,main_cold_1t \
     --workdir $W/e2e --job-timeout $(T 110 300) --json "$OUT/e2e.json" $(T "" --smoke) \
     > $W/e2e.out 2> "$OUT/e2e.err"
   log "e2e: exit $? in $((SECONDS - S)) s"

@@ -41,7 +41,7 @@ class MTPTree:
         [B, N] (each draft's softmax prob under its parent's head)."""
         B, N = last_tokens.shape[0], tree.n_nodes
         dev = last_tokens.device
-        block = torch.as_tensor(tree.ancestors[np.ix_(tree.internal, tree.internal)], device=dev)   # [M, M]
+        blocks = self._tree_arrays(tree, dev)["blocks"]
         start = plan["d_slot"][:, 0]                                                    # [B] -1 inactive
         nodes = torch.zeros(B, N + 1, dtype=torch.long, device=dev)
         nodes[:, 0] = last_tokens
@@ -56,8 +56,7 @@ class MTPTree:
             else:
                 hid = torch.stack([out_of[int(tree.parent[v])] for v in at], 1)         # [B, T, H]
             out = self.mtp.forward(tok, hid, plan["d_rope"][:, rows], plan["d_slot"][:, rows], self.kv, self.embed,
-                                   length=lengths["draft"], zero_at=self.zero_at,
-                                   tree=(start, block[torch.as_tensor(rows, device=dev)]))   # [B, T, H]
+                                   length=lengths["draft"], zero_at=self.zero_at, tree=(start, blocks[d]))  # [B, T, H]
             z = self.mtp.logits(out, self.lm_head)                                      # [B, T, V] fp32
             p, ids = torch.softmax(z, dim=-1).topk(tree.topk, dim=-1)                   # [B, T, k]
             for t, v in enumerate(at):
@@ -67,13 +66,25 @@ class MTPTree:
                     conf[:, c - 1] = p[:, t, tree.rank[c]]
         return nodes, conf
 
-    def compact_tree(self, path, tree) -> None:
+    def compact_tree(self, path, tree, base) -> None:
         """Device: move the accepted path's drafter rows (path [B, D+1], tree_accept.greedy_walk)
-        onto the slots a linear propose of its tokens would have used (row of depth d at base + d)."""
-        dev = path.device
-        src, dst = path_slots(path, torch.as_tensor(self.tree_base, device=dev),
-                              torch.as_tensor(tree.row_of, device=dev))
+        onto the slots a linear propose of its tokens would have used (row of depth d at base + d;
+        base [B]: the propose's first row, the plan's d_slot[:, 0], -1 inactive)."""
+        src, dst = path_slots(path, base, self._tree_arrays(tree, path.device)["row_of"])
         self.kv.move_slots(src, dst)
+
+    def _tree_arrays(self, tree, device) -> dict:
+        """The tree's constant device arrays, made once: a step (a CUDA graph's capture above all)
+        copies nothing from the host. blocks[d]: the ancestor mask [T_d, M] of depth d's internal
+        nodes over the propose's rows; row_of [N+1]."""
+        cache = self.__dict__.setdefault("_tree_dev", {})
+        key = (tree.paths, str(device))
+        if key not in cache:
+            anc = tree.ancestors[np.ix_(tree.internal, tree.internal)]                  # [M, M]
+            blocks = [torch.as_tensor(anc[tree.row_of[[int(v) for v in tree.internal if tree.depth[v] == d]]],
+                                      device=device) for d in range(tree.max_depth)]
+            cache[key] = {"blocks": blocks, "row_of": torch.as_tensor(tree.row_of, device=device)}
+        return cache[key]
 
     def after_verify_tree(self, accepted: np.ndarray, best: np.ndarray, tree, active: np.ndarray) -> None:
         """Host: book the compacted rows as `after_verify` books a linear propose of K' drafts with

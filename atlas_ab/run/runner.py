@@ -88,9 +88,6 @@ class Runner:
         self.dtype = resolve_dtype(runner.dtype, self.device)
         torch.manual_seed(runner.seed)
         self.graphs = self.device.type == "cuda" and runner.cuda_graphs
-        if arm.tree is not None and self.graphs:
-            raise AtlasError(f"arm {arm.name!r}: tree runs eagerly only (runner.cuda_graphs=false: its verify has no "
-                             "Triton path or captured graph yet)")
 
         path = Path(resolve_path(model.path)) if model.path else None
         if model.init == "random":

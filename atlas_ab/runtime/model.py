@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from atlas_ab import AtlasError
 from atlas_ab.runtime import kernels
 from atlas_ab.runtime.args import ModelArgs
-from atlas_ab.runtime.kernels.attention import attention as attention_kernel
+from atlas_ab.runtime.kernels.attention import ancestor_bits, attention as attention_kernel
 from atlas_ab.runtime.kernels.matmul import linear
 from atlas_ab.runtime.kernels.mlp import silu_mul
 from atlas_ab.runtime.kernels.norm import add_rmsnorm, rmsnorm
@@ -102,22 +102,26 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class _Ctx:
     """Per-forward attention context shared by all layers (computed once). `fast`: the Triton
     path, which needs only the pool and the slots (no mask, no length, no flat indices)."""
-    __slots__ = ("kv", "flat", "length", "mask", "causal", "fold", "fast", "slots", "window")
+    __slots__ = ("kv", "flat", "length", "mask", "causal", "fold", "fast", "slots", "window", "tree")
 
     def __init__(self, kv=None, flat=None, length=0, mask=None, causal=False, fold=False, fast=False,
-                 slots=None, window=None):
+                 slots=None, window=None, tree=None):
         self.kv, self.flat, self.length, self.mask, self.causal, self.fold = kv, flat, length, mask, causal, fold
         self.fast, self.slots, self.window = fast, slots, window
+        self.tree = tree        # the Triton path's tree (start [B], ancestor bits [T] int32), or None
 
 
 FOLD_MAX_ROWS = 64      # fold GQA groups into the query rows when G*T is at most this
 
 
 def _cached_ctx(kv: KVPool, slots: torch.Tensor, length: Optional[int], a: ModelArgs, dtype, tree=None) -> _Ctx:
-    # tree: the Triton attention reads each row's slots causally, with no tree mask yet: the torch path
-    if tree is None and kv.dtype == dtype and kernels.enabled(kv.device):
+    if tree is not None and a.sliding_window is not None:
+        raise AtlasError("a tree verify on a sliding-window model: the window would be by slot, not position")
+    if kv.dtype == dtype and kernels.enabled(kv.device):
         slots = slots.to(kv.device, non_blocking=True).contiguous()
-        return _Ctx(kv=kv, fast=True, slots=slots, window=a.sliding_window)
+        # a tree: its block's start and each row's ancestors as a bitmask, built once per forward
+        fast_tree = None if tree is None else (tree[0].to(kv.device).contiguous(), ancestor_bits(tree[1]))
+        return _Ctx(kv=kv, fast=True, slots=slots, window=a.sliding_window, tree=fast_tree)
     if length is None:
         length = int(slots.max()) + 1        # one host sync on GPU: pass `length` to avoid it
     length = max(int(length), 1)
@@ -126,8 +130,6 @@ def _cached_ctx(kv: KVPool, slots: torch.Tensor, length: Optional[int], a: Model
     G = a.num_attention_heads // a.num_key_value_heads
     if tree is None:
         m = kv.mask(slots, length, a.sliding_window)                    # [B, 1, T, L] bool
-    elif a.sliding_window is not None:
-        raise AtlasError("a tree verify on a sliding-window model: the window would be by slot, not position")
     else:
         m = kv.tree_mask(slots, length, *tree)                          # [B, 1, T, L] bool
     # Few rows (decode / verify / drafts): queries are folded to [B, KVH, G*T, D], so grouped heads
@@ -202,7 +204,7 @@ class Attention(nn.Module):
         rope_write_kv(qkv, positions, rope, k_pool, v_pool, ctx.slots, kv.base, kv.capacity, self.n_heads,
                       self.n_kv_heads, qn[0], qn[1], qn[2])
         o = attention_kernel(qkv, k_pool, v_pool, ctx.slots, kv.base, kv.capacity, self.n_heads,
-                             self.head_dim ** -0.5, ctx.window, max_len=kv.max_capacity + 1)
+                             self.head_dim ** -0.5, ctx.window, max_len=kv.max_capacity + 1, tree=ctx.tree)
         return linear(o, self.o_proj.weight, self.o_proj.bias)
 
 
@@ -356,7 +358,8 @@ class Transformer(nn.Module):
         at slot slots[b, t] (-1 = padding: written to the dump slot, output meaningless) and attends
         to its sequence's slots [0, slots[b, t]]. `length` = max slot + 1 (host int; see module doc).
         tree: (start [B], block [T, W] bool), a tree verify: row t attends to the slots before start
-        and to slot start + u where block[t, u] (KVPool.tree_mask; the torch path only)."""
+        and to slot start + u where block[t, u] (KVPool.tree_mask; the Triton path: the same rule as a
+        bitmask per row, kernels/attention.py)."""
         return self._run(tokens, positions, _cached_ctx(kv, slots, length, self.args, self.dtype, tree))
 
     def forward_train(self, tokens: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -36,7 +36,8 @@ from atlas_ab.speculative.host_io import first_difference, layout_width, pack_on
 
 def runs_ahead(arm: ArmConfig, graphs: bool, proposer) -> bool:
     """Whether a wave can run ahead of the host: static shapes, a proposer that plans on the device,
-    and no DRAFT_CONF."""
+    no DRAFT_CONF and no TREE (its propose books one row per internal node, which the device plan
+    does not do yet: a tree step waits for the host's plan)."""
     return graphs and arm.draft_conf <= 0 and arm.tree is None and hasattr(proposer, "plan_on_device")
 
 

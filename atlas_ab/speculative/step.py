@@ -166,7 +166,8 @@ class DeviceStep:
         path continued by rank-0 children (`tree_accept.linear_view`: [B, K+1] tokens and hiddens,
         K the tree's depth), the Proposal of its drafts and confidences ([B, K]; -1 and 0 where
         the tree has no rank-0 child) and the accepted path [B, K+1]."""
-        s = verify_tree(self.target, self.proposer, self.tree, self.tt, nodes, a["pos"], a["vslot"], length)
+        s = verify_tree(self.target, self.proposer, self.tree, self.tt, nodes, a["pos"], a["vslot"], length,
+                        a["d_slot"][:, 0])
         conf = torch.cat([torch.ones_like(prop.conf[:, :1]), prop.conf], dim=1)          # [B, N+1] (root: 1)
         lin = Proposal(drafts=as_linear(s.view, nodes, fill=-1)[:, 1:], conf=as_linear(s.view, conf, fill=0.0)[:, 1:],
                        topk_ids=None, topk_probs=None)

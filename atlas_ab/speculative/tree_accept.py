@@ -22,9 +22,10 @@ import torch
 
 
 def tree_tensors(tree, device) -> dict:
-    """The spec's arrays as device tensors: parent, depth, rank0_child [N+1] long, ancestors
-    [N+1, N+1] bool."""
-    return {"parent": torch.as_tensor(tree.parent, device=device).clamp(min=0),
+    """The spec's arrays as device tensors: parent, depth, rank0_child, node (0..N) [N+1] long,
+    ancestors [N+1, N+1] bool."""
+    return {"node": torch.arange(tree.n_nodes + 1, device=device),
+            "parent": torch.as_tensor(tree.parent, device=device).clamp(min=0),
             "depth": torch.as_tensor(tree.depth, device=device),
             "rank0_child": torch.as_tensor(tree.rank0_child, device=device),
             "ancestors": torch.as_tensor(tree.ancestors, device=device)}
@@ -69,4 +70,4 @@ def as_linear(path: torch.Tensor, x: torch.Tensor, fill=0) -> torch.Tensor:
     idx = path.clamp(min=0)                                               # [B, D+1]
     g = x.gather(1, idx.view(*idx.shape, *([1] * (x.dim() - 2))).expand(*idx.shape, *x.shape[2:]))
     keep = (path >= 0).view(*path.shape, *([1] * (x.dim() - 2)))
-    return torch.where(keep, g, torch.as_tensor(fill, dtype=x.dtype, device=x.device))
+    return torch.where(keep, g, fill)        # a Python fill: no host-to-device copy (a captured step)

@@ -48,14 +48,15 @@ def tree_positions(tree, tt: dict, n, active):
     return pos, slots
 
 
-def verify_tree(target, prop, tree, tt: dict, nodes, pos, slots, length: int) -> TreeStep:
+def verify_tree(target, prop, tree, tt: dict, nodes, pos, slots, length: int, draft_base) -> TreeStep:
     """Device: the target's verify of every node (nodes, pos, slots [B, N+1]) under the tree mask,
-    the greedy walk, and both KVs compacted onto the path's linear slots. Books nothing on the
-    host (`after_verify_tree` does, from the path)."""
+    the greedy walk, and both KVs compacted onto the path's linear slots (draft_base [B]: the
+    propose's first drafter row, the plan's d_slot[:, 0]). Books nothing on the host
+    (`after_verify_tree` does, from the path)."""
     vh, tgt = target.verify(nodes, pos, slots, length, tree=(slots[:, 0], tt["ancestors"]))
     acc, path, _ = greedy_walk(nodes, tgt, tt, tree.max_depth)
-    target.kv.move_slots(*path_slots(path, slots[:, 0], torch.arange(tree.n_nodes + 1, device=nodes.device)))
-    prop.compact_tree(path, tree)
+    target.kv.move_slots(*path_slots(path, slots[:, 0], tt["node"]))
+    prop.compact_tree(path, tree, draft_base)
     view = linear_view(path, acc, tt["rank0_child"])
     return TreeStep(nodes, tgt, acc, path, as_linear(view, tgt, fill=-1), as_linear(view, vh), view=view)
 
@@ -68,7 +69,8 @@ def tree_step(target, prop, tree, tt: dict, last_tok, last_hid, n: np.ndarray, a
     nodes, _ = prop.draft_tree({k: torch.as_tensor(v, device=dev) for k, v in plan.items()}, last_tok, last_hid,
                                tree, lengths)                                           # [B, N+1]
     pos, slots = tree_positions(tree, tt, torch.as_tensor(n, device=dev), torch.as_tensor(active, device=dev))
-    s = verify_tree(target, prop, tree, tt, nodes, pos, slots, int(n.max()) + tree.n_nodes + 1)
+    s = verify_tree(target, prop, tree, tt, nodes, pos, slots, int(n.max()) + tree.n_nodes + 1,
+                    torch.as_tensor(plan["d_slot"][:, 0], device=dev))
     acc = s.accepted.cpu().numpy()
     best = s.path.cpu().numpy()[np.arange(len(n)), acc]
     prop.after_verify_tree(acc, best, tree, active)

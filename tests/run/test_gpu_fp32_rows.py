@@ -1,5 +1,6 @@
 """The GPU path at runner.dtype=float32 (graphs, run-ahead, the compiled bookkeeping, the Triton
-forward) gives the CPU's eager fp32 step rows on every arm of the claims study: the shipped model
+forward) gives the CPU's eager fp32 step rows on every arm of the claims study and the tree arms
+(their tree attention on the Triton path, their steps captured): the shipped model
 through the real Runner, one small live wave each (GPU only). Every integer column (k, accept_len,
 drafts, target, committed, gated, oracle, top-k ids, drafter/fed rows) exactly; the drafter's
 probabilities (conf, topk_probs) within 1e-4, since the two devices' kernels sum fp32 in other
@@ -67,7 +68,7 @@ def assert_same_rows(one, two):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("arm", study_arms("claims"))
+@pytest.mark.parametrize("arm", study_arms("claims") + ["tree_top2", "tree_linear2"])
 def test_the_gpu_fp32_rows_equal_the_cpus(arm):
     assert_same_rows(wave(arm, "cuda"), wave(arm, "cpu"))
 

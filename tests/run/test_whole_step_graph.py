@@ -30,7 +30,8 @@ def arm_config(name: str) -> ArmConfig:
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ArmConfig), raw))
 
 
-CASES = ([(a, None) for a in study_arms("claims") + study_arms("claims_conf")]
+TREES = [a for a in study_arms("tree") if arm_config(a).tree is not None]       # tree_top2, tree_linear2
+CASES = ([(a, None) for a in study_arms("claims") + study_arms("claims_conf") + TREES]
          + [(a, 1.0) for a in study_arms("claims_sampled")])
 
 
@@ -47,7 +48,7 @@ def wave(models, arm, temperature, capture, run_ahead=True, fuse=True):
     w = Wave(LiveTarget(trunk, graphs=True, capture=capture, fuse=fuse),
              MTPProposer(trunk, mtp, arm.row_space, arm.refeed),
              arm, tiny_docs(n=8, turns=3, chunk=12), G, fingerprint_rows=fp, sampling=plan, run_ahead=run_ahead)
-    assert (w.ahead is not None) == (run_ahead and arm.draft_conf <= 0)
+    assert (w.ahead is not None) == (run_ahead and arm.draft_conf <= 0 and arm.tree is None)
     assert w.step.fuse == fuse
     return w.run()
 
@@ -71,7 +72,7 @@ def test_captured_step_equals_the_eager_static_step(models, name, temperature):
     assert_same_rows(eager, captured)
 
 
-AHEAD = [(a, t) for a, t in CASES if arm_config(a).draft_conf <= 0]
+AHEAD = [(a, t) for a, t in CASES if arm_config(a).draft_conf <= 0 and arm_config(a).tree is None]
 
 
 @pytest.mark.parametrize("name,temperature", AHEAD + [("k3", None), ("k1", 1.0)],

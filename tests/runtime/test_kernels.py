@@ -101,6 +101,51 @@ def test_attention_sliding_window_and_odd_head_dim(splits):
                                atol=2e-5, rtol=1e-5)
 
 
+TREE = [(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)]   # 7 nodes: the root, then (depth, path) order
+
+
+def masked_reference(q, pool: KVPool, layer, seen, n_heads):
+    """Row (b, t) attends to exactly the slots j where seen[b, t, j] (a [B, T, L] bool mask), in
+    float64."""
+    B, T, L = seen.shape
+    KVH, D = pool.n_kv_heads, pool.head_dim
+    G = n_heads // KVH
+    q = q[..., :n_heads * D].reshape(B, T, n_heads, D).double().cpu()
+    out = torch.zeros(B, T, n_heads, D, dtype=torch.float64)
+    for b in range(B):
+        for t in range(T):
+            idx = int(pool.base[b]) + torch.nonzero(seen[b, t].cpu())[:, 0]
+            for h in range(n_heads):
+                k, v = pool.k[layer, idx, h // G].double().cpu(), pool.v[layer, idx, h // G].double().cpu()
+                out[b, t, h] = torch.softmax(k @ q[b, t, h] / math.sqrt(D), dim=0) @ v
+    return out.reshape(B, T, n_heads * D)
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("G", [1, 2])
+def test_tree_attention_is_the_pools_tree_mask(G, splits):
+    """A tree verify's rows (node i at slot start + i): the kernel's bitmask rule equals kv.py's
+    `tree_mask`, the torch path's (the committed slots before start, then the row's ancestors and
+    itself); an inactive sequence (slots -1) keeps the padding rule."""
+    from atlas_ab.config.tree import tree_from_paths
+    from atlas_ab.runtime.kernels.attention import ancestor_bits
+    tree = tree_from_paths(TREE)
+    caps, KVH, D = [40, 30, 20], 2, 16
+    pool = filled_pool(caps, KVH, D, torch.float32, seed=7)
+    H, T = KVH * G, tree.n_nodes + 1
+    start = torch.tensor([20, -1, 0], device=DEV)                  # seq 1 inactive; seq 2's root at slot 0
+    slots = torch.where(start[:, None] >= 0, start[:, None] + torch.arange(T, device=DEV)[None], -1)
+    block = torch.as_tensor(tree.ancestors, device=DEV)          # [T, T]
+    bits = ancestor_bits(block)
+    assert bits.tolist() == [1, 3, 5, 11, 19, 37, 75]            # node 6 = (0, 0, 0): nodes 0, 1, 3, 6
+    q = torch.randn(3, T, (H + 2 * KVH) * D, device=DEV)
+    got = attention(q, pool.k[0], pool.v[0], slots, pool.base, pool.capacity, H, D ** -0.5, splits=splits,
+                    tree=(start, bits))
+    seen = pool.tree_mask(slots, 41, start, block)[:, 0]          # [B, T, L]
+    assert seen[0, 6, :20].all() and seen[0, 6, 20:27].tolist() == [True, True, False, True, False, False, True]
+    torch.testing.assert_close(got.double().cpu(), masked_reference(q, pool, 0, seen, H), atol=2e-5, rtol=1e-5)
+
+
 def test_attention_bf16_and_reads_only_live_slots():
     """bf16 as on the GPU (to bf16 rounding), and slots past the live rows never matter: NaN
     poured into every slot a row may not see leaves the output finite and unchanged."""

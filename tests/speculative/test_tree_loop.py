@@ -80,3 +80,29 @@ def test_tree_arm_on_the_default_model_commits_the_chains_text():
         gate = check(ck.trunk, wl.docs, runs[arm.name].generated, wl.gen_tokens, [0, 1])
         assert gate.passed and gate.divergences == 0
     assert runs["tree_top2"].generated == runs["baseline"].generated
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_tree_arm_at_static_shapes_is_the_eager_arm(models, backend):
+    """The tree arm at the static full-capacity shapes a CUDA graph captures (graphs=True: run
+    eagerly on the CPU), on the torch path and on the Triton path (its tree attention in the
+    interpreter), gives the eager torch arm's steps: every discrete column exactly, conf to fp32."""
+    from atlas_ab.runtime import kernels
+    if backend == "triton" and not kernels.triton_available():
+        pytest.skip("triton is not installed")
+    trunk, mtp = models
+    docs = tiny_docs(n=3, turns=2, chunk=10)
+    arm = ArmConfig(name="tree", tree="topk:2,1", num_drafts=2)
+    ref = run(models, arm, docs).steps.table().to_pandas()
+    with kernels.use(backend):
+        prop = MTPProposer(trunk, mtp, arm.row_space, arm.refeed, graphs=True)
+        trace = Wave(LiveTarget(trunk, graphs=True), prop, arm, docs, G).run()
+    got = trace.steps.table().to_pandas()
+    assert len(got) == len(ref) and ref.accept_len.max() >= 1
+    exact = [c for c in SAME if c != "conf"] + ["tree_path"]
+    for c in exact:
+        assert got[c].map(np.asarray).map(list).tolist() == ref[c].map(np.asarray).map(list).tolist() \
+            if got[c].dtype == object else got[c].tolist() == ref[c].tolist(), c
+    np.testing.assert_allclose(np.concatenate(got.conf.tolist()), np.concatenate(ref.conf.tolist()), atol=1e-5)
+    gate = check(trunk, docs, trace.generated, G, list(range(3)))
+    assert gate.passed and gate.divergences == 0

@@ -14,6 +14,12 @@ The rule is the pool's (kv.py): the query row written at slot s sees its sequenc
     programs (flash-decoding), each writing a partial result and its log-sum-exp, combined by a
     second small kernel.
 
+A tree verify (config/tree.py: N+1 nodes at slots start .. start+N, node ids in (depth, path)
+order, so a node's ancestors sit at lower slots) adds one rule: a row inside the tree sees the
+committed slots before its sequence's `start` and, inside the block, only the nodes set in its
+row's ancestor bitmask (bit u: slot start + u); kv.py's `tree_mask` is the same rule as a tensor.
+The bound of what a row can see stays its own slot, so the KV walk and the splits are unchanged.
+
 Numerics: fp32 scores and softmax (exp2 with log2(e) folded into the scale), P cast to the
 activation dtype for P @ V as flash attention does, fp32 accumulation. fp32 activations use
 IEEE fp32 dots (no TF32), so the CPU interpreter and fp32 GPU runs agree with the torch path to
@@ -40,11 +46,11 @@ def _kernels(interpret: bool):
     import triton.language as tl
 
     @triton.jit
-    def attend(Q, K, V, O, MidO, MidL, Slots, Base, Cap,
+    def attend(Q, K, V, O, MidO, MidL, Slots, Base, Cap, TreeStart, TreeBits,
                T, n_rows, n_heads, q_stride, o_stride, slot_stride, window, scale_log2e,
                G: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, HAS_WINDOW: tl.constexpr, IEEE: tl.constexpr,
-               EVEN_D: tl.constexpr):
+               EVEN_D: tl.constexpr, TREE: tl.constexpr):
         b = tl.program_id(0).to(tl.int64)
         n_mb = tl.cdiv(n_rows, BLOCK_M)
         kvh = tl.program_id(1) // n_mb
@@ -58,8 +64,13 @@ def _kernels(interpret: bool):
         row = b * T + t                                    # the flat query row (b, t)
         d = tl.arange(0, DP)
         dm = d < D
-        slot = tl.maximum(tl.load(Slots + row, mask=live, other=0), 0)
+        raw = tl.load(Slots + row, mask=live, other=0)
+        slot = tl.maximum(raw, 0)
         cap = tl.load(Cap + b)
+        if TREE:        # the block's first slot, and each row's ancestors in it (bit u: slot st + u)
+            st = tl.load(TreeStart + b).to(tl.int32)
+            bits = tl.load(TreeBits + t, mask=live, other=0)
+            pad = raw < 0                # a padding row keeps the causal rule (it sees slot 0)
         hi_r = tl.where(live, tl.minimum(slot, cap - 1) + 1, 0)       # row sees [lo_r, hi_r)
         if HAS_WINDOW:
             lo_r = tl.maximum(slot - window + 1, 0)
@@ -91,6 +102,11 @@ def _kernels(interpret: bool):
             else:
                 sc = tl.dot(q, tl.trans(k))
             see = (j[None, :] < hi_r[:, None]) & (j[None, :] >= lo_r[:, None])
+            if TREE:
+                u = j[None, :] - st                                       # [1, BLOCK_N] offset in the block
+                inb = (u >= 0) & (u < 31)
+                anc = ((bits[:, None] >> tl.where(inb, u, 0)) & 1) != 0    # [BLOCK_M, BLOCK_N]
+                see = see & ((j[None, :] < st) | (inb & anc) | pad[:, None])
             sc = tl.where(see, sc * scale_log2e, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(sc, axis=1))
             alpha = tl.exp2(m_i - m_new)
@@ -148,14 +164,28 @@ def plan(batch: int, rows_per_seq: int, n_kv_heads: int, max_len: int, device: t
     return BLOCK_M, BLOCK_N, splits
 
 
+def ancestor_bits(block: torch.Tensor) -> torch.Tensor:
+    """block [T, W] bool (row t sees block slot u: kv.py's `tree_mask`) -> [T] int32 bitmasks,
+    bit u set where block[t, u]; W at most 31 (config/tree.py's MAX_NODES keeps it at 9)."""
+    W = block.shape[-1]
+    if W > 31:
+        raise ValueError(f"a tree block {W} nodes wide: the attention's bitmask holds 31")
+    w = torch.bitwise_left_shift(torch.ones(W, dtype=torch.int32, device=block.device),
+                                 torch.arange(W, dtype=torch.int32, device=block.device))
+    return (block.to(torch.int32) * w).sum(-1, dtype=torch.int32)
+
+
 @on_its_device
 def attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, slots: torch.Tensor,
               base: torch.Tensor, capacity: torch.Tensor, n_heads: int, scale: float,
-              window: Optional[int] = None, max_len: int = 1 << 20, splits: Optional[int] = None) -> torch.Tensor:
+              window: Optional[int] = None, max_len: int = 1 << 20, splits: Optional[int] = None,
+              tree: Optional[tuple] = None) -> torch.Tensor:
     """q [B, T, >= n_heads * D] with unit last stride and rows evenly strided (e.g. the q columns
     of the fused qkv output); k_pool/v_pool [total_slots, KVH, D] (one layer of the KVPool);
     slots [B, T]; base/capacity [B] (the pool's). Returns o [B, T, n_heads * D].
-    max_len: the pool's longest capacity (bounds the split count); splits forces it (tests)."""
+    max_len: the pool's longest capacity (bounds the split count); splits forces it (tests).
+    tree: (start [B] the tree block's first slot, -1 inactive; bits [T] int32, row t's ancestors
+    in the block as a bitmask: `ancestor_bits`), a tree verify's rows; None: causal."""
     B, T = slots.shape
     KVH, D = k_pool.shape[-2], k_pool.shape[-1]
     G = n_heads // KVH
@@ -170,17 +200,23 @@ def attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, slots
     DP = max(16, triton_next_pow2(D))
     slots = slots.contiguous()
     attend, combine = _kernels(interpreting())
+    if tree is not None:
+        assert window is None, "a tree verify on a sliding-window model (model.py refuses it)"
+        t_start, t_bits = tree[0].contiguous(), tree[1].contiguous()
+        assert t_bits.dtype == torch.int32 and t_bits.shape == (T,)
+    else:
+        t_start = t_bits = slots        # not read (TREE is off)
     if S > 1:
         mid_o = torch.empty(B * T * n_heads * S, DP, dtype=torch.float32, device=q.device)
         mid_l = torch.empty(B * T * n_heads * S, dtype=torch.float32, device=q.device)
     else:
         mid_o = mid_l = o
     grid = (B, KVH * math.ceil(n_rows / BLOCK_M), S)
-    attend[grid](q, k_pool, v_pool, o, mid_o, mid_l, slots, base, capacity,
+    attend[grid](q, k_pool, v_pool, o, mid_o, mid_l, slots, base, capacity, t_start, t_bits,
                  T, n_rows, n_heads, q.stride(1), o.stride(1), k_pool.stride(0), int(window or 0),
                  float(scale) * LOG2E, G=G, D=D, DP=DP, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, SPLITS=S,
                  HAS_WINDOW=window is not None, IEEE=q.dtype == torch.float32 or interpreting(),
-                 EVEN_D=D == DP, num_warps=4, num_stages=2)
+                 EVEN_D=D == DP, TREE=tree is not None, num_warps=4, num_stages=2)
     if S > 1:
         combine[(B * T * n_heads,)](o, mid_o, mid_l, n_heads, o.stride(1), D=D, DP=DP, SPLITS=S,
                                     SP=max(2, triton_next_pow2(S)), num_warps=1)
