@@ -385,11 +385,9 @@ def validate_run(arm: ArmConfig, model: ModelConfig, workload: WorkloadConfig, r
         if not workload.sampling.greedy:
             raise AtlasError(f"arm {arm.name!r}: num_drafts=0 (plain decode) runs greedy only "
                              "(workload.sampling.temperature=0)")
-    if arm.tree is not None:        # Phase 1: greedy, live, eager
-        if workload.sampling.temperature > 0:
-            raise AtlasError(f"arm {arm.name!r}: tree verifies greedily only (workload.sampling.temperature=0)")
-        if runner.mode != "live":
-            raise AtlasError(f"arm {arm.name!r}: tree runs in live mode only (runner.mode=live; no tree replay yet)")
+    # Phase 1: greedy (live, or replayed over the greedy trajectory: ReplayTarget.verify's tree)
+    if arm.tree is not None and workload.sampling.temperature > 0:
+        raise AtlasError(f"arm {arm.name!r}: tree verifies greedily only (workload.sampling.temperature=0)")
 
 
 def field_names(cls) -> list[str]:

@@ -162,8 +162,8 @@ class DeviceStep:
 
     def verify_tree(self, prop, nodes, a: dict, length: int):
         """TREE: the tree's verify (`tree_step.verify_tree`: every node under the tree mask, the
-        greedy walk, both KVs compacted), returned as a K-chain's: the Verified along the accepted
-        path continued by rank-0 children (`tree_accept.linear_view`: [B, K+1] tokens and hiddens,
+        greedy walk, both KVs compacted; replay: the drafter's), returned as a K-chain's: the Verified
+        along the accepted path continued by rank-0 children (`tree_accept.linear_view`: [B, K+1] tokens and hiddens,
         K the tree's depth), the Proposal of its drafts and confidences ([B, K]; -1 and 0 where
         the tree has no rank-0 child) and the accepted path [B, K+1]."""
         s = verify_tree(self.target, self.proposer, self.tree, self.tt, nodes, a["pos"], a["vslot"], length,

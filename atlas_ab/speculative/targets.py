@@ -6,8 +6,9 @@ things only:
   prefill(turn, history, start, count) -> hid [B, T, H], first [B]
       the hiddens of positions start .. start+count-1 of each sequence (the turn's
       new context, from the pending token on) and the target's next token after them
-  verify(vtok, pos, slots, length) -> vh [B, K+1, H], target [B, K+1]
-      the hiddens and argmaxes at positions n .. n+K for inputs [t_n, d1 .. dK]
+  verify(vtok, pos, slots, length, tree=None) -> vh [B, K+1, H], target [B, K+1]
+      the hiddens and argmaxes at positions n .. n+K for inputs [t_n, d1 .. dK]; a tree arm's
+      (tree: (start [B], ancestors [N+1, N+1])) for its N+1 nodes at positions by depth
 
 `LiveTarget` runs the trunk's forwards on its own KV (live mode, the only source
 of timings). `ReplayTarget` reads both from a stored target-only greedy (or
@@ -19,11 +20,15 @@ its replay asks for the trajectory's tokens and the target's logits along it (`p
 `path_logits`: the head applied to the stored hiddens), which the coupled drafts need.
 
 What replay cannot know: a live verify's argmaxes and hiddens past the first
-rejected draft are computed from a wrong token. Nothing downstream reads them
-(acceptance is a cumulative product that stops at the first mismatch; the
-commit, `last_hidden`, the ring writes and ORACLE_P2 use depths <= the accepted
-ones), so replay writes -1 for those argmaxes and zero rows for those hiddens,
-which makes any accidental use visible instead of plausible.
+rejected draft (in a tree: at a node with a rejected node on its path) are
+computed from a wrong token. Nothing downstream reads them (acceptance is a
+cumulative product that stops at the first mismatch, a tree's greedy walk one
+that stops at it along each path; the commit, `last_hidden`, the ring writes and
+ORACLE_P2 use depths <= the accepted ones), so replay writes -1 for those
+argmaxes and zero rows for those hiddens, which makes any accidental use visible
+instead of plausible. A node the walk accepts has every node on its path equal to
+the trajectory, so its parent's argmax is known: a tree arm's replayed paths are
+its live ones wherever live keeps to the trajectory.
 """
 from __future__ import annotations
 
@@ -37,6 +42,17 @@ from atlas_ab.runtime.kernels.top1 import argmax
 
 #: The argmax replay writes where the live verify's was conditioned on a rejected draft.
 UNKNOWN = -1
+
+
+def known_rows(vtok: torch.Tensor, at: torch.Tensor, ancestors: torch.Tensor) -> torch.Tensor:
+    """[B, A] bool: the verify rows whose argmax replay knows. Row i (the root t_n, or a draft)
+    matches when its token vtok [B, A] is the trajectory's at its position, `at` [B, A]; the root
+    (row 0) always does, it is committed. Row i is known when every row on its path matched:
+    ancestors [A, A] bool, a[i, j] iff row j is row i or one of its ancestors (a K-chain's is
+    lower-triangular: depth j is known while d1 .. dj all matched)."""
+    match = vtok == at                                                          # [B, A]
+    match[:, 0] = True                                                          # the root is committed
+    return ~((~match)[:, None, :] & ancestors[None]).any(dim=-1)                # [B, A]
 
 
 class LiveTarget:
@@ -107,11 +123,14 @@ class ReplayTarget:
     The verify's argmax at depth j is the greedy path's token at position n+j+1
     (inside the turn the committed text, past the turn's last token the stored
     continuation), as long as the drafts before depth j matched that path;
-    after the first mismatch it is UNKNOWN. Hidden rows are the stored ones at
-    positions up to the turn's last token, zero past the first mismatch."""
+    after the first mismatch it is UNKNOWN (a tree's node: as long as every node
+    on its path matched). Hidden rows are the stored ones at positions up to the
+    turn's last token, zero where the argmax is UNKNOWN. No KV pool (`kv` None):
+    a tree step compacts the drafter's rows only."""
 
     live = False
     graphs = capture = False     # its verify is a gather keyed by the turn: eager
+    kv = None                    # no trunk forward: no target KV to compact after a tree verify
 
     def __init__(self, traj, device, logits=None):
         """logits: the trunk's head (hidden [..., H] -> logits [..., V]), for a sampled trajectory."""
@@ -183,15 +202,20 @@ class ReplayTarget:
                         self.ext_hiddens[ar, self.turn, (pos - end).clamp(0, X - 1)])
         return self.logits(h)
 
-    def verify(self, vtok, pos, slots, length: int):
+    def verify(self, vtok, pos, slots, length: int, tree=None):
+        """The verify's hiddens [B, A, H] and argmaxes [B, A] from the trajectory, for inputs vtok at
+        positions pos [B, A]: a K-chain's [t_n, d1..dK] at n..n+K, or (tree: (start [B], ancestors
+        [A, A] bool), as `LiveTarget.verify` takes it) a tree's nodes at positions by depth. A node
+        (row) matches when its token is the trajectory's at its position (the root always); its
+        argmax is known when every node on its path matched (`known_rows`), UNKNOWN otherwise."""
         B, A = pos.shape
         ar = torch.arange(B, device=self.device)[:, None]
         end = self.ends[:, self.turn][:, None]                                   # the turn's last token
         inside = pos <= end
         path = self.path(pos)
-        # depth j is known while d1 .. dj all matched the path (depth 0 always)
-        match = (vtok[:, 1:] == path[:, :-1]).long().cumprod(dim=1)
-        known = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=self.device), match.bool()], dim=1)
+        # a K-chain is the one-path tree: each depth's ancestors are the depths before it
+        anc = tree[1] if tree is not None else torch.ones(A, A, dtype=torch.bool, device=self.device).tril()
+        known = known_rows(vtok, self.path((pos - 1).clamp(min=0)), anc)         # [B, A]
         target = torch.where(known, path, UNKNOWN)
         L = self.hiddens.shape[1]
         vh = self.hiddens[ar, pos.clamp(0, L - 1)]

@@ -2,7 +2,8 @@
 
 A tree step (config/tree.py for the vocabulary) is a linear step with three pieces swapped:
 the drafter drafts the tree (`MTPTree.draft_tree`, proposers/mtp_tree.py), the target verifies every node in one
-forward under the tree mask (positions by depth, slots by node id: `LiveTarget.verify(tree=)`),
+forward under the tree mask (positions by depth, slots by node id: `LiveTarget.verify(tree=)`;
+replay reads it from the stored trajectory, `ReplayTarget.verify(tree=)`),
 and greedy acceptance walks the tree (`tree_accept.greedy_walk`). Then the accepted path's KV rows,
 the target's and the drafter's, move onto the slots a linear draft of its tokens would have used
 (`tree_rows.path_slots`, `KVPool.move_slots`), and the drafter books the path as a linear propose
@@ -51,11 +52,12 @@ def tree_positions(tree, tt: dict, n, active):
 def verify_tree(target, prop, tree, tt: dict, nodes, pos, slots, length: int, draft_base) -> TreeStep:
     """Device: the target's verify of every node (nodes, pos, slots [B, N+1]) under the tree mask,
     the greedy walk, and both KVs compacted onto the path's linear slots (draft_base [B]: the
-    propose's first drafter row, the plan's d_slot[:, 0]). Books nothing on the host
-    (`after_verify_tree` does, from the path)."""
+    propose's first drafter row, the plan's d_slot[:, 0]; the drafter's only under replay: a
+    `ReplayTarget` has no KV). Books nothing on the host (`after_verify_tree` does, from the path)."""
     vh, tgt = target.verify(nodes, pos, slots, length, tree=(slots[:, 0], tt["ancestors"]))
     acc, path, _ = greedy_walk(nodes, tgt, tt, tree.max_depth)
-    target.kv.move_slots(*path_slots(path, slots[:, 0], tt["node"]))
+    if target.kv is not None:      # replay reads the stored trajectory's rows: nothing of the target's to move
+        target.kv.move_slots(*path_slots(path, slots[:, 0], tt["node"]))
     prop.compact_tree(path, tree, draft_base)
     view = linear_view(path, acc, tt["rank0_child"])
     return TreeStep(nodes, tgt, acc, path, as_linear(view, tgt, fill=-1), as_linear(view, vh), view=view)

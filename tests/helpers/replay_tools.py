@@ -56,7 +56,8 @@ class HashedRows:
 
 
 class RecordingTarget(LiveTarget):
-    """The live target, keeping every prefill and verify output in time order."""
+    """The live target, keeping every prefill and verify output in time order (a verify's with its
+    rows' ancestor mask: a tree's, or a K-chain's lower-triangular one)."""
 
     def __init__(self, trunk):
         super().__init__(trunk)
@@ -67,10 +68,19 @@ class RecordingTarget(LiveTarget):
         self.log.append(("prefill", turn, start.copy(), count.copy(), hid.clone(), first.clone()))
         return hid, first
 
-    def verify(self, vtok, pos, slots, length):
-        vh, target = super().verify(vtok, pos, slots, length)
-        self.log.append(("verify", vtok.clone(), pos.clone(), slots.clone(), vh.clone(), target.clone()))
+    def verify(self, vtok, pos, slots, length, tree=None):
+        vh, target = super().verify(vtok, pos, slots, length, tree=tree)
+        A = vtok.shape[1]
+        anc = tree[1].cpu().numpy() if tree is not None else np.tril(np.ones((A, A), dtype=bool))   # [A, A]
+        self.log.append(("verify", vtok.clone(), pos.clone(), slots.clone(), vh.clone(), target.clone(), anc))
         return vh, target
+
+
+def row_parents(anc: np.ndarray) -> np.ndarray:
+    """[A] each verify row's parent (the root: 0) from its ancestor mask [A, A] (rows sorted by
+    depth: the parent is the strict ancestor of the highest id)."""
+    strict = anc & ~np.eye(len(anc), dtype=bool)
+    return np.array([np.nonzero(r)[0].max() if r.any() else 0 for r in strict], dtype=np.int64)
 
 
 def harvest(rec: RecordingTarget, wave: Wave, G: int, extend: int) -> Trajectory:
@@ -96,13 +106,17 @@ def harvest(rec: RecordingTarget, wave: Wave, G: int, extend: int) -> Trajectory
                 argmax[b, start[b] + count[b] - 1] = int(first[b])
             turn = t
             continue
-        _, vtok, pos, slots, vh, target = entry
+        _, vtok, pos, slots, vh, target, anc = entry
         vtok, pos, target = vtok.numpy(), pos.numpy(), target.numpy()
+        parent = row_parents(anc)                                                    # [A]
         for b in np.nonzero(slots[:, 0].numpy() >= 0)[0]:
             end = gen_start[b, turn] + G - 1
+            on_path = np.zeros(pos.shape[1], dtype=bool)                             # [A] rows accepted so far
             for j in range(pos.shape[1]):
-                if j and vtok[b, j] != target[b, j - 1]:
-                    break               # past the first rejected draft: conditioned on a wrong token
+                q = parent[j]
+                on_path[j] = j == 0 or (on_path[q] and vtok[b, j] == target[b, q])
+                if not on_path[j]:
+                    continue            # a rejected row, or one past it: conditioned on a wrong token
                 p = pos[b, j]
                 if p <= end:
                     hiddens[b, p] = vh[b, j]

@@ -65,6 +65,17 @@ def test_replay_runs_record_their_trajectory_and_equal_live(tmp_path, cache):
     assert m2["gate"]["by"] == "replay" and m2.get("replay_check") is None
 
 
+@pytest.mark.slow        # two runs of the real runner end to end (a tree arm replayed, then live)
+def test_a_tree_arm_replays_through_the_runner_and_equals_live(tmp_path, cache):
+    m = replay("tree_top2", cache, tmp_path / "tree")
+    assert m["status"] == "complete" and m["mode"] == "replay" and m["gate"]["by"] == "live+replay"
+    c = m["replay_check"]      # wave 0 also ran live: no row and no text differs on CPU fp32
+    assert c["rows_matched"] == c["rows_replay"] > 0 and c["rows_differ"] == 0 and c["trajectories_left"] == 0
+    live = run(cfg_of(*BASE, "+arm=tree_top2"), tmp_path / "live")
+    assert steps_of(tmp_path / "tree").equals(steps_of(tmp_path / "live"))   # tree_path included
+    assert m["summary"] == live["summary"]
+
+
 @pytest.mark.slow        # three runs of the real runner end to end (whole, crashed, resumed)
 def test_replay_resumes_by_wave(tmp_path, cache, monkeypatch):
     from atlas_ab.run.runner import Runner
