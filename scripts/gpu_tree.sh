@@ -58,7 +58,7 @@ for m in default large; do
   python3 -m atlas_ab.analysis report $W/${m}_tree/0_baseline $W/${m}_tree/1_tree_top2 $W/${m}_tree/2_tree_linear2 \
     --out $W/${m}_report > $OUT/${m}_verdict.txt 2>&1
   log "$m report: exit $?"; head -5 $OUT/${m}_verdict.txt | tee -a $OUT/tree.log
-  python3 -m atlas_ab.analysis report $W/${m}_tree_replay/* --out $W/${m}_replay_report > $OUT/${m}_replay_verdict.txt 2>&1
+  python3 -m atlas_ab.analysis report $W/${m}_tree_replay/[0-9]* --out $W/${m}_replay_report > $OUT/${m}_replay_verdict.txt 2>&1
   log "$m replay report: exit $?"; head -5 $OUT/${m}_replay_verdict.txt | tee -a $OUT/tree.log
 done
 if [ -z "${SKIP_TESTS:-}" ]; then
