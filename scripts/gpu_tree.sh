@@ -55,7 +55,11 @@ for m in default large; do
     | tee -a $OUT/tree.log
   python3 -m atlas_ab.analysis coverage $W/${m}_shadow --tree topk:2,1 --linear-k 2 > $OUT/${m}_prediction.md 2>&1
   tail -3 $OUT/${m}_prediction.md | tee -a $OUT/tree.log
-  python3 -m atlas_ab.analysis coverage $W/${m}_shadow --tree topk:2,1 --linear-k 2 --json > $OUT/${m}_prediction.json 2>&1
+  python3 -m atlas_ab.analysis coverage $W/${m}_shadow --tree topk:2,1 --linear-k 2 --realized $W/${m}_tree/1_tree_top2 \
+    --json > $OUT/${m}_prediction.json 2>&1
+  python3 -m atlas_ab.analysis coverage $W/${m}_shadow --tree topk:2,1 --linear-k 2 --realized $W/${m}_tree/1_tree_top2 \
+    > $OUT/${m}_check.md 2>&1
+  tail -12 $OUT/${m}_check.md | tee -a $OUT/tree.log
   python3 -m atlas_ab.analysis report $W/${m}_tree/0_baseline $W/${m}_tree/1_tree_top2 $W/${m}_tree/2_tree_linear2 \
     --out $W/${m}_report > $OUT/${m}_verdict.txt 2>&1
   log "$m report: exit $?"; head -5 $OUT/${m}_verdict.txt | tee -a $OUT/tree.log
