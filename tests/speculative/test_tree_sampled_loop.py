@@ -1,11 +1,20 @@
 """A tree arm under sampling through the loop (Wave, live, CPU fp32, tiny models): a linear tree's
 sampled rows are the K-chain's with greedy drafts; a top-2 tree commits exactly G tokens a turn
-whose PITs pass the distributional gate, reproducibly at any batch width.
+whose PITs pass the distributional gate, reproducibly at any batch width; the config takes a sampled
+tree arm live and refuses it, in one line naming the setting, with sampled drafts or in replay.
 Statistical checks use fixed seeds; a lossless sampler fails the gate with probability 1e-3."""
 import numpy as np
 import pytest
 
-from atlas_ab.config.structured import ArmConfig, SamplingConfig
+from atlas_ab import AtlasError
+from atlas_ab.config.structured import (
+    ArmConfig,
+    ModelConfig,
+    RunnerConfig,
+    SamplingConfig,
+    WorkloadConfig,
+    validate_run,
+)
 from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.speculative import pit_gate
 from atlas_ab.speculative.loop import Wave
@@ -88,3 +97,27 @@ def test_sampled_tree_arm_is_reproducible_across_batch_widths(models):
     together = run(models, arm, docs).generated
     assert together == [run(models, arm, [d]).generated[0] for d in docs]
     assert run(models, arm, docs, seed=4).generated != together
+
+
+SAMPLED = WorkloadConfig(sampling=SamplingConfig(temperature=0.7))
+LIVE, REPLAY = RunnerConfig(mode="live"), RunnerConfig(mode="replay", trajectories="runs/trajectories")
+
+
+@pytest.mark.parametrize("policy", [None, "greedy"])
+def test_config_takes_a_sampled_tree_arm_live(policy):
+    arm = ArmConfig(name="tree_top2", tree="topk:2,1", draft_policy=policy)
+    validate_run(arm, ModelConfig(), SAMPLED, LIVE)
+    assert plan_of(arm, SAMPLED.sampling).policy == "greedy"
+
+
+@pytest.mark.parametrize("arm, runner, names", [
+    (ArmConfig(name="t", tree="topk:2,1", draft_policy="sampled"), LIVE, "draft_policy=sampled"),
+    (ArmConfig(name="t", tree="topk:2,1", draft_temperature=1.5), LIVE, "draft_temperature"),
+    (ArmConfig(name="t", tree="topk:2,1"), REPLAY, "runner.mode=replay"),
+    (ArmConfig(name="t", tree="topk:2,1", draft_policy="greedy"), REPLAY, "runner.mode=replay"),
+], ids=["sampled_drafts", "draft_temperature", "replay", "replay_greedy"])
+def test_config_refuses_in_one_line_naming_the_setting(arm, runner, names):
+    with pytest.raises(AtlasError) as e:
+        validate_run(arm, ModelConfig(), SAMPLED, runner)
+    msg = str(e.value)
+    assert names in msg and "\n" not in msg and "arm 't'" in msg
