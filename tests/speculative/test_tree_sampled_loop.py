@@ -99,6 +99,41 @@ def test_sampled_tree_arm_is_reproducible_across_batch_widths(models):
     assert run(models, arm, docs, seed=4).generated != together
 
 
+def test_sampled_tree_arm_at_static_shapes_is_the_eager_arm(models):
+    """The sampled tree step at the static full-capacity shapes a CUDA graph captures (graphs=True,
+    run eagerly on the CPU): the eager arm's rows, discrete columns exactly, floats to 1e-5."""
+    trunk, mtp = models
+    docs = tiny_docs(n=3, turns=2, chunk=10)
+    arm = ArmConfig(name="tree", num_drafts=2, tree="topk:2,1")
+    plan = plan_of(arm, SamplingConfig(temperature=1.0, seed=3))
+    ref = run(models, arm, docs).steps.table().to_pandas()
+    got = Wave(LiveTarget(trunk, graphs=True), MTPProposer(trunk, mtp, arm.row_space, arm.refeed, graphs=True), arm,
+               docs, G, sampling=plan).run().steps.table().to_pandas()
+    assert len(got) == len(ref) and ref.accept_len.max() >= 1
+    for c in EXACT + ["tree_path"]:
+        assert _lists(got[c]) == _lists(ref[c]), c
+    for c in CLOSE:
+        np.testing.assert_allclose(np.concatenate(got[c].tolist()).astype(float),
+                                   np.concatenate(ref[c].tolist()).astype(float), atol=1e-5, err_msg=c)
+
+
+def test_one_host_read_per_sampled_tree_step(models, monkeypatch):
+    """The sampled walk reads nothing back: one device->host copy per step (+ the turn prefill's
+    drawn token), no .item(), no bool() of a tensor, no .tolist()."""
+    from tests.speculative.test_loop import HostReads
+    trunk, mtp = models
+    docs = tiny_docs(n=4, turns=1, chunk=10)
+    arm = ArmConfig(name="tree", num_drafts=2, tree="topk:2,1")
+    plan = plan_of(arm, SamplingConfig(temperature=1.0, seed=3))
+    wave = Wave(LiveTarget(trunk), MTPProposer(trunk, mtp, arm.row_space, arm.refeed), arm, docs, G, sampling=plan)
+    counter = HostReads(monkeypatch)
+    with counter:
+        trace = wave.run()
+    steps = len(set(trace.steps.table().to_pandas().groupby(["turn", "step"]).groups))
+    assert counter.reads.count("item") == 0 and counter.reads.count("tolist") == 0
+    assert counter.reads.count("cpu") == steps + 1
+
+
 SAMPLED = WorkloadConfig(sampling=SamplingConfig(temperature=0.7))
 LIVE, REPLAY = RunnerConfig(mode="live"), RunnerConfig(mode="replay", trajectories="runs/trajectories")
 
