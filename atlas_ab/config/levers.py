@@ -217,7 +217,7 @@ LEVERS: tuple[Lever, ...] = (
           "per-sequence catch-up ring capacity (labels)"),
     Lever("draft_policy", str, DRAFT_POLICIES, None, None, None, True,
           "under a sampled workload: drafts drawn from the drafter's q (verified by min(1, p/q)) or its "
-          "argmax (verified as a one-hot q); unset = sampled"),
+          "argmax (verified as a one-hot q); unset = sampled (a tree arm: greedy, its only policy)"),
     Lever("draft_temperature", float, (0.0, MAX_TEMPERATURE), None, None, None, True,
           "under a sampled workload: the temperature of the drafter's q; unset = the target's"),
     Lever("tree", str, None, None, None, None, True,

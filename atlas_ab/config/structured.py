@@ -39,7 +39,7 @@ class ArmConfig:
     oracle_p2: bool = False          # ORACLE_P2 (observational)
     fingerprints: Optional[bool] = None  # FINGERPRINTS; None = on iff the arm has a ring
     # Under a sampled workload (workload.sampling.temperature > 0); unset under greedy verification.
-    # sampled (x ~ q, verified by min(1, p/q)) | greedy (argmax q, one-hot q); None = sampled
+    # sampled (x ~ q, verified by min(1, p/q)) | greedy (argmax q, one-hot q); None = sampled (a tree arm: greedy)
     draft_policy: Optional[str] = None
     draft_temperature: Optional[float] = None  # the drafter's q temperature; None = the target's
     ring_size: int = 64              # per-sequence catch-up ring capacity (labels)
@@ -251,7 +251,7 @@ def validate_plain(arm: ArmConfig) -> None:
                          "set it to its default")
 
 
-#: the levers a tree arm runs with (greedy, the MTP proposer, every other lever off: Phase 1)
+#: the levers a tree arm runs with off (the MTP proposer, greedy or sampled live, every other lever off)
 TREE_LEVERS_OFF = ("drafter_prefill", "catchup", "refeed", "ring_prefill", "oracle_p2")
 
 
@@ -262,8 +262,13 @@ def _validate_tree(where: str, arm: ArmConfig) -> None:
         raise AtlasError(f"{where}: tree applies to the MTP proposer only (proposer={arm.proposer!r})")
     on = [k for k in TREE_LEVERS_OFF if getattr(arm, k)] + [k for k in ("draft_conf", "shadow_topk") if getattr(arm, k)]
     if on:
-        raise AtlasError(f"{where}: tree runs with {on[0]} off (a tree arm verifies greedily with every other "
-                         "lever off)")
+        raise AtlasError(f"{where}: tree runs with {on[0]} off (a tree arm runs with every other lever off)")
+    # its drafts are the drafter's top-k, never drawn: under sampling they verify as one-hot q (tree_sampling.py)
+    if arm.draft_policy == "sampled":
+        raise AtlasError(f"{where}: tree drafts the drafter's top-k, never sampled: draft_policy=sampled does not "
+                         "apply; set draft_policy=greedy or leave it unset")
+    if arm.draft_temperature is not None:
+        raise AtlasError(f"{where}: draft_temperature has no effect with tree (top-k drafts, verified as one-hot q)")
     if arm.num_drafts != tree.max_depth:
         raise AtlasError(f"{where}: tree {tree.describe()} is {tree.max_depth} deep but num_drafts="
                          f"{arm.num_drafts}; set num_drafts={tree.max_depth} (a path is booked as a linear draft of K)")
@@ -385,9 +390,11 @@ def validate_run(arm: ArmConfig, model: ModelConfig, workload: WorkloadConfig, r
         if not workload.sampling.greedy:
             raise AtlasError(f"arm {arm.name!r}: num_drafts=0 (plain decode) runs greedy only "
                              "(workload.sampling.temperature=0)")
-    # Phase 1: greedy (live, or replayed over the greedy trajectory: ReplayTarget.verify's tree)
-    if arm.tree is not None and workload.sampling.temperature > 0:
-        raise AtlasError(f"arm {arm.name!r}: tree verifies greedily only (workload.sampling.temperature=0)")
+    # a tree arm: greedy (live, or replayed over the greedy trajectory: ReplayTarget.verify's tree), or
+    # sampled live (speculative/tree_sampling.py); a coupled replay of a tree is not built
+    if arm.tree is not None and workload.sampling.temperature > 0 and runner.mode != "live":
+        raise AtlasError(f"arm {arm.name!r}: a sampled tree arm runs live only: runner.mode={runner.mode} "
+                         "(coupled tree replay is not built); set runner.mode=live or workload.sampling.temperature=0")
 
 
 def field_names(cls) -> list[str]:

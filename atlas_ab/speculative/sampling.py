@@ -62,12 +62,14 @@ class SamplingPlan:
 def plan_of(arm, sampling) -> SamplingPlan | None:
     """The plan of an arm (config.ArmConfig) under a workload's sampling (config.SamplingConfig);
     None for greedy verification. The drafter's q shares the target's truncation, at the arm's
-    draft_temperature (default the target's)."""
+    draft_temperature (default the target's). The policy defaults to sampled; a tree arm's is
+    greedy (its drafts are the drafter's top-k, one-hot proposals: tree_sampling.py)."""
     if sampling.temperature == 0:
         return None
     target = Sampling(sampling.temperature, sampling.top_k, sampling.top_p)
     draft = Sampling(arm.draft_temperature or sampling.temperature, sampling.top_k, sampling.top_p)
-    return SamplingPlan(target, draft, arm.draft_policy or "sampled", sampling.seed)
+    policy = arm.draft_policy or ("greedy" if arm.tree is not None else "sampled")
+    return SamplingPlan(target, draft, policy, sampling.seed)
 
 
 @dataclass

@@ -38,11 +38,14 @@ draft tree verified in one forward, then read as the linear step of its accepted
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from atlas_ab.config.tree import parse_tree
 from atlas_ab.proposers.base import Proposal
 from atlas_ab.runtime.fusion import fused
+from atlas_ab.speculative import tree_sampling
 from atlas_ab.speculative.host_io import pack_read, unpack_plan
 from atlas_ab.speculative.tree_accept import as_linear, tree_tensors
 from atlas_ab.speculative.tree_step import verify_tree
@@ -67,6 +70,9 @@ class DeviceStep:
         # TREE: the static tree (validate_arm: K is its depth) and its arrays on the device
         self.tree = parse_tree(arm.tree) if arm.tree is not None else None
         self.tt = tree_tensors(self.tree, last_hidden.device) if self.tree is not None else None
+        # a sampled tree arm's walk reads these constants (made here: a captured step copies nothing in)
+        self.tree_sampling = tree_sampling.tables(self.tree, last_hidden.device) \
+            if self.tree is not None and verifier.sampled else None
         self.last_hidden = last_hidden            # [B, H]: the next propose's target hidden (of n)
         self.ring = ring                          # proposers/ring.py `Ring` [B, R+1, H], or None
         self.fuse = fuse
@@ -139,7 +145,7 @@ class DeviceStep:
         vtok = torch.cat([a["last_tok"][:, None], prop.drafts], dim=1)                  # [B, K+1] (a tree: [B, N+1])
         path = None
         if self.tree is not None:                  # TREE: verified, walked, compacted; then read as a linear step
-            v, prop, path = self.verify_tree(prop, vtok, a, length["verify"])
+            v, prop, path = self.verify_tree(prop, vtok, a, length["verify"], turn)
         else:
             v = self.verifier.verify(self.target, prop, vtok, a["pos"], a["vslot"], length["verify"], gated,
                                      all_gated, turn)                                    # vh [B, K+1, H]
@@ -160,18 +166,26 @@ class DeviceStep:
             self.fingerprints.hash_verify(fp, packed, read_layout, v.vh, slot, join)
         return packed, read_layout, v.vh
 
-    def verify_tree(self, prop, nodes, a: dict, length: int):
+    def verify_tree(self, prop, nodes, a: dict, length: int, turn: int = 0):
         """TREE: the tree's verify (`tree_step.verify_tree`: every node under the tree mask, the
-        greedy walk, both KVs compacted; replay: the drafter's), returned as a K-chain's: the Verified
-        along the accepted path continued by rank-0 children (`tree_accept.linear_view`: [B, K+1] tokens and hiddens,
-        K the tree's depth), the Proposal of its drafts and confidences ([B, K]; -1 and 0 where
-        the tree has no rank-0 child) and the accepted path [B, K+1]."""
+        greedy walk or, sampled, tree_sampling's walk; both KVs compacted; replay: the drafter's),
+        returned as a K-chain's: the Verified along the accepted path continued by rank-0 children
+        (`tree_accept.linear_view`: [B, K+1] tokens and hiddens, K the tree's depth; sampled, with
+        its accept_prob, alpha1 and PIT), the Proposal of its drafts and confidences ([B, K]; -1
+        and 0 where the tree has no rank-0 child) and the accepted path [B, K+1]."""
+        sampler = None
+        if self.tree_sampling is not None:
+            sampler = functools.partial(self.verifier.sample_tree, tables=self.tree_sampling, n=a["pos"][:, 0],
+                                        turn=turn)
         s = verify_tree(self.target, self.proposer, self.tree, self.tt, nodes, a["pos"], a["vslot"], length,
-                        a["d_slot"][:, 0])
+                        a["d_slot"][:, 0], sampler)
         conf = torch.cat([torch.ones_like(prop.conf[:, :1]), prop.conf], dim=1)          # [B, N+1] (root: 1)
         lin = Proposal(drafts=as_linear(s.view, nodes, fill=-1)[:, 1:], conf=as_linear(s.view, conf, fill=0.0)[:, 1:],
                        topk_ids=None, topk_probs=None)
-        return Verified(vh=s.vh, tokens=s.tokens, accepted=s.accepted), lin, s.path
+        v = Verified(vh=s.vh, tokens=s.tokens, accepted=s.accepted)
+        if s.sampled is not None:   # a tree step is never gated (DRAFT_CONF is off): every depth as the walk gives it
+            v.accept_prob, v.alpha1, v.pit = s.sampled.accept_prob, s.sampled.alpha1, s.sampled.pit
+        return v, lin, s.path
 
     @fused
     def accept(self, left, n, accepted, vh, gated) -> tuple:

@@ -15,7 +15,8 @@ of timings). `ReplayTarget` reads both from a stored target-only greedy (or
 sampled) trajectory (trajectory.py), so a wave costs no trunk forward at all; the
 loop, the proposers and the telemetry are the same code in both modes.
 
-A sampled run asks for logits instead of argmaxes (`verify_logits`, `prefill_logits`);
+A sampled run asks for logits instead of argmaxes (`verify_logits`, `prefill_logits`; a tree arm's
+verify_logits takes `tree=` as verify does: live only, a sampled tree is not replayed);
 its replay asks for the trajectory's tokens and the target's logits along it (`path`,
 `path_logits`: the head applied to the stored hiddens), which the coupled drafts need.
 
@@ -104,9 +105,10 @@ class LiveTarget:
         vh = self.trunk.forward(vtok, pos, slots, self.kv, length=length, tree=tree)
         return vh, argmax(self.trunk.logits(vh, fp32=False))
 
-    def verify_logits(self, vtok, pos, slots, length: int):
-        """The verify of a sampled run: hiddens [B, K+1, H] and logits [B, K+1, V] (float32)."""
-        vh = self.trunk.forward(vtok, pos, slots, self.kv, length=length)
+    def verify_logits(self, vtok, pos, slots, length: int, tree=None):
+        """The verify of a sampled run: hiddens [B, K+1, H] and logits [B, K+1, V] (float32); tree:
+        a tree's nodes under its mask, as `verify` takes it ([B, N+1, ...] then)."""
+        vh = self.trunk.forward(vtok, pos, slots, self.kv, length=length, tree=tree)
         return vh, self.trunk.logits(vh)
 
     def prefill_logits(self, turn: int, history: np.ndarray, start: np.ndarray, count: np.ndarray):

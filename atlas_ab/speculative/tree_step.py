@@ -4,7 +4,8 @@ A tree step (config/tree.py for the vocabulary) is a linear step with three piec
 the drafter drafts the tree (`MTPTree.draft_tree`, proposers/mtp_tree.py), the target verifies every node in one
 forward under the tree mask (positions by depth, slots by node id: `LiveTarget.verify(tree=)`;
 replay reads it from the stored trajectory, `ReplayTarget.verify(tree=)`),
-and greedy acceptance walks the tree (`tree_accept.greedy_walk`). Then the accepted path's KV rows,
+and greedy acceptance walks the tree (`tree_accept.greedy_walk`; a sampled run's live verify:
+the multi-draft rejection walk of `tree_sampling.py` over the verify's logits). Then the accepted path's KV rows,
 the target's and the drafter's, move onto the slots a linear draft of its tokens would have used
 (`tree_rows.path_slots`, `KVPool.move_slots`), and the drafter books the path as a linear propose
 (`after_verify_tree`): the step ends exactly as if the path had been a linear draft, so its
@@ -32,13 +33,14 @@ from atlas_ab.speculative.tree_accept import as_linear, greedy_walk, linear_view
 @dataclass
 class TreeStep:
     nodes: torch.Tensor        # [B, N+1] t_n then the drafts
-    target: torch.Tensor       # [B, N+1] the target's argmax at each node
+    target: torch.Tensor | None  # [B, N+1] the target's argmax at each node (None: a sampled verify)
     accepted: torch.Tensor     # [B] the accepted path's depth
     path: torch.Tensor         # [B, D+1] its node ids by depth (-1 past it)
-    tokens: torch.Tensor       # [B, D+1] the target's argmax along `view` (the commit: tokens[:, :a+1])
+    tokens: torch.Tensor       # [B, D+1] the argmax along `view`, or the sampled output (commit: tokens[:, :a+1])
     vh: torch.Tensor           # [B, D+1, H] the target's hiddens along `view`
     topk_ids: torch.Tensor | None = None   # [B, K, k] the chain's SHADOW_TOPK candidates (linear_step, topk > 0)
     view: torch.Tensor | None = None       # [B, D+1] the path continued by rank-0 children (tree_accept.linear_view)
+    sampled: object | None = None          # tree_sampling.TreeVerdict of a sampled verify (tokens: its output)
 
 
 def tree_positions(tree, tt: dict, n, active):
@@ -49,18 +51,31 @@ def tree_positions(tree, tt: dict, n, active):
     return pos, slots
 
 
-def verify_tree(target, prop, tree, tt: dict, nodes, pos, slots, length: int, draft_base) -> TreeStep:
+def verify_tree(target, prop, tree, tt: dict, nodes, pos, slots, length: int, draft_base, sampler=None) -> TreeStep:
     """Device: the target's verify of every node (nodes, pos, slots [B, N+1]) under the tree mask,
     the greedy walk, and both KVs compacted onto the path's linear slots (draft_base [B]: the
     propose's first drafter row, the plan's d_slot[:, 0]; the drafter's only under replay: a
-    `ReplayTarget` has no KV). Books nothing on the host (`after_verify_tree` does, from the path)."""
-    vh, tgt = target.verify(nodes, pos, slots, length, tree=(slots[:, 0], tt["ancestors"]))
-    acc, path, _ = greedy_walk(nodes, tgt, tt, tree.max_depth)
+    `ReplayTarget` has no KV). Books nothing on the host (`after_verify_tree` does, from the path).
+    sampler: a sampled run's walk instead of the greedy one (live only), nodes [B, N+1] and the
+    verify's logits [B, N+1, V] -> tree_sampling.TreeVerdict; its tokens are the step's output."""
+    mask = (slots[:, 0], tt["ancestors"])
+    if sampler is None:
+        vh, tgt = target.verify(nodes, pos, slots, length, tree=mask)
+        acc, path, _ = greedy_walk(nodes, tgt, tt, tree.max_depth)
+        verdict = None
+    else:
+        vh, logits = target.verify_logits(nodes, pos, slots, length, tree=mask)     # [B, N+1, H], [B, N+1, V]
+        verdict = sampler(nodes, logits)
+        acc, path, tgt = verdict.accepted, verdict.path, None
     if target.kv is not None:      # replay reads the stored trajectory's rows: nothing of the target's to move
         target.kv.move_slots(*path_slots(path, slots[:, 0], tt["node"]))
     prop.compact_tree(path, tree, draft_base)
-    view = linear_view(path, acc, tt["rank0_child"])
-    return TreeStep(nodes, tgt, acc, path, as_linear(view, tgt, fill=-1), as_linear(view, vh), view=view)
+    if verdict is None:
+        view = linear_view(path, acc, tt["rank0_child"])
+        tokens = as_linear(view, tgt, fill=-1)
+    else:
+        view, tokens = verdict.view, verdict.tokens
+    return TreeStep(nodes, tgt, acc, path, tokens, as_linear(view, vh), view=view, sampled=verdict)
 
 
 @torch.no_grad()

@@ -18,12 +18,14 @@ Streams: what a uniform decides (the key's last field).
   TRAJECTORY   the target-only sampled trajectory replay mode stores
   COUPLE       replay: does the coupled draft equal the trajectory's token?
   COUPLE_DRAW  replay: the draft drawn from max(0, q - p) when it does not
+  TREE_ACCEPT  a tree arm's accept coin of a child of rank >= 1 (tree_sampling.py: its key layout;
+               rank 0 takes the chain's ACCEPT key, so a linear tree draws the chain's coins)
 """
 from __future__ import annotations
 
 import torch
 
-DRAFT, ACCEPT, TOKEN, PIT, TRAJECTORY, COUPLE, COUPLE_DRAW = range(1, 8)
+DRAFT, ACCEPT, TOKEN, PIT, TRAJECTORY, COUPLE, COUPLE_DRAW, TREE_ACCEPT = range(1, 9)
 
 _M = 0xFFFFFFFF
 _LANES = (0x243F6A88, 0x85A308D3)     # the two lanes' starting states (digits of pi)

@@ -8,7 +8,8 @@ the drafter draws its drafts (`draws`: None for argmax drafts).
 
   Greedy   the target's argmax per depth; drafts accepted while they equal it (bit-for-bit the
            loop's rule before sampling existed)
-  Sampled  (live) the rejection sampler of sampling.py on the verify's distributions
+  Sampled  (live) the rejection sampler of sampling.py on the verify's distributions (a tree
+           arm: the multi-draft walk of tree_sampling.py, `sample_tree`)
   Coupled  (replay) drafts drawn by draws.CoupledDraws against the stored sampled trajectory;
            a draft is accepted exactly when it equals the trajectory's token
 
@@ -21,8 +22,9 @@ from typing import Optional
 
 import torch
 
+from atlas_ab import AtlasError
 from atlas_ab.runtime.fusion import fused
-from atlas_ab.speculative import uniforms
+from atlas_ab.speculative import tree_sampling, uniforms
 from atlas_ab.speculative.distribution import draw, pit, probs
 from atlas_ab.speculative.draws import CoupledDraws, LiveDraws
 from atlas_ab.speculative.sampling import (
@@ -36,6 +38,7 @@ from atlas_ab.speculative.sampling import (
     pit_order,
     rejection_sample,
 )
+from atlas_ab.speculative.tree_sampling import TreeUniforms
 
 
 @dataclass
@@ -130,6 +133,14 @@ class SampledVerify:
                         pit=v.pit)
 
 
+    def sample_tree(self, nodes, logits, tables, n, turn: int):
+        """A tree arm's live sampled verify: the multi-draft rejection walk (tree_sampling.py) of the
+        drafted nodes [B, N+1] over the verify's logits [B, N+1, V], its uniforms keyed at the
+        step's position n [B]. Returns a tree_sampling.TreeVerdict."""
+        p = probs(logits, self.plan.target)                                     # [B, N+1, V]
+        return tree_sampling.sample(nodes, p, tables, TreeUniforms.of(self.plan.seed, self.doc, turn, n, tables))
+
+
 class CoupledVerify(SampledVerify):
     """Replay under sampling: the target is a `targets.ReplayTarget` over a sampled trajectory."""
 
@@ -147,6 +158,9 @@ class CoupledVerify(SampledVerify):
         n = torch.as_tensor(start + count - 1, device=y.device)
         p = probs(target.path_logits(n[:, None])[:, 0], self.plan.target)      # [B, V]
         return hid, y, pit(p, y, self._key(turn, n, uniforms.PIT)).float()
+
+    def sample_tree(self, nodes, logits, tables, n, turn: int):
+        raise AtlasError("a sampled tree arm runs live only (coupled tree replay is not built)")
 
     def verify(self, target, prop, vtok, pos, slots, length, gated, all_gated, turn) -> Verified:
         if all_gated:

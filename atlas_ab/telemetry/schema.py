@@ -77,11 +77,16 @@ STEP_COLUMNS: tuple[Column, ...] = (
                                                  "replay, given the trajectory's token, min(p_i(y_i), q_i(y_i)) "
                                                  "/ p_i(y_i) (greedy drafts: [x_i = y_i]), with null items past "
                                                  "depth accept_len+1 (the target's distribution there is not "
-                                                 "stored); null in greedy runs",
+                                                 "stored); a sampled tree arm: the p mass of the children of "
+                                                 "the path's (continued by rank-0 children) node at depth i-1, "
+                                                 "the probability that the walk there accepts one of them, "
+                                                 "null where there is no node or it has no children; null in "
+                                                 "greedy runs",
            nullable=True),
     Column("alpha1", _F32, False, "sampled runs: the exact expected acceptance at depth 1, "
-                                  "sum_x min(p_1(x), q_1(x)), which does not depend on the draft drawn; null "
-                                  "when gated and in greedy runs", nullable=True),
+                                  "sum_x min(p_1(x), q_1(x)), which does not depend on the draft drawn (a "
+                                  "sampled tree arm: the root's children's p mass); null when gated and in "
+                                  "greedy runs", nullable=True),
     Column("pit", pa.list_(_F32), False, "sampled runs: the randomized PIT F(y-) + V p(y) of each committed "
                                          "token (aligned with `committed`), Uniform(0, 1) when the sampler is "
                                          "lossless (the distributional gate); null in greedy runs",

@@ -32,7 +32,7 @@ def arm_config(name: str) -> ArmConfig:
 
 TREES = [a for a in study_arms("tree") if arm_config(a).tree is not None]       # tree_top2, tree_linear2
 CASES = ([(a, None) for a in study_arms("claims") + study_arms("claims_conf") + TREES]
-         + [(a, 1.0) for a in study_arms("claims_sampled")])
+         + [(a, 1.0) for a in study_arms("claims_sampled") + TREES])     # the trees sampled: tree_sampling.py
 
 
 @pytest.fixture(scope="module")

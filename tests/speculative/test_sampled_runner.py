@@ -1,6 +1,6 @@
 """A sampled run end to end through the real runner (tiny checkpoint, CPU): live and replay pass the
-distributional gate; a lossy sampler (injected in-process) fails the run; bad sampling configs
-are one line before any model loads."""
+distributional gate, and so does a sampled tree arm live; a lossy sampler (injected in-process)
+fails the run; bad sampling configs are one line before any model loads."""
 import json
 
 import pytest
@@ -26,6 +26,18 @@ def test_sampled_run_live_and_replay_pass_the_gate(tmp_path, tiny_ckpt):  # noqa
         assert "distribution" in m["gate"]["by"] and all(k["p_value"] >= k["alpha"] for k in m["gate"]["ks"])
         assert m["workload"]["sampling"]["temperature"] == 0.7 and "lossless gate passed" in out
     assert (tmp_path / "traj").is_dir()
+
+
+@pytest.mark.slow
+def test_sampled_tree_run_passes_the_gate(tmp_path, tiny_ckpt):  # noqa: F811
+    """+arm=tree_top2 at T=0.7, live: the distributional gate runs on its PITs, as a sampled chain's."""
+    d = tmp_path / "tree"
+    rc, out, err = cli(*[a.replace("+arm=refeed_on", "+arm=tree_top2") for a in _overrides(tiny_ckpt, d)])
+    assert rc == 0, err
+    m = manifest(d)
+    assert m["status"] == "complete" and m["gate"]["passed"] is True, m["gate"]
+    assert "distribution" in m["gate"]["by"] and all(k["p_value"] >= k["alpha"] for k in m["gate"]["ks"])
+    assert m["levers"]["tree"] == "topk:2,1" and "lossless gate passed" in out
 
 
 def _compose(overrides):
@@ -72,7 +84,9 @@ def test_bad_sampling_is_refused(case):
 @pytest.mark.parametrize("args,must", [
     (["+arm=baseline", "arm.draft_policy=greedy"], "draft_policy has no effect"),
     (["+arm=baseline", "workload.sampling.temperature=1", "arm.draft_policy=nucleus"], "draft_policy='nucleus'"),
-], ids=["draft policy at greedy", "unknown policy"])
+    (["+arm=tree_top2", "workload.sampling.temperature=0.7", "arm.draft_policy=sampled"], "draft_policy=sampled"),
+    (["+arm=tree_top2", "workload.sampling.temperature=0.7", "runner.mode=replay"], "runner.mode=replay"),
+], ids=["draft policy at greedy", "unknown policy", "tree with sampled drafts", "sampled tree replay"])
 def test_bad_sampling_is_one_line(tmp_path, args, must):
     from tests.helpers.faults import main_of
     d = tmp_path / "run"

@@ -84,17 +84,18 @@ def test_tree_verify_reads_the_trajectory_along_matched_paths():
     assert torch.equal(t_t, t_c) and torch.equal(vh_t, vh_c)
 
 
-def test_validate_run_takes_a_tree_arm_in_replay_and_refuses_it_sampled():
-    """Replay is taken now (it was refused: "no tree replay yet"); a sampled tree arm is still
-    refused, in either mode, in one line (sampled trees are not built)."""
+def test_validate_run_takes_a_tree_arm_in_replay_and_refuses_its_sampled_replay():
+    """Replay is taken now (it was refused: "no tree replay yet"); a sampled tree arm is taken live
+    (tree_sampling.py) and refused in replay, in one line naming runner.mode (coupled tree replay
+    is not built)."""
     arm, model, wl = ArmConfig(name="tree_top2", tree="topk:2,1"), ModelConfig(), WorkloadConfig()
     validate_run(arm, model, wl, RunnerConfig(mode="replay", trajectories="runs/trajectories"))
     validate_run(arm, model, wl, RunnerConfig(mode="live"))
     sampled = WorkloadConfig(sampling=SamplingConfig(temperature=1.0))
-    for mode in ("live", "replay"):
-        with pytest.raises(AtlasError) as e:
-            validate_run(arm, model, sampled, RunnerConfig(mode=mode, trajectories="runs/trajectories"))
-        assert "tree verifies greedily only" in str(e.value) and "\n" not in str(e.value)
+    validate_run(arm, model, sampled, RunnerConfig(mode="live"))
+    with pytest.raises(AtlasError) as e:
+        validate_run(arm, model, sampled, RunnerConfig(mode="replay", trajectories="runs/trajectories"))
+    assert "runner.mode=replay" in str(e.value) and "\n" not in str(e.value)
 
 
 @pytest.fixture(scope="module")
