@@ -51,6 +51,14 @@ for m in default large; do
   python3 -m atlas_ab -m runner.progress=false +study=tree_replay workload.n_docs=${N_DOCS:-32} "${M[@]}" \
     "${O[@]}" hydra.sweep.dir=$W/${m}_tree_replay runner.trajectories=$W/traj_$m > $OUT/${m}_tree_replay.log 2>&1
   log "$m +study=tree_replay: exit $? in $((SECONDS - S)) s"
+  if [ $m = default ]; then      # sampled trees (tree_sampling.py) against the chain with greedy drafts, T=0.7
+    for a in "+arm=tree_top2" "+arm=baseline arm.draft_policy=greedy"; do
+      S=$SECONDS; t=$(echo $a | cut -d= -f2 | cut -d' ' -f1)
+      python3 -m atlas_ab runner.progress=false $a workload.sampling.temperature=0.7 workload.n_docs=${N_DOCS:-32} \
+        "${O[@]}" hydra.run.dir=$W/${m}_sampled_$t > $OUT/${m}_sampled_$t.log 2>&1
+      log "$m $a sampled T=0.7: exit $? in $((SECONDS - S)) s"; grep -h "^arm " $OUT/${m}_sampled_$t.log | tee -a $OUT/tree.log
+    done
+  fi
   grep -h "^arm " $OUT/${m}_shadow.log $OUT/${m}_tree.log $OUT/${m}_baseline_step.log $OUT/${m}_tree_replay.log \
     | tee -a $OUT/tree.log
   python3 -m atlas_ab.analysis coverage $W/${m}_shadow --tree topk:2,1 --linear-k 2 > $OUT/${m}_prediction.md 2>&1
@@ -75,7 +83,7 @@ fi
 for m in default large; do
   [ -d $W/${m}_tree ] || continue
   tar cJf $OUT/runs_$m.tar.xz -C $W ${m}_shadow ${m}_tree ${m}_baseline_step ${m}_tree_replay ${m}_report \
-    ${m}_replay_report 2>/dev/null
+    ${m}_replay_report $(cd $W && ls -d ${m}_sampled_* 2>/dev/null) 2>/dev/null
 done
 ls -la $OUT | tee -a $OUT/tree.log
 python3 scripts/bundle_out.py $OUT
