@@ -31,6 +31,12 @@ fi
 for m in default large; do
   M=()
   if [ $m = large ]; then
+    if [ -z "${SKIP_TESTS:-}" ]; then      # while the second model trains
+      S=$SECONDS
+      timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu -k "tree" tests/run/test_whole_step_graph.py \
+        tests/run/test_gpu_fp32_rows.py > $OUT/gpu_tests.log 2>&1
+      log "GPU tree tests: exit $? in $((SECONDS - S)) s"; tail -3 $OUT/gpu_tests.log | tee -a $OUT/tree.log
+    fi
     [ -n "$TRAIN" ] && { wait $TRAIN; log "training: exit $?"; tail -2 $OUT/train_large.log | tee -a $OUT/tree.log; }
     [ -f $LARGE/model.safetensors ] || { log "no second model: $m skipped"; continue; }
     M=(model=path model.path=$LARGE)
@@ -74,12 +80,6 @@ for m in default large; do
   python3 -m atlas_ab.analysis report $W/${m}_tree_replay/[0-9]* --out $W/${m}_replay_report > $OUT/${m}_replay_verdict.txt 2>&1
   log "$m replay report: exit $?"; head -5 $OUT/${m}_replay_verdict.txt | tee -a $OUT/tree.log
 done
-if [ -z "${SKIP_TESTS:-}" ]; then
-  S=$SECONDS
-  timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu -k "tree" tests/run/test_whole_step_graph.py \
-    tests/run/test_gpu_fp32_rows.py > $OUT/gpu_tests.log 2>&1
-  log "GPU tree tests: exit $? in $((SECONDS - S)) s"; tail -3 $OUT/gpu_tests.log | tee -a $OUT/tree.log
-fi
 for m in default large; do
   [ -d $W/${m}_tree ] || continue
   tar cJf $OUT/runs_$m.tar.xz -C $W ${m}_shadow ${m}_tree ${m}_baseline_step ${m}_tree_replay ${m}_report \
