@@ -11,12 +11,15 @@
 # shipped model's runs), or MODEL_DIR=DIR. Writes per model into $OUT: the prediction, the report
 # and verdict, the logs, and the runs as one tar (runs_<model>.tar.xz).
 # Knobs: N_DOCS (32: the tree arm then verifies > 2,000 steps), TREE_OVERRIDES / TRAIN_OVERRIDES
-# (tiny dry runs on the CPU), SKIP_TESTS=1, SKIP_WHEELS=1, TREE_DIR.
+# (tiny dry runs on the CPU), PARTS (a subset of "shadow tree baseline_step tree_replay sampled analysis"),
+# SKIP_TESTS=1, SKIP_WHEELS=1, TREE_DIR.
 set -uo pipefail
 source scripts/gpu_env.sh
 W=${TREE_DIR:-/tmp/tree} && mkdir -p $W $OUT
 log() { echo "[$(date +%T)] $*" | tee -a $OUT/tree.log; }
 read -r -a O <<< "${TREE_OVERRIDES:-}"
+PARTS=${PARTS:-shadow tree baseline_step tree_replay sampled analysis}
+has() { [[ " $PARTS " == *" $1 "* ]]; }
 log "code: $(python3 -m atlas_ab.run.provenance 2>&1)"
 LARGE=${MODEL_DIR:-}
 TRAIN=
@@ -41,30 +44,39 @@ for m in default large; do
     [ -f $LARGE/model.safetensors ] || { log "no second model: $m skipped"; continue; }
     M=(model=path model.path=$LARGE)
   fi
-  S=$SECONDS
-  python3 -m atlas_ab runner.progress=false +arm=shadow_topk_4 workload.n_docs=${N_DOCS:-32} \
-    "${M[@]}" "${O[@]}" hydra.run.dir=$W/${m}_shadow > $OUT/${m}_shadow.log 2>&1
-  log "$m shadow_topk_4: exit $? in $((SECONDS - S)) s"
-  S=$SECONDS
-  python3 -m atlas_ab -m runner.progress=false +study=tree workload.n_docs=${N_DOCS:-32} "${M[@]}" "${O[@]}" \
-    hydra.sweep.dir=$W/${m}_tree > $OUT/${m}_tree.log 2>&1
-  log "$m +study=tree: exit $? in $((SECONDS - S)) s"
-  S=$SECONDS
-  python3 -m atlas_ab runner.progress=false +arm=baseline runner.run_ahead=false workload.n_docs=${N_DOCS:-32} \
-    "${M[@]}" "${O[@]}" hydra.run.dir=$W/${m}_baseline_step > $OUT/${m}_baseline_step.log 2>&1
-  log "$m baseline, no run-ahead: exit $? in $((SECONDS - S)) s"
-  S=$SECONDS
-  python3 -m atlas_ab -m runner.progress=false +study=tree_replay workload.n_docs=${N_DOCS:-32} "${M[@]}" \
-    "${O[@]}" hydra.sweep.dir=$W/${m}_tree_replay runner.trajectories=$W/traj_$m > $OUT/${m}_tree_replay.log 2>&1
-  log "$m +study=tree_replay: exit $? in $((SECONDS - S)) s"
-  if [ $m = default ]; then      # sampled trees (tree_sampling.py) against the chain with greedy drafts, T=0.7
-    for a in "+arm=tree_top2" "+arm=baseline arm.draft_policy=greedy"; do
+  if has shadow; then
+    S=$SECONDS
+    python3 -m atlas_ab runner.progress=false +arm=shadow_topk_4 workload.n_docs=${N_DOCS:-32} \
+      "${M[@]}" "${O[@]}" hydra.run.dir=$W/${m}_shadow > $OUT/${m}_shadow.log 2>&1
+    log "$m shadow_topk_4: exit $? in $((SECONDS - S)) s"
+  fi
+  if has tree; then
+    S=$SECONDS
+    python3 -m atlas_ab -m runner.progress=false +study=tree workload.n_docs=${N_DOCS:-32} "${M[@]}" "${O[@]}" \
+      hydra.sweep.dir=$W/${m}_tree > $OUT/${m}_tree.log 2>&1
+    log "$m +study=tree: exit $? in $((SECONDS - S)) s"
+  fi
+  if has baseline_step; then
+    S=$SECONDS
+    python3 -m atlas_ab runner.progress=false +arm=baseline runner.run_ahead=false workload.n_docs=${N_DOCS:-32} \
+      "${M[@]}" "${O[@]}" hydra.run.dir=$W/${m}_baseline_step > $OUT/${m}_baseline_step.log 2>&1
+    log "$m baseline, no run-ahead: exit $? in $((SECONDS - S)) s"
+  fi
+  if has tree_replay; then
+    S=$SECONDS
+    python3 -m atlas_ab -m runner.progress=false +study=tree_replay workload.n_docs=${N_DOCS:-32} "${M[@]}" \
+      "${O[@]}" hydra.sweep.dir=$W/${m}_tree_replay runner.trajectories=$W/traj_$m > $OUT/${m}_tree_replay.log 2>&1
+    log "$m +study=tree_replay: exit $? in $((SECONDS - S)) s"
+  fi
+  if [ $m = default ] && has sampled; then      # sampled trees (tree_sampling.py) against the chain with greedy drafts, T=0.7
+    for a in ${SAMPLED_ARMS:-"+arm=tree_top2" "+arm=baseline arm.draft_policy=greedy"}; do
       S=$SECONDS; t=$(echo $a | cut -d= -f2 | cut -d' ' -f1)
       python3 -m atlas_ab runner.progress=false $a workload.sampling.temperature=0.7 workload.n_docs=${N_DOCS:-32} \
         "${O[@]}" hydra.run.dir=$W/${m}_sampled_$t > $OUT/${m}_sampled_$t.log 2>&1
       log "$m $a sampled T=0.7: exit $? in $((SECONDS - S)) s"; grep -h "^arm " $OUT/${m}_sampled_$t.log | tee -a $OUT/tree.log
     done
   fi
+  has analysis || continue
   grep -h "^arm " $OUT/${m}_shadow.log $OUT/${m}_tree.log $OUT/${m}_baseline_step.log $OUT/${m}_tree_replay.log \
     | tee -a $OUT/tree.log
   python3 -m atlas_ab.analysis coverage $W/${m}_shadow --tree topk:2,1 --linear-k 2 > $OUT/${m}_prediction.md 2>&1

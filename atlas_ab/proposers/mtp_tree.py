@@ -41,7 +41,7 @@ class MTPTree:
         [B, N] (each draft's softmax prob under its parent's head)."""
         B, N = last_tokens.shape[0], tree.n_nodes
         dev = last_tokens.device
-        blocks = self._tree_arrays(tree, dev)["blocks"]
+        arrays = self._tree_arrays(tree, dev)
         start = plan["d_slot"][:, 0]                                                    # [B] -1 inactive
         nodes = torch.zeros(B, N + 1, dtype=torch.long, device=dev)
         nodes[:, 0] = last_tokens
@@ -49,21 +49,22 @@ class MTPTree:
         out_of = {}                       # internal node -> its forward's recycled output [B, H]
         for d in range(tree.max_depth):
             at = [int(v) for v in tree.internal if tree.depth[v] == d]
-            rows = tree.row_of[at]                                                      # [T]
-            tok = nodes[:, at]                                                          # [B, T]
+            at_t, rows = arrays["at"][d], arrays["rows"][d]                             # [T] on the device
+            tok = nodes[:, at_t]                                                        # [B, T]
             if d == 0:
                 hid = self._handoff(target_hidden)[:, None]                             # [B, 1, H]
             else:
                 hid = torch.stack([out_of[int(tree.parent[v])] for v in at], 1)         # [B, T, H]
             out = self.mtp.forward(tok, hid, plan["d_rope"][:, rows], plan["d_slot"][:, rows], self.kv, self.embed,
-                                   length=lengths["draft"], zero_at=self.zero_at, tree=(start, blocks[d]))  # [B, T, H]
+                                   length=lengths["draft"], zero_at=self.zero_at,
+                                   tree=(start, arrays["blocks"][d]))                     # [B, T, H]
             z = self.mtp.logits(out, self.lm_head)                                      # [B, T, V] fp32
             p, ids = torch.softmax(z, dim=-1).topk(tree.topk, dim=-1)                   # [B, T, k]
             for t, v in enumerate(at):
                 out_of[v] = self._recycle(out[:, t])
                 for c in tree.children(v):
-                    nodes[:, c] = ids[:, t, tree.rank[c]]
-                    conf[:, c - 1] = p[:, t, tree.rank[c]]
+                    nodes[:, int(c)] = ids[:, t, int(tree.rank[c])]
+                    conf[:, int(c) - 1] = p[:, t, int(tree.rank[c])]
         return nodes, conf
 
     def compact_tree(self, path, tree, base) -> None:
@@ -75,15 +76,19 @@ class MTPTree:
 
     def _tree_arrays(self, tree, device) -> dict:
         """The tree's constant device arrays, made once: a step (a CUDA graph's capture above all)
-        copies nothing from the host. blocks[d]: the ancestor mask [T_d, M] of depth d's internal
-        nodes over the propose's rows; row_of [N+1]."""
+        copies nothing from the host (indexing by a host list copies it to the device: refused inside
+        a capture). Per depth d: at[d] [T_d] its internal nodes, rows[d] [T_d] their propose rows,
+        blocks[d] [T_d, M] their ancestor mask over the propose's rows; row_of [N+1]."""
         cache = self.__dict__.setdefault("_tree_dev", {})
         key = (tree.paths, str(device))
         if key not in cache:
             anc = tree.ancestors[np.ix_(tree.internal, tree.internal)]                  # [M, M]
-            blocks = [torch.as_tensor(anc[tree.row_of[[int(v) for v in tree.internal if tree.depth[v] == d]]],
-                                      device=device) for d in range(tree.max_depth)]
-            cache[key] = {"blocks": blocks, "row_of": torch.as_tensor(tree.row_of, device=device)}
+            at = [np.array([v for v in tree.internal if tree.depth[v] == d], dtype=np.int64)
+                  for d in range(tree.max_depth)]
+            cache[key] = {"at": [torch.as_tensor(a, device=device) for a in at],
+                          "rows": [torch.as_tensor(tree.row_of[a], device=device) for a in at],
+                          "blocks": [torch.as_tensor(anc[tree.row_of[a]], device=device) for a in at],
+                          "row_of": torch.as_tensor(tree.row_of, device=device)}
         return cache[key]
 
     def after_verify_tree(self, accepted: np.ndarray, best: np.ndarray, tree, active: np.ndarray) -> None:
