@@ -10,6 +10,8 @@ D the tree's depth, H the hidden size, V the vocabulary.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -41,7 +43,7 @@ class MTPTree:
         [B, N] (each draft's softmax prob under its parent's head)."""
         B, N = last_tokens.shape[0], tree.n_nodes
         dev = last_tokens.device
-        arrays = self._tree_arrays(tree, dev)
+        arrays = tree_arrays(tree, dev)
         start = plan["d_slot"][:, 0]                                                    # [B] -1 inactive
         nodes = torch.zeros(B, N + 1, dtype=torch.long, device=dev)
         nodes[:, 0] = last_tokens
@@ -71,25 +73,8 @@ class MTPTree:
         """Device: move the accepted path's drafter rows (path [B, D+1], tree_accept.greedy_walk)
         onto the slots a linear propose of its tokens would have used (row of depth d at base + d;
         base [B]: the propose's first row, the plan's d_slot[:, 0], -1 inactive)."""
-        src, dst = path_slots(path, base, self._tree_arrays(tree, path.device)["row_of"])
+        src, dst = path_slots(path, base, tree_arrays(tree, path.device)["row_of"])
         self.kv.move_slots(src, dst)
-
-    def _tree_arrays(self, tree, device) -> dict:
-        """The tree's constant device arrays, made once: a step (a CUDA graph's capture above all)
-        copies nothing from the host (indexing by a host list copies it to the device: refused inside
-        a capture). Per depth d: at[d] [T_d] its internal nodes, rows[d] [T_d] their propose rows,
-        blocks[d] [T_d, M] their ancestor mask over the propose's rows; row_of [N+1]."""
-        cache = self.__dict__.setdefault("_tree_dev", {})
-        key = (tree.paths, str(device))
-        if key not in cache:
-            anc = tree.ancestors[np.ix_(tree.internal, tree.internal)]                  # [M, M]
-            at = [np.array([v for v in tree.internal if tree.depth[v] == d], dtype=np.int64)
-                  for d in range(tree.max_depth)]
-            cache[key] = {"at": [torch.as_tensor(a, device=device) for a in at],
-                          "rows": [torch.as_tensor(tree.row_of[a], device=device) for a in at],
-                          "blocks": [torch.as_tensor(anc[tree.row_of[a]], device=device) for a in at],
-                          "row_of": torch.as_tensor(tree.row_of, device=device)}
-        return cache[key]
 
     def after_verify_tree(self, accepted: np.ndarray, best: np.ndarray, tree, active: np.ndarray) -> None:
         """Host: book the compacted rows as `after_verify` books a linear propose of K' drafts with
@@ -107,3 +92,18 @@ class MTPTree:
             self.row_target[b, b0] = keep > 0
             self.rows[b] = b0 + keep
             self.last_drafted[b] = 0
+
+
+@functools.lru_cache(maxsize=32)
+def tree_arrays(tree, device) -> dict:
+    """The tree's constant device arrays for its draft, made once per (tree, device): a step (a CUDA
+    graph's capture above all) copies nothing from the host (indexing by a host list copies it to
+    the device: refused inside a capture), and a later wave replays the graphs the first captured,
+    which read these by address. Per depth d: at[d] [T_d] its internal nodes, rows[d] [T_d] their
+    propose rows, blocks[d] [T_d, M] their ancestor mask over the propose's rows; row_of [N+1]."""
+    anc = tree.ancestors[np.ix_(tree.internal, tree.internal)]                          # [M, M]
+    at = [np.array([v for v in tree.internal if tree.depth[v] == d], dtype=np.int64) for d in range(tree.max_depth)]
+    return {"at": [torch.as_tensor(a, device=device) for a in at],
+            "rows": [torch.as_tensor(tree.row_of[a], device=device) for a in at],
+            "blocks": [torch.as_tensor(anc[tree.row_of[a]], device=device) for a in at],
+            "row_of": torch.as_tensor(tree.row_of, device=device)}

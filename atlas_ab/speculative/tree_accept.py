@@ -18,12 +18,16 @@ Shapes: B sequences, N draft nodes (node 0 the root), D the tree's depth, H hidd
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 
+@functools.lru_cache(maxsize=32)
 def tree_tensors(tree, device) -> dict:
     """The spec's arrays as device tensors: parent, depth, rank0_child, node (0..N) [N+1] long,
-    ancestors [N+1, N+1] bool."""
+    ancestors [N+1, N+1] bool. Made once per (tree, device): a run's later waves replay the step
+    graphs its first wave captured, which read these by address."""
     return {"node": torch.arange(tree.n_nodes + 1, device=device),
             "parent": torch.as_tensor(tree.parent, device=device).clamp(min=0),
             "depth": torch.as_tensor(tree.depth, device=device),

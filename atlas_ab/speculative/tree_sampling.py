@@ -53,6 +53,7 @@ one node, V vocabulary, U = N+1 + 2(D+1) keys per step.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -74,8 +75,10 @@ class TreeTables:
     depth: int                  # D
 
 
+@functools.lru_cache(maxsize=32)
 def tables(tree, device) -> TreeTables:
-    """The sampler's arrays of `tree` (config/tree.TreeSpec) on `device`, keyed as the module says."""
+    """The sampler's arrays of `tree` (config/tree.TreeSpec) on `device`, keyed as the module says.
+    Made once per (tree, device): a later wave replays the graphs the first captured, by address."""
     N1, D = tree.n_nodes + 1, tree.max_depth
     kids = [tree.children(v).tolist() for v in range(N1)]
     R = max(len(k) for k in kids)

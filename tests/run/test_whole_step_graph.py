@@ -95,8 +95,9 @@ def test_fused_bookkeeping_equals_the_eager_ops(models, name, temperature):
     assert_same_rows(wave(models, arm, temperature, True, fuse=False), wave(models, arm, temperature, True))
 
 
-@pytest.mark.parametrize("name,temperature", [("refeed_on", None), ("refeed_on", 1.0), ("draft_conf_066", None)],
-                         ids=["refeed_on", "refeed_on_t1", "draft_conf_066"])
+@pytest.mark.parametrize("name,temperature", [("refeed_on", None), ("refeed_on", 1.0), ("draft_conf_066", None),
+                                              ("tree_top2", None), ("tree_top2", 1.0)],
+                         ids=["refeed_on", "refeed_on_t1", "draft_conf_066", "tree_top2", "tree_top2_t1"])
 def test_a_waves_graphs_serve_the_next_wave(models, name, temperature):
     """The run's target keeps its graphs: a second wave of the same shape replays the first wave's
     graphs (the same objects) and gives exactly the rows it gives on fresh objects (other

@@ -106,3 +106,19 @@ def test_tree_arm_at_static_shapes_is_the_eager_arm(models, backend):
     np.testing.assert_allclose(np.concatenate(got.conf.tolist()), np.concatenate(ref.conf.tolist()), atol=1e-5)
     gate = check(trunk, docs, trace.generated, G, list(range(3)))
     assert gate.passed and gate.divergences == 0
+
+
+def test_a_later_wave_reads_the_first_waves_tree_arrays(models):
+    """A run's later waves replay the step graphs its first wave captured, which read the tree's
+    device arrays by address: every wave's step must hold the very same tensors (on the H200 a
+    second wave with fresh ones read freed memory: an index out of bounds)."""
+    from atlas_ab.proposers.mtp_tree import tree_arrays
+    trunk, mtp = models
+    arm = ArmConfig(name="tree", tree="topk:2,1", num_drafts=2)
+    target = LiveTarget(trunk, graphs=True)
+    prop = MTPProposer(trunk, mtp, arm.row_space, arm.refeed, graphs=True)
+    waves = [Wave(target, prop, arm, tiny_docs(n=2, turns=1, chunk=8, seed=s), 4, capacity=64) for s in (1, 2)]
+    one, two = (w.step for w in waves)
+    assert all(one.tt[k] is two.tt[k] for k in one.tt)
+    first = tree_arrays(one.tree, trunk.embed_tokens.weight.device if hasattr(trunk, "embed_tokens") else "cpu")
+    assert tree_arrays(two.tree, first["row_of"].device) is first
