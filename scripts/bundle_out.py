@@ -21,6 +21,8 @@ while len(files) > a.files:
     if len(group) < 2:
         sys.exit(f"bundle_out: {len(files) + len(group)} files in {a.out} do not fit {a.files} of {a.max_mib} MiB")
     n += 1
+    while (a.out / f"bundle_{n}.tar").exists():     # a second call over one $OUT: never overwrite a bundle
+        n += 1
     bundle = a.out / f"bundle_{n}.tar"
     with tarfile.open(bundle, "w") as tar:
         for p in group:
