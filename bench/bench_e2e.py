@@ -7,6 +7,11 @@ caches the earlier one left: the first `main` is cold on a fresh machine, the se
   - main: `python -m atlas_ab +arm=refeed_on` (the default model and workload);
   - main_cpu: the same with runner.device=cpu (the goal: the GPU never slower than the CPU);
   - main_nofuse: the same with runner.fuse_bookkeeping=false (what compiling the bookkeeping costs);
+  - main_eager: the same with runner.cuda_graphs=false (no capture, nothing compiled: every step
+    launched from Python);
+  - main_warm_pool: the same with TORCH_WARM_POOL=1 (inductor's default, which compile_cache
+    turns off: its worker pool started at every torch.compile, a cache hit or not);
+  - main_prof, llama8b_prof: main / llama8b under cProfile (TAG.pstats in the workdir);
   - main_cold_1t: the same, cold again (caches of its own), inductor compiling in the process
     (TORCHINDUCTOR_COMPILE_THREADS=1) rather than through its pool of worker processes;
   - claims: `-m +study=claims` (13 arms, replayed);
@@ -34,21 +39,33 @@ JOBS = {
     "main": ["+arm=refeed_on"],
     "main_cpu": ["+arm=refeed_on", "runner.device=cpu"],
     "main_nofuse": ["+arm=refeed_on", "runner.fuse_bookkeeping=false"],
+    "main_eager": ["+arm=refeed_on", "runner.cuda_graphs=false"],
+    "main_warm_pool": ["+arm=refeed_on"],
+    "main_prof": ["+arm=refeed_on"],
     # cold again (caches of its own), inductor compiling in this process instead of a worker pool
     "main_cold_1t": ["+arm=refeed_on", "runner.compile_cache={workdir}/cache_1t"],
     "claims": ["-m", "+study=claims"],
     "tree": ["-m", "+study=tree"],
     "llama8b": ["model=llama8b", "workload.n_docs=64", "runner.batch_width=64"],
+    "llama8b_prof": ["model=llama8b", "workload.n_docs=64", "runner.batch_width=64"],
 }
-JOB_ENV = {"main_cold_1t": {"TORCHINDUCTOR_COMPILE_THREADS": "1"}}
+JOB_ENV = {"main_cold_1t": {"TORCHINDUCTOR_COMPILE_THREADS": "1"},
+           # inductor's default: its worker pool started at every torch.compile, cache hit or not
+           "main_warm_pool": {"TORCH_WARM_POOL": "1"}}
+#: jobs run under cProfile (the interpreter's options before `-m atlas_ab`): FILE.pstats in the workdir
+PROFILED = ("main_prof", "llama8b_prof")
 SMOKE = {
     "main": ["workload=tiny"],
     "main_cpu": ["workload=tiny"],
     "main_nofuse": ["workload=tiny"],
+    "main_eager": ["workload=tiny"],
+    "main_warm_pool": ["workload=tiny"],
+    "main_prof": ["workload=tiny"],
     "main_cold_1t": ["workload=tiny"],
     "claims": ["workload.n_docs=4", "workload.turns=1", "runner.batch_width=4", "+arm=baseline,refeed_on"],
     "tree": ["workload.n_docs=4", "workload.turns=1", "runner.batch_width=4", "+arm=baseline,tree_top2"],
     "llama8b": ["model=default", "workload=tiny"],
+    "llama8b_prof": ["model=default", "workload=tiny"],
 }
 
 
@@ -66,7 +83,8 @@ def run_job(name: str, tag: str, workdir: Path, timeout: float, smoke: bool, ext
     sweep = "-m" in args
     out_dir = workdir / tag
     where = [f"hydra.sweep.dir={out_dir}"] if sweep else [f"hydra.run.dir={out_dir}"]
-    cmd = [sys.executable, "-m", "atlas_ab", *args, "runner.progress=false",
+    prof = ["-m", "cProfile", "-o", str(workdir / f"{tag}.pstats")] if name in PROFILED else []
+    cmd = [sys.executable, *prof, "-m", "atlas_ab", *args, "runner.progress=false",
            f"runner.trajectories={workdir / 'trajectories'}", *where]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)

@@ -9,6 +9,7 @@
 #            bookkeeping eager, once on this machine's CPU, the claims study (after the main job:
 #            Triton's and inductor's caches warm), the 5.7B 64 x 8 run, then the main job cold again
 #            with inductor compiling in-process (the first job a timeout cuts)   -> $OUT/e2e.json
+#            (E2E_JOBS picks other jobs, E2E_TIMEOUT the stage's limit; *_prof jobs' .pstats come back)
 #   gpu_test tests/run/test_gpu_fp32_rows.py: GPU fp32 step rows == CPU fp32 on every claims arm
 #   grid     bench_runner's grid (GRID_MODELS, default the 5.7B shape, then the 33.6M preset), B=16,64 K=1-3:
 #            step / its physical limit at 4.8 TB/s (the JSON is written after each model)
@@ -32,12 +33,14 @@ log "caches before: $(du -sh ~/.cache/atlas_ab 2>/dev/null || echo none) | stage
 
 if has e2e; then
   S=$SECONDS
-  timeout $(T 300 900) python3 bench/bench_e2e.py --jobs main,main,main_nofuse,main_cpu,claims,tree,llama8b,main_cold_1t \
+  timeout $(T ${E2E_TIMEOUT:-300} 900) python3 bench/bench_e2e.py \
+    --jobs ${E2E_JOBS:-main,main,main_nofuse,main_cpu,claims,tree,llama8b,main_cold_1t} \
     --workdir $W/e2e --job-timeout $(T 110 300) --json "$OUT/e2e.json" $(T "" --smoke) \
     > $W/e2e.out 2> "$OUT/e2e.err"
   log "e2e: exit $? in $((SECONDS - S)) s"
   grep -E "^\| |complete" "$OUT/e2e.err" | tee -a "$OUT/ttv.log"
   for f in $W/e2e/*.log; do tail -5 "$f" > "$OUT/e2e_$(basename "$f")"; done
+  for f in $W/e2e/*.pstats; do [ -f "$f" ] && cp "$f" "$OUT/"; done       # the *_prof jobs' profiles
 fi
 
 if has grid; then
@@ -72,5 +75,7 @@ if has gpu_test; then
 fi
 
 log "code: $(python3 -m atlas_ab.run.provenance 2>&1)"     # last: nothing warms the cold run's imports
+log "inductor's TORCH_WARM_POOL switch: $(grep -c TORCH_WARM_POOL "$(python3 -c 'import torch._inductor.async_compile as a; print(a.__file__)')") mention(s)"
 log "caches after: $(du -sh ~/.cache/atlas_ab 2>/dev/null || echo none)"
 log "done"
+python3 scripts/bundle_out.py "$OUT"                      # the device returns at most 8 files
