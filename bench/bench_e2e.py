@@ -6,14 +6,15 @@ Jobs (run in the order given, each in its own process from --workdir, so a repea
 caches the earlier one left: the first `main` is cold on a fresh machine, the second warm):
   - main: `python -m atlas_ab +arm=refeed_on` (the default model and workload);
   - main_cpu: the same with runner.device=cpu (the goal: the GPU never slower than the CPU);
-  - main_nofuse: the same with runner.fuse_bookkeeping=false (what compiling the bookkeeping costs);
   - main_eager: the same with runner.cuda_graphs=false (no capture, nothing compiled: every step
     launched from Python);
-  - main_warm_pool: the same with TORCH_WARM_POOL=1 (inductor's default, which compile_cache
-    turns off: its worker pool started at every torch.compile, a cache hit or not);
+  - main_fuse: the same with its bookkeeping compiled (runner.fuse_bookkeeping=true; by default a run
+    this short does not compile it);
+  - main_pool: main_fuse with inductor's own default, a pool of compile workers (compile_cache sets
+    TORCHINDUCTOR_COMPILE_THREADS=1: the pool, used even to load cached kernels, held the exit);
+  - main_cold_1t, main_cold_pool: main_fuse cold again (caches of their own), inductor compiling in
+    the process / through its pool;
   - main_prof, llama8b_prof: main / llama8b under cProfile (TAG.pstats in the workdir);
-  - main_cold_1t: the same, cold again (caches of its own), inductor compiling in the process
-    (TORCHINDUCTOR_COMPILE_THREADS=1) rather than through its pool of worker processes;
   - claims: `-m +study=claims` (13 arms, replayed);
   - tree: `-m +study=tree` (3 arms, live: the tree's steps captured on the Triton path);
   - llama8b: `model=llama8b workload.n_docs=64 runner.batch_width=64` (the 5.7B shape, 64 x 8).
@@ -38,30 +39,27 @@ ROOT = Path(__file__).resolve().parents[1]
 JOBS = {
     "main": ["+arm=refeed_on"],
     "main_cpu": ["+arm=refeed_on", "runner.device=cpu"],
-    "main_nofuse": ["+arm=refeed_on", "runner.fuse_bookkeeping=false"],
     "main_eager": ["+arm=refeed_on", "runner.cuda_graphs=false"],
-    "main_warm_pool": ["+arm=refeed_on"],
+    # the bookkeeping compiled (the main job is too short for runner.fuse_bookkeeping=null to compile it)
+    "main_fuse": ["+arm=refeed_on", "runner.fuse_bookkeeping=true"],
+    "main_pool": ["+arm=refeed_on", "runner.fuse_bookkeeping=true"],
+    # cold again (caches of their own), inductor compiling in the process / through its worker pool
+    "main_cold_1t": ["+arm=refeed_on", "runner.fuse_bookkeeping=true", "runner.compile_cache={workdir}/cache_1t"],
+    "main_cold_pool": ["+arm=refeed_on", "runner.fuse_bookkeeping=true",
+                       "runner.compile_cache={workdir}/cache_pool"],
     "main_prof": ["+arm=refeed_on"],
-    # cold again (caches of its own), inductor compiling in this process instead of a worker pool
-    "main_cold_1t": ["+arm=refeed_on", "runner.compile_cache={workdir}/cache_1t"],
     "claims": ["-m", "+study=claims"],
     "tree": ["-m", "+study=tree"],
     "llama8b": ["model=llama8b", "workload.n_docs=64", "runner.batch_width=64"],
     "llama8b_prof": ["model=llama8b", "workload.n_docs=64", "runner.batch_width=64"],
 }
-JOB_ENV = {"main_cold_1t": {"TORCHINDUCTOR_COMPILE_THREADS": "1"},
-           # inductor's default: its worker pool started at every torch.compile, cache hit or not
-           "main_warm_pool": {"TORCH_WARM_POOL": "1"}}
-#: jobs run under cProfile (the interpreter's options before `-m atlas_ab`): FILE.pstats in the workdir
+#: inductor's own default: a pool of compile workers, one per core (compile_cache sets 1 otherwise)
+POOL = {"TORCHINDUCTOR_COMPILE_THREADS": str(min(32, os.cpu_count() or 1))}
+JOB_ENV = {"main_cold_1t": {"TORCHINDUCTOR_COMPILE_THREADS": "1"}, "main_pool": POOL, "main_cold_pool": POOL}
+#: jobs run under cProfile (the interpreter's options before `-m atlas_ab`): TAG.pstats in the workdir
 PROFILED = ("main_prof", "llama8b_prof")
 SMOKE = {
-    "main": ["workload=tiny"],
-    "main_cpu": ["workload=tiny"],
-    "main_nofuse": ["workload=tiny"],
-    "main_eager": ["workload=tiny"],
-    "main_warm_pool": ["workload=tiny"],
-    "main_prof": ["workload=tiny"],
-    "main_cold_1t": ["workload=tiny"],
+    **{j: ["workload=tiny"] for j in JOBS if j.startswith("main")},
     "claims": ["workload.n_docs=4", "workload.turns=1", "runner.batch_width=4", "+arm=baseline,refeed_on"],
     "tree": ["workload.n_docs=4", "workload.turns=1", "runner.batch_width=4", "+arm=baseline,tree_top2"],
     "llama8b": ["model=default", "workload=tiny"],

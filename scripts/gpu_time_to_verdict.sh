@@ -34,7 +34,7 @@ log "caches before: $(du -sh ~/.cache/atlas_ab 2>/dev/null || echo none) | stage
 if has e2e; then
   S=$SECONDS
   timeout $(T ${E2E_TIMEOUT:-300} 900) python3 bench/bench_e2e.py \
-    --jobs ${E2E_JOBS:-main,main,main_nofuse,main_cpu,claims,tree,llama8b,main_cold_1t} \
+    --jobs ${E2E_JOBS:-main,main,main_eager,main_fuse,main_pool,main_cpu,claims,tree,llama8b,llama8b,main_cold_1t,main_cold_pool} \
     --workdir $W/e2e --job-timeout $(T 110 300) --json "$OUT/e2e.json" $(T "" --smoke) \
     > $W/e2e.out 2> "$OUT/e2e.err"
   log "e2e: exit $? in $((SECONDS - S)) s"
@@ -75,7 +75,7 @@ if has gpu_test; then
 fi
 
 log "code: $(python3 -m atlas_ab.run.provenance 2>&1)"     # last: nothing warms the cold run's imports
-log "inductor's TORCH_WARM_POOL switch: $(grep -c TORCH_WARM_POOL "$(python3 -c 'import torch._inductor.async_compile as a; print(a.__file__)')") mention(s)"
+log "Triton kernels built into the caches: $(find ~/.cache/atlas_ab/triton $W/e2e/cache_1t/triton -name '*.cubin' 2>/dev/null | wc -l) cubins; by name: $(find ~/.cache/atlas_ab/triton -name '*.cubin' 2>/dev/null | xargs -r -n1 basename | sort | uniq -c | sort -rn | head -12 | tr '\n' ' ')"
 log "caches after: $(du -sh ~/.cache/atlas_ab 2>/dev/null || echo none)"
 log "done"
 python3 scripts/bundle_out.py "$OUT"                      # the device returns at most 8 files

@@ -133,8 +133,9 @@ class RunnerConfig:
     # (every arm but DRAFT_CONF's: speculative/run_ahead.py); the same rows, a chunk's mean step_ms
     run_ahead: bool = True
     # with graphs: the step's bookkeeping (plan, acceptance, packing, book) compiled by torch.compile
-    # into a few kernels (runtime/fusion.py); the same rows, a shorter step
-    fuse_bookkeeping: bool = True
+    # into a few kernels (runtime/fusion.py); the same rows, a shorter step. null: compiled when the run
+    # is long enough to win the compile back (FUSE_MIN_STEPS), else eager
+    fuse_bookkeeping: Optional[bool] = None
     # where inductor's and Triton's compiled kernels persist between processes (runtime/compile_cache.py):
     # auto ($XDG_CACHE_HOME/atlas_ab or ~/.cache/atlas_ab), a directory, or none (the libraries' defaults)
     compile_cache: str = "auto"
@@ -355,6 +356,24 @@ def gate_sequences_for(r: RunnerConfig, device_type: str) -> int:
     """The sequences per wave the gate checks on a device of `device_type` (runner.gate_sequences, or
     its per-device default)."""
     return GATE_SEQUENCES.get(device_type, 2) if r.gate_sequences is None else r.gate_sequences
+
+
+#: runner.fuse_bookkeeping=null compiles the bookkeeping when a run may take this many steps a wave (at
+#: most turns x gen_tokens, one token a step) times its waves: compiling saves ~0.06 ms a step at 33.6M
+#: and 5.7B (bench/RESULTS.md, "The runner step against the bare verify") and costs ~0.9 s a process
+#: with a warm cache, ~7 s cold ("Time to a verdict"); below it a run waits longer for the compile than
+#: the compile saves it (the main job: 256 steps, 15 ms saved)
+FUSE_MIN_STEPS = 16_000
+
+
+def steps_bound(waves: int, turns: int, gen_tokens: int) -> int:
+    """The most verify steps a run's waves can take: every step commits at least one token."""
+    return waves * turns * gen_tokens
+
+
+def fuse_for(r: RunnerConfig, steps: int) -> bool:
+    """Whether a run of at most `steps` steps compiles its bookkeeping (runner.fuse_bookkeeping, or by size)."""
+    return steps >= FUSE_MIN_STEPS if r.fuse_bookkeeping is None else bool(r.fuse_bookkeeping)
 
 
 def validate_runner(r: RunnerConfig) -> RunnerConfig:

@@ -25,7 +25,9 @@ from atlas_ab.config.structured import (
     ModelConfig,
     RunnerConfig,
     WorkloadConfig,
+    fuse_for,
     gate_sequences_for,
+    steps_bound,
     validate_run,
 )
 from atlas_ab.run.engine import RunInfo, WaveResult
@@ -115,6 +117,7 @@ class Runner:
         # with graphs, every wave runs at the run's widest token budget: one static shape, so one
         # wave's step graphs serve the next (captured once per run, not per wave)
         self.capacity = reach + 1 if self.graphs else None
+        self.fuse = fuse_for(runner, steps_bound(len(self.waves), workload.turns, workload.gen_tokens))
         self._live = None
         self._arbiter = Arbiter(self.trunk)   # the gate's fp32 arbiter: built when a divergence needs it, maybe kept
         # the greedy gate's near-tie bound, measured for this checkpoint, dtype and device (one forward each
@@ -142,7 +145,7 @@ class Runner:
             loop="run_ahead" if self.mode == "live" and runner.run_ahead and self.arm.num_drafts
             and runs_ahead(self.arm, self.graphs, self.proposer) else "step_by_step",
             # plain decode (K = 0: run/plain.py) has no bookkeeping to compile
-            fused=bool(self.mode == "live" and self.graphs and runner.fuse_bookkeeping and self.arm.num_drafts))
+            fused=bool(self.mode == "live" and self.graphs and self.fuse and self.arm.num_drafts))
 
     def _trajectories(self, ck, runner: RunnerConfig) -> dict:
         """Replay: find (or build, once across concurrent jobs) the workload's stored trajectory."""
@@ -204,7 +207,7 @@ class Runner:
         waves run their bookkeeping eagerly: their rows are compared, never timed, and the compile
         would cost each arm seconds (the manifest's `fused` says false for replay runs)."""
         if self._live is None:
-            self._live = LiveTarget(self.trunk, self.graphs, fuse=self.cfg.fuse_bookkeeping and self.mode == "live")
+            self._live = LiveTarget(self.trunk, self.graphs, fuse=self.fuse and self.mode == "live")
         return self._live
 
     def _pit_gate(self, docs, trace) -> dict:

@@ -21,10 +21,10 @@ DIRS = (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton"))
 #: inductor's switches for the caches that outlive a process (on by default in torch >= 2.5; set
 #: unless the environment says otherwise, so an older default or a site config cannot turn them off)
 SWITCHES = (("TORCHINDUCTOR_FX_GRAPH_CACHE", "1"), ("TORCHINDUCTOR_AUTOGRAD_CACHE", "1"),
-            # inductor starts its pool of compile workers (a sidecar and one process per core, each
-            # importing torch) at every torch.compile, cache hit or not, and at exit waits for it; off,
-            # the pool starts at the first kernel it has to compile, so a warm run starts none
-            ("TORCH_WARM_POOL", "0"))
+            # inductor compiles in the process: its pool of workers (a sidecar and one process per
+            # core, each importing torch) is used even to load cached kernels, and held the exit of a
+            # warm run 2.3-2.8 s and a cold one's capture 5.6 s longer (bench/RESULTS.md, "Time to a verdict")
+            ("TORCHINDUCTOR_COMPILE_THREADS", "1"))
 
 
 def root(spec: str | None, env=os.environ) -> Path | None:

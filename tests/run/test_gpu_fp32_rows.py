@@ -20,7 +20,8 @@ WORKLOAD = ["workload.n_docs=4", "workload.turns=2", "workload.gen_tokens=16", "
 
 
 def wave(arm: str, device: str):
-    c = compose_configs([f"+arm={arm}", "runner.dtype=float32", "runner.mode=live", f"runner.device={device}",
+    c = compose_configs([f"+arm={arm}", "runner.dtype=float32", "runner.mode=live",
+                         "runner.fuse_bookkeeping=true", f"runner.device={device}",
                          *WORKLOAD])
     r = Runner(c.arm, c.model, c.workload, c.runner)
     assert r.info.fused == (device == "cuda") and r.info.dtype == "float32"

@@ -66,10 +66,10 @@ def test_the_cache_dirs_go_under_the_root_unless_the_environment_names_them(tmp_
                                               "set_by": "runner.compile_cache", "files": 0}
     assert got["TRITON_CACHE_DIR"]["set_by"] == "environment"
     assert env["TORCHINDUCTOR_FX_GRAPH_CACHE"] == "1" and env["TORCHINDUCTOR_AUTOGRAD_CACHE"] == "1"
-    assert env["TORCH_WARM_POOL"] == "0"        # inductor's workers start only for a kernel to compile
-    mine = {"XDG_CACHE_HOME": str(tmp_path), "TORCH_WARM_POOL": "1"}
+    assert env["TORCHINDUCTOR_COMPILE_THREADS"] == "1"        # inductor compiles in the process
+    mine = {"XDG_CACHE_HOME": str(tmp_path), "TORCHINDUCTOR_COMPILE_THREADS": "8"}
     compile_cache.persist("auto", mine)
-    assert mine["TORCH_WARM_POOL"] == "1"       # the user's environment wins
+    assert mine["TORCHINDUCTOR_COMPILE_THREADS"] == "8"       # the user's environment wins
     (tmp_path / "atlas_ab" / "inductor" / "fxgraph").mkdir(parents=True)
     (tmp_path / "atlas_ab" / "inductor" / "fxgraph" / "entry").write_text("x")
     assert compile_cache.persist("auto", env)["TORCHINDUCTOR_CACHE_DIR"]["files"] == 1     # now warm
