@@ -14,6 +14,9 @@ from atlas_ab.speculative.targets import LiveTarget, ReplayTarget
 from atlas_ab.speculative.trajectory import Trajectory
 from atlas_ab.telemetry.fingerprint import fingerprint_rows
 
+#: the replay tests' workload (tests/speculative/conftest.py): B documents, G tokens a turn
+REPLAY_G, REPLAY_B = 10, 4
+
 
 def proposer(models, arm, draft=None):
     trunk, mtp = models

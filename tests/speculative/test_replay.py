@@ -23,14 +23,13 @@ from atlas_ab.speculative.targets import UNKNOWN
 from atlas_ab.speculative.trajectory import EXTEND, Trajectory, greedy
 from atlas_ab.telemetry.fingerprint import fingerprint_rows
 from atlas_ab.telemetry.schema import TIMING_COLUMNS
-from tests.helpers.replay_tools import HashedRows, RecordingTarget, harvest, replay_target, run
+from tests.helpers.replay_tools import REPLAY_B, REPLAY_G, HashedRows, RecordingTarget, harvest, replay_target, run
 from tests.helpers.steps import FLOAT_ATOL, lossy_variants
-from tests.helpers.tiny import tiny_docs, tiny_draft, tiny_models
+from tests.helpers.tiny import tiny_docs, tiny_draft
 
 pytestmark = pytest.mark.float_sensitive
 
-G = 10
-B = 4
+G, B = REPLAY_G, REPLAY_B
 
 ARMS = {
     "baseline": ArmConfig(name="baseline"),
@@ -73,24 +72,8 @@ BF16_STEP = dict(atol=FLOAT_ATOL, rtol=2.0 ** -7)
 
 
 @pytest.fixture(scope="module")
-def models():
-    return tiny_models()
-
-
-@pytest.fixture(scope="module")
 def draft(models):
     return tiny_draft(models[0])
-
-
-@pytest.fixture(scope="module")
-def docs():
-    return tiny_docs(n=B, turns=3, chunk=12)
-
-
-@pytest.fixture(scope="module")
-def stored(models, docs):
-    """The one trajectory every arm replays (as a sweep shares it)."""
-    return greedy(models[0], docs, G, extend=EXTEND, keep_hiddens=True)
 
 
 def known_target(steps):

@@ -20,16 +20,15 @@ from atlas_ab.config.structured import (
 from atlas_ab.config.tree import parse_tree
 from atlas_ab.speculative.replay_check import compare_live, replay_gate
 from atlas_ab.speculative.targets import UNKNOWN, ReplayTarget
-from atlas_ab.speculative.trajectory import EXTEND, Trajectory, greedy
+from atlas_ab.speculative.trajectory import EXTEND, Trajectory
 from atlas_ab.speculative.tree_accept import greedy_walk, tree_tensors
-from tests.helpers.replay_tools import RecordingTarget, harvest, replay_target, run
-from tests.helpers.tiny import tiny_docs, tiny_models
+from tests.helpers.replay_tools import REPLAY_B, REPLAY_G, RecordingTarget, harvest, replay_target, run
 from tests.speculative.test_replay import assert_steps_equal
 
 pytestmark = pytest.mark.float_sensitive
 
-G = 10
-B = 4
+G, B = REPLAY_G, REPLAY_B
+
 TREES = {"tree_top2": ArmConfig(name="tree_top2", tree="topk:2,1"),
          "tree_deep": ArmConfig(name="tree_deep", tree="[(0,), (1,), (2,), (0, 0), (0, 1), (0, 0, 0)]", num_drafts=3)}
 
@@ -96,22 +95,6 @@ def test_validate_run_takes_a_tree_arm_in_replay_and_refuses_its_sampled_replay(
     with pytest.raises(AtlasError) as e:
         validate_run(arm, model, sampled, RunnerConfig(mode="replay", trajectories="runs/trajectories"))
     assert "runner.mode=replay" in str(e.value) and "\n" not in str(e.value)
-
-
-@pytest.fixture(scope="module")
-def models():
-    return tiny_models()
-
-
-@pytest.fixture(scope="module")
-def docs():
-    return tiny_docs(n=B, turns=3, chunk=12)
-
-
-@pytest.fixture(scope="module")
-def stored(models, docs):
-    """The one trajectory every arm replays, tree and linear alike (as a sweep shares it)."""
-    return greedy(models[0], docs, G, extend=EXTEND, keep_hiddens=True)
 
 
 @pytest.fixture(scope="module")
