@@ -5,14 +5,14 @@
 # Stages, each under `timeout`, each writing its JSON/log under $OUT as it ends (a call that runs
 # out of time still returns what finished); STAGES picks some ("e2e grid forward fp gpu_test"):
 #   e2e      bench/bench_e2e.py: the main job twice in separate processes (cold, then warm caches:
-#            the manifests' timings say import / model / compile / capture), once with the
-#            bookkeeping eager, once on this machine's CPU, the claims study (after the main job:
-#            Triton's and inductor's caches warm), the 5.7B 64 x 8 run, then the main job cold again
-#            with inductor compiling in-process (the first job a timeout cuts)   -> $OUT/e2e.json
-#            (E2E_JOBS picks other jobs, E2E_TIMEOUT the stage's limit; *_prof jobs' .pstats come back)
+#            the manifests' timings say import / model / compile / capture), once without CUDA graphs,
+#            once with its bookkeeping compiled, once on this machine's CPU, the claims study, the
+#            5.7B 64 x 8 run twice, the tree study (the first job a timeout cuts)   -> $OUT/e2e.json
+#            (E2E_JOBS picks other jobs, E2E_TIMEOUT (240) the stage's limit; *_prof jobs' .pstats come back)
 #   gpu_test tests/run/test_gpu_fp32_rows.py: GPU fp32 step rows == CPU fp32 on every claims arm
 #   grid     bench_runner's grid (GRID_MODELS, default the 5.7B shape, then the 33.6M preset), B=16,64 K=1-3:
-#            step / its physical limit at 4.8 TB/s (the JSON is written after each model)
+#            step / its physical limit at 4.8 TB/s (the JSON is written after each model; GRID_TIMEOUT,
+#            150 s: the 5.7B cells take ~17 s each, 90 s cut the sixth on 2026-12-03)
 #   forward  bench_forward at 5.7B: the verify forward / its bytes at the rated bandwidth, and the
 #            read-only bandwidth beside the copy and the rated one
 #   fp       bench_runner --only-fingerprints: FINGERPRINTS on / off at B=256, 11 alternations
@@ -33,8 +33,8 @@ log "caches before: $(du -sh ~/.cache/atlas_ab 2>/dev/null || echo none) | stage
 
 if has e2e; then
   S=$SECONDS
-  timeout $(T ${E2E_TIMEOUT:-300} 900) python3 bench/bench_e2e.py \
-    --jobs ${E2E_JOBS:-main,main,main_eager,main_fuse,main_pool,main_cpu,claims,tree,llama8b,llama8b,main_cold_1t,main_cold_pool} \
+  timeout $(T ${E2E_TIMEOUT:-240} 900) python3 bench/bench_e2e.py \
+    --jobs ${E2E_JOBS:-main,main,main_eager,main_fuse,main_cpu,claims,llama8b,llama8b,tree} \
     --workdir $W/e2e --job-timeout $(T 110 300) --json "$OUT/e2e.json" $(T "" --smoke) \
     > $W/e2e.out 2> "$OUT/e2e.err"
   log "e2e: exit $? in $((SECONDS - S)) s"
@@ -45,7 +45,7 @@ fi
 
 if has grid; then
   S=$SECONDS
-  timeout $(T 90 600) python3 bench/bench_runner.py $(T "--models ${GRID_MODELS:-llama8b,gpu} --widths 16,64" --smoke) \
+  timeout $(T ${GRID_TIMEOUT:-150} 600) python3 bench/bench_runner.py $(T "--models ${GRID_MODELS:-llama8b,gpu} --widths 16,64" --smoke) \
     --only-grid \
     --json "$OUT/runner_grid.json" > /dev/null 2> "$OUT/runner_grid.err"
   log "grid: exit $? in $((SECONDS - S)) s"

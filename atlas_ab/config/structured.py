@@ -361,7 +361,7 @@ def gate_sequences_for(r: RunnerConfig, device_type: str) -> int:
 #: runner.fuse_bookkeeping=null compiles the bookkeeping when a run may take this many steps a wave (at
 #: most turns x gen_tokens, one token a step) times its waves: compiling saves ~0.06 ms a step at 33.6M
 #: and 5.7B (bench/RESULTS.md, "The runner step against the bare verify") and costs ~0.9 s a process
-#: with a warm cache, ~7 s cold ("Time to a verdict"); below it a run waits longer for the compile than
+#: with a warm cache, 7-9 s cold ("Time to a verdict"); below it a run waits longer for the compile than
 #: the compile saves it (the main job: 256 steps, 15 ms saved)
 FUSE_MIN_STEPS = 16_000
 

@@ -28,7 +28,7 @@ def ragged_window(history: np.ndarray, start: np.ndarray, count: np.ndarray, wid
 def ragged_runs(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sequence b's run of lengths[b] items for every b, flattened in sequence order: each item's
     sequence and its index in its run, (seq, j), each [sum(lengths)]. Vectorised because the turn
-    prefill is host-bound (bench/RESULTS.md, "The turn prefill")."""
+    prefill is host-bound (bench/RESULTS.md, "a wave by part")."""
     lengths = np.asarray(lengths, dtype=np.int64)
     seq = np.repeat(np.arange(len(lengths)), lengths)
     return seq, np.arange(len(seq)) - np.repeat(np.cumsum(lengths) - lengths, lengths)

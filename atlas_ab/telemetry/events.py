@@ -122,8 +122,8 @@ def lay_out_steps(outs: torch.Tensor, kinds: tuple, doc_id: np.ndarray, turn: np
 
 def _to_host(x: torch.Tensor) -> np.ndarray:
     """A device tensor's values on the host, read through page-locked memory: a wave's events read
-    several times faster into pinned memory than pageable (bench/RESULTS.md, "FINGERPRINTS laid out on
-    the device"). The array keeps the pinned block (the caching host allocator's) until the wave's
+    several times faster into pinned memory than pageable (bench/RESULTS.md,
+    "FINGERPRINTS"). The array keeps the pinned block (the caching host allocator's) until the wave's
     table is dropped."""
     if x.device.type != "cuda":
         return x.numpy()
