@@ -26,9 +26,8 @@
 # BUILD_LOG=FILE keeps the build's whole output (errors included) there.
 set -euo pipefail
 
-VERSION=11434.0.0
-SHA256=b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+source "$ROOT/scripts/llamacpp_pin.sh"     # VERSION, SHA256
 CACHE="${ATLAS_LLAMACPP_CACHE:-$HOME/.cache/atlas_ab/llama.cpp}"
 CUDA="${CUDA:-0}"
 NICE="${NICE:-10}"

