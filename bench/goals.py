@@ -209,11 +209,19 @@ def e2e_goals(runs: list[dict]) -> list[Goal]:
         found = [r for r in runs if r["job"] == job]
         return found[n] if len(found) > n else None
 
+    def live_check(r):
+        """A replay sweep's live checks over its jobs' waves (the part a replay-only run would not pay)."""
+        jobs = [x for x in r.get("timings") or [] if x]           # a job that wrote no manifest has none
+        if not any(x.get("live_check") for x in jobs):
+            return ""
+        return (f"; live check {sum(x.get('live_check') or 0.0 for x in jobs):.1f} s of "
+                f"{sum(x.get('waves') or 0.0 for x in jobs):.1f} s of waves over {len(jobs)} job(s)")
+
     def figure(r):
         if r is None:
             return None, "not run"
         if r["complete"]:
-            return r["wall_s"], (r["time_lines"][0] if r.get("time_lines") else f"{r['jobs']} job(s)")
+            return r["wall_s"], (r["time_lines"][0] if r.get("time_lines") else f"{r['jobs']} job(s)") + live_check(r)
         if r["rc"] == "timeout":
             return r["elapsed_s"], f"killed at its timeout: at least {r['elapsed_s']:.0f} s"
         return None, f"failed (exit {r['rc']})"

@@ -42,6 +42,7 @@ class WaveResult:
     gate: dict           # gate.GateResult.to_dict()
     n_tokens: int        # tokens committed by the wave's steps
     replay_check: Optional[dict] = None   # replay: this wave also ran live (replay_check.compare_live)
+    live_check_s: float = 0.0             # replay: seconds of the wave that running it live and gating that took
 
 
 #: on_step(n_tokens_committed, k, accept_len) after each batched step; k and accept_len hold one entry per step row.

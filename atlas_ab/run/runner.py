@@ -13,6 +13,7 @@ differ (replay_check.py). Live mode is unchanged.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -256,11 +257,14 @@ class Runner:
         gate, checked = replay_gate(traj, trace.generated), None
         if self.plan is not None:     # the stored trajectory's own draws, in distribution
             gate = aggregate_gate([gate, self._pit_gate(docs, trace)])
+        live_s = 0.0
         if i < self.cfg.replay_check_waves:
+            t0 = time.perf_counter()
             live = self._wave(self._live_target(), docs)
             if self.plan is None:     # sampled: live and replay draw different texts; equal in law (docs/sampling.md)
                 checked = compare_live(traj, steps, live.steps.table(), live.generated)
             gate = aggregate_gate([gate, self._live_gate(docs, live)])
+            live_s = time.perf_counter() - t0
         return WaveResult(steps=steps, events=trace.events.table() if trace.events is not None else None,
-                          gate=gate, n_tokens=trace.n_tokens, replay_check=checked)
+                          gate=gate, n_tokens=trace.n_tokens, replay_check=checked, live_check_s=live_s)
 

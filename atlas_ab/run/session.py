@@ -339,7 +339,7 @@ class RunSession:
                     writer.submit(i, waves[i], res.steps, res.events, res.gate, res.n_tokens, dt,
                                   replay_check=res.replay_check)
                     prog.wave_done(i, len(waves[i]), res.n_tokens, res.steps, dt)
-                    self.clock.wave_done(dt)
+                    self.clock.wave_done(dt, live_check=res.live_check_s)
         finally:
             prog.close()
 

@@ -10,6 +10,8 @@ Phases, in seconds (each measured, none inferred from the others):
   - capture: the step graphs' capture, their warm-up runs included (runtime/graphs.py), less the
     compile inside them; our Triton kernels' first-call builds happen there too;
   - first_wave: the first wave's wall time (compile and capture included), waves: all of them;
+  - live_check: of the waves, what a replay run's live check took (runner.replay_check_waves:
+    the wave run live again and gated), 0 in a live run;
   - total: the process's start to the summary.
 `caches`: where inductor's and Triton's caches were and how many files they held as the run began
 (runtime/compile_cache.py; 0: a cold cache).
@@ -21,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-PHASES = ("import", "model", "compile", "capture", "first_wave", "waves", "total")
+PHASES = ("import", "model", "compile", "capture", "first_wave", "waves", "live_check", "total")
 
 
 def since_process_start() -> Optional[float]:
@@ -62,6 +64,7 @@ class StartupClock:
         self.marks: dict[str, float] = {}
         self.first_wave: Optional[float] = None
         self.waves = 0.0
+        self.live_check = 0.0
         self._cc0 = (0.0, 0.0)
         self.caches: Optional[dict] = None
 
@@ -76,10 +79,11 @@ class StartupClock:
         self.caches = caches
         self._cc0 = _compile_and_capture()
 
-    def wave_done(self, seconds: float) -> None:
+    def wave_done(self, seconds: float, live_check: float = 0.0) -> None:
         if self.first_wave is None:
             self.first_wave = seconds
         self.waves += seconds
+        self.live_check += live_check
 
     def timings(self) -> dict:
         """The phases (PHASES) in seconds, rounded to ms; compile/capture counted from the engine's
@@ -89,7 +93,7 @@ class StartupClock:
         built = self.marks.get("built")
         out = {"import": imp, "model": built - imp if built is not None and imp is not None else None,
                "compile": comp, "capture": max(cap - comp, 0.0), "first_wave": self.first_wave,
-               "waves": self.waves, "total": self._now()}
+               "waves": self.waves, "live_check": self.live_check, "total": self._now()}
         t = {k: None if v is None else round(float(v), 3) for k, v in out.items()}
         if self.caches is not None:
             t["caches"] = self.caches
@@ -105,6 +109,8 @@ def startup_line(t: dict) -> str:
     cache = "" if not warm else f"; caches {'cold' if not any(warm) else 'warm'}"
     parts = [t.get(k) for k in ("import", "model", "waves")]
     rest = t["total"] - sum(parts) if t.get("total") is not None and None not in parts else None
+    live = f", live check {s('live_check')}" if t.get("live_check") else ""     # replay's, when it ran
     return (f"time: total {s('total')}: import {s('import')}, model {s('model')}, waves {s('waves')} "
-            f"(the first {s('first_wave')}; compile {s('compile')}, capture {s('capture')} in all), "
+            f"(the first {s('first_wave')}; compile {s('compile')}, capture {s('capture')}"
+            f"{live} in all), "
             f"the rest {'-' if rest is None else f'{rest:.1f}s'}{cache}")

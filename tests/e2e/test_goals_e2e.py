@@ -47,3 +47,12 @@ def test_the_end_to_end_goals_one_run_each():
     assert big.measured is None and big.verdict == "-" and big.detail == "failed (exit 1)"
     assert tree.measured == 30.0 and tree.verdict == "-"                                  # measured, no goal
     assert all(x.interval is None for x in goals.e2e_goals(runs))
+
+
+def test_a_replay_sweeps_live_checks_are_summed_over_its_jobs():
+    sweep = dict(run("claims", 36.0), timings=[dict(waves=4.0, live_check=2.5), dict(waves=2.0, live_check=1.0),
+                                               dict(waves=1.0, live_check=0.0), None])
+    claims = [g for g in goals.e2e_goals([sweep]) if g.name.startswith("claims")][0]
+    assert claims.detail == "time: total 36.0s; live check 3.5 s of 7.0 s of waves over 3 job(s)"
+    live = [g for g in goals.e2e_goals([dict(run("main", 5.0), timings=[dict(waves=1.0, live_check=0.0)])])][0]
+    assert live.detail == "time: total 5.0s"                                   # a live run: nothing added

@@ -40,6 +40,20 @@ def test_the_phases_are_the_marks_differences_from_the_process_start(monkeypatch
                                "compile 0.0s, capture 0.0s in all), the rest 1.2s; caches cold")
 
 
+def test_a_replay_runs_live_check_is_shown_inside_its_waves(monkeypatch):
+    # two waves of 4.0 and 1.5 s, the first checked live for 2.5 of its 4.0 s
+    monkeypatch.setattr(startup, "SESSIONS", [0])
+    clock = StartupClock(clock=Tick(10.0, 12.0, 13.25, 20.0), process_age=lambda: 1.5)
+    clock.imported()
+    clock.built()
+    clock.wave_done(4.0, live_check=2.5)
+    clock.wave_done(1.5)
+    t = clock.timings()
+    assert (t["waves"], t["live_check"]) == (5.5, 2.5)
+    assert startup_line(t) == ("time: total 11.5s: import 3.5s, model 1.2s, waves 5.5s (the first 4.0s; "
+                               "compile 0.0s, capture 0.0s, live check 2.5s in all), the rest 1.2s")
+
+
 def test_a_sweeps_later_job_counts_from_its_own_start(monkeypatch):
     monkeypatch.setattr(startup, "SESSIONS", [1])       # a job before it ran in this process
     clock = StartupClock(clock=Tick(10.0, 10.5, 20.0), process_age=lambda: 30.0)

@@ -52,6 +52,8 @@ def test_replay_runs_record_their_trajectory_and_equal_live(tmp_path, cache):
     assert "replay_check" in m["shards"][0] and "replay_check" not in m["shards"][1]
     assert m["gate"]["passed"] and m["gate"]["by"] == "live+replay"
     assert m["shards"][1]["gate"]["by"] == "replay"
+    t = m["timings"]
+    assert 0 < t["live_check"] < t["first_wave"] <= t["waves"]    # only wave 0 ran live, inside its wave
     steps = pa.concat_tables([pq.read_table(tmp_path / "a" / s["steps"]) for s in m["shards"]])
     # no timing passes for engine speed
     assert all(steps.column(c).null_count == steps.num_rows for c in TIMING_COLUMNS)
@@ -63,6 +65,7 @@ def test_replay_runs_record_their_trajectory_and_equal_live(tmp_path, cache):
     m2 = replay("catchup_on", cache, tmp_path / "b", "runner.replay_check_waves=0")
     assert not m2["replay"]["built"] and m2["replay"]["build_s"] is None and m2["replay"]["hash"] == r["hash"]
     assert m2["gate"]["by"] == "replay" and m2.get("replay_check") is None
+    assert m2["timings"]["live_check"] == 0.0 and live["timings"]["live_check"] == 0.0
 
 
 @pytest.mark.slow        # two runs of the real runner end to end (a tree arm replayed, then live)
