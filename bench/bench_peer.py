@@ -17,7 +17,7 @@ Terms (per system):
                    drafts none with one token left), so its verify steps lie in [that - requests,
                    that], both written out.
   mean accepted    accepted drafts / verify steps; draft rate: accepted / drafted drafts. Ours
-                   also counted as the server counts (budgeted, scripts/llamacpp_compare.py): it
+                   also counted as the server counts (budgeted, ingest/llamacpp.server_counts): it
                    drafts at most G - g - 1 tokens at a step that g tokens of the turn precede, none
                    with one left, while our runner drafts K at every step and counts every accepted
                    draft, even past the turn's end.
@@ -132,19 +132,12 @@ def engine_side(reqs: list[EngineRequest], concurrency: int, label: str, wall_s:
 
 
 def budgeted(turns: list[list[tuple[int, int, int]]], gen_tokens: int) -> tuple[int, int, int]:
-    """(verify steps, drafted, accepted) of our steps counted as llama.cpp's server counts them:
-    per turn, in step order, rows (k, accept_len, committed tokens); g tokens precede a step (the
-    prefill's one first), which drafts min(k, G - g - 1) and accepts at most that."""
-    steps = drafted = accepted = 0
-    for rows in turns:
-        g = 1
-        for k, a, c in rows:
-            kb = max(0, min(k, gen_tokens - g - 1))
-            steps += kb >= 1
-            drafted += kb
-            accepted += min(a, kb)
-            g += c
-    return steps, drafted, accepted
+    """(verify steps, drafted, accepted) of our turns, each counted as llama.cpp's server counts them
+    (ingest/llamacpp.server_counts: rows (k, accept_len, committed tokens) in step order)."""
+    from atlas_ab.ingest.llamacpp import server_counts
+
+    per_turn = [server_counts(rows, gen_tokens) for rows in turns]
+    return tuple(sum(t[i] for t in per_turn) for i in range(3))
 
 
 def ours_side(k: list[int], accept_len: list[int], committed: list[int], requests: int, timings: dict,

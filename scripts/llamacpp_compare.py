@@ -15,7 +15,8 @@ A request is one (doc_id, turn). Per request:
               llama.cpp counts them: the server drafts at most n_remaining - 1 tokens
               (tools/server/server-context.cpp `get_n_draft_max`, n_remaining = max_tokens -
               tokens generated), and none with one token left, so a step that generated g
-              tokens before it has k = min(K, G - g - 1) and accepts min(accept_len, k).
+              tokens before it has k = min(K, G - g - 1) and accepts min(accept_len, k)
+              (ingest/llamacpp.server_counts).
 
 The numbers are the script's, the verdict is the reader's: where counts differ on a request
 whose completion agrees, the two drafters proposed different tokens (the draft model's own near
@@ -123,19 +124,14 @@ def our_counts(run: Path, m: dict, K: int, G: int) -> tuple[dict, dict]:
     import pyarrow.parquet as pq
     t = pq.read_table([str(run / s["steps"]) for s in m["shards"]],
                       columns=["doc_id", "turn", "step", "k", "accept_len", "committed"]).to_pandas()
+    from atlas_ab.ingest.llamacpp import server_counts
+
     counts, committed = {}, {}
     for (d, tu), g in t.sort_values(["doc_id", "turn", "step"]).groupby(["doc_id", "turn"]):
-        gen, rec, bud, toks = 1, [0, 0], [0, 0], []
-        for k, a, c in zip(g["k"], g["accept_len"], g["committed"]):
-            keff = max(min(K, G - gen - 1), 0)
-            rec[0] += int(k)
-            rec[1] += int(a)
-            bud[0] += keff
-            bud[1] += min(int(a), keff)
-            gen += len(c)
-            toks += [int(x) for x in c]
-        counts[(int(d), int(tu))] = (tuple(rec), tuple(bud))
-        committed[(int(d), int(tu))] = toks
+        rec = (int(g["k"].sum()), int(g["accept_len"].sum()))
+        _, *bud = server_counts([(K, a, len(c)) for a, c in zip(g["accept_len"], g["committed"])], G)
+        counts[(int(d), int(tu))] = (rec, tuple(bud))
+        committed[(int(d), int(tu))] = [int(x) for c in g["committed"] for x in c]
     return counts, committed
 
 

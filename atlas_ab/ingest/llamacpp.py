@@ -89,3 +89,20 @@ def units(paths) -> tuple[list[Unit], str, tuple[str, ...]]:
            "llama.cpp timings (draft_n, draft_n_accepted)" if depth == 0 else
            "llama.cpp timings, draft_by_depth in some responses only")
     return us, fmt, ()
+
+
+def server_counts(rows, gen_tokens: int) -> tuple[int, int, int]:
+    """One turn of our steps counted as llama.cpp's server counts its own: (steps that drafted,
+    drafted, accepted). rows: (k, accept_len, committed tokens) per step, in step order. With g
+    tokens of the turn before a step (its prefill's one first), the server drafts at most
+    G - g - 1 (`get_n_draft_max`, tools/server/server-context.cpp) and none with one left, and
+    accepts only what it drafted; our loop drafts k at every step and counts every accepted draft."""
+    steps = drafted = accepted = 0
+    g = 1
+    for k, a, c in rows:
+        kb = max(0, min(int(k), gen_tokens - g - 1))
+        steps += kb >= 1
+        drafted += kb
+        accepted += min(int(a), kb)
+        g += int(c)
+    return steps, drafted, accepted
