@@ -223,22 +223,14 @@ def study_size(prereg: str, p: float, power: float, icc: Optional[float], m: Opt
 
 # ---- reading the two runs ------------------------------------------------------------------------
 
-def _manifest(run: Path) -> dict:
-    mf = run / "manifest.json"
-    try:
-        m = json.loads(mf.read_text())
-    except (OSError, ValueError) as e:
-        raise AtlasError(f"{mf}: unreadable ({e.__class__.__name__})") from None
-    if m.get("status") not in ("complete", "stopped"):
-        raise AtlasError(f"{mf}: status {m.get('status')!r}, not a finished run")
-    return m
-
-
 def read_engine(run: Path) -> tuple[dict, list[EngineRequest]]:
     """The collector's manifest and its raw answers, the file checked against the manifest's sha256."""
+    from atlas_ab.analysis.load import read_manifest
     from atlas_ab.atomic import sha256_file
 
-    m = _manifest(run)
+    m = read_manifest(run)          # a run not complete (or stopped) is refused there
+    if m is None:
+        raise AtlasError(f"{run / 'manifest.json'}: no such file (not a collector run)")
     if (m.get("engine") or {}).get("name") != "llamacpp":
         raise AtlasError(f"{run}: engine {(m.get('engine') or {}).get('name')!r}: llama.cpp runs only "
                          "(their timings carry predicted_n)")
