@@ -13,6 +13,7 @@ the locked copy's sha256 and text in its manifest, and the report judges that te
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 import typing
@@ -385,6 +386,12 @@ def _enum_of(t) -> type | None:
     return next((a for a in (typing.get_args(t) or (t,)) if isinstance(a, type) and issubclass(a, Enum)), None)
 
 
+def _allowed(hint, value) -> bool:
+    """A field of Enum type takes only its values (or None)."""
+    enum = _enum_of(hint)
+    return enum is None or value is None or value in [e.value for e in enum]
+
+
 def _one_line(e: OmegaConfBaseException) -> str:
     return str(getattr(e, "msg", e)).splitlines()[0]
 
@@ -404,18 +411,28 @@ def parse(doc: Any, where: str) -> Spec:
     if missing:
         raise AtlasError(f"{where}: missing field {missing[0]!r} (a {kind} pre-registration needs "
                          f"{', '.join(need)})")
-    cfg = OmegaConf.structured(cls)
-    for key, value in doc.items():      # one key at a time, so an error names its field
-        enum = _enum_of(hints.get(key))
-        if enum is not None and value is not None and value not in [e.value for e in enum]:
-            raise AtlasError(f"{where}: {key}: must be one of {', '.join(e.value for e in enum)}, got {value!r}")
-        try:
-            cfg = OmegaConf.merge(cfg, {key: value})
-        except OmegaConfBaseException as e:
-            full = getattr(e, "full_key", None) or key
-            if "not in" in _one_line(e):
-                raise AtlasError(f"{where}: unknown field {full!r} for a {kind} pre-registration") from None
-            raise AtlasError(f"{where}: {full}: {_one_line(e)}") from None
+    base = OmegaConf.structured(cls)
+    try:
+        # the whole document in one merge: a claims study parses each of its registrations 21 times
+        # an arm, and a merge per key cost ~4 s of a 13-arm study on the H200 (bench/RESULTS.md, "Time to a verdict")
+        if not all(_allowed(hints.get(k), v) for k, v in doc.items()):
+            raise ValueError
+        cfg = OmegaConf.merge(base, doc)
+    except (ValueError, OmegaConfBaseException):
+        cfg = base
+        for key, value in doc.items():      # again one key at a time, so the error names its field
+            enum = _enum_of(hints.get(key))
+            if not _allowed(hints.get(key), value):
+                raise AtlasError(f"{where}: {key}: must be one of {', '.join(e.value for e in enum)}, "
+                                 f"got {value!r}") from None
+            try:
+                cfg = OmegaConf.merge(cfg, {key: value})
+            except OmegaConfBaseException as e:
+                full = getattr(e, "full_key", None) or key
+                if "not in" in _one_line(e):
+                    raise AtlasError(f"{where}: unknown field {full!r} for a {kind} pre-registration") from None
+                raise AtlasError(f"{where}: {full}: {_one_line(e)}") from None
+        raise AssertionError(f"{where}: the merge failed whole but not key by key")  # pragma: no cover
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise AtlasError(f"{where}: missing field {missing[0]!r}")
@@ -430,10 +447,21 @@ def load_prereg(path: str | Path, text: bytes | None = None) -> Prereg:
     p = Path(path)
     try:
         raw = p.read_bytes() if text is None else text
-        doc = yaml.safe_load(raw)
-    except (OSError, yaml.YAMLError) as e:
+    except OSError as e:
         raise AtlasError(f"{p}: unreadable pre-registration ({e.__class__.__name__})") from None
-    return Prereg(path=p, sha256=digest(raw), spec=parse(doc, str(p)))
+    sha = digest(raw)
+    key = (str(p), sha)
+    if key not in _PARSED:          # a text parses to one spec; each caller gets its own copy of it
+        try:
+            doc = yaml.safe_load(raw)
+        except yaml.YAMLError as e:
+            raise AtlasError(f"{p}: unreadable pre-registration ({e.__class__.__name__})") from None
+        _PARSED[key] = parse(doc, str(p))
+    return Prereg(path=p, sha256=sha, spec=copy.deepcopy(_PARSED[key]))
+
+
+#: (path, sha256 of the text) -> its parsed spec: a sweep's arms load the same texts again and again
+_PARSED: dict = {}
 
 
 def _bare(h: str | None) -> str | None:

@@ -174,3 +174,23 @@ def test_a_sequential_block_on_what_it_cannot_judge_is_refused(tmp_path, doc, ne
     base = {k: v for k, v in BASE.items() if not (doc.get("kind") and k in ("direction", "min_effect"))}
     with pytest.raises(AtlasError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         load_prereg(_write(tmp_path, {**base, **doc, "sequential": SEQ}))
+
+
+def test_a_text_parsed_once_gives_each_caller_its_own_spec(tmp_path):
+    """A sweep loads each registration ~21 times an arm, so its parse is kept by (path, sha256): the
+    same text gives equal specs that are not one object, and an edited text is parsed again."""
+    p = _write(tmp_path, BASE)
+    one, two = load_prereg(p), load_prereg(p)
+    assert one == two and one.spec is not two.spec
+    one.spec.min_effect = 0.5                                    # a caller's edit stays its own
+    assert load_prereg(p).spec.min_effect == 0.01
+    p.write_text(json.dumps({**BASE, "min_effect": 0.02}))
+    assert load_prereg(p).spec.min_effect == 0.02
+
+
+def test_an_error_still_names_its_field_after_the_whole_document_merge(tmp_path):
+    """The happy path merges the document at once; a failure is merged again key by key to name it."""
+    with pytest.raises(AtlasError, match=r"q.yaml: threshold_sd: "):
+        load_prereg(_write(tmp_path, {**BASE, "threshold_sd": "three"}))
+    with pytest.raises(AtlasError, match="unknown field 'extra' for a difference pre-registration"):
+        load_prereg(_write(tmp_path, {**BASE, "extra": 1}, name="q2.yaml"))
