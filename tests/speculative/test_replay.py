@@ -266,6 +266,9 @@ def test_a_drifted_live_run_is_counted(models, docs, stored):
     bent[1][2][3] += 1
     c = compare_live(stored, trace.steps.table(), live_trace.steps.table(), bent)
     assert c["trajectories_left"] == 1 and c["departures"][0]["doc_id"] == 1
+    d, at = c["departures"][0], stored.gen_start[1][2] - 1 + 3      # the argmax that chose turn 2's token 3
+    assert (d["turn"], d["token"], d["margin"]) == (2, 3, float(stored.margins[1, at, 0]))
+    assert d["relative_margin"] == float(stored.margins[1, at, 0]) / max(1.0, abs(float(stored.margins[1, at, 1])))
     assert c["rows_matched_same_context"] == (rep.doc_id != 1).sum() + ((rep.doc_id == 1) & (rep.turn < 2)).sum()
 
 
