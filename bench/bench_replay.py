@@ -75,7 +75,7 @@ def replay_arm(arm, model, wl, rc, live_steps):
         docs = r.docs_of(i)
         traj, dt = timed(r.trajectories.load, i)
         load_s += dt
-        trace, dt = timed(r._wave, ReplayTarget(traj, r.device), docs)
+        trace, dt = timed(r._wave, ReplayTarget(traj, r.device, graphs=r.graphs), docs)   # as the runner replays
         wave_s += dt
         gate, dt = timed(replay_gate, traj, trace.generated)
         assert gate["passed"], gate["first_divergence"]

@@ -251,8 +251,8 @@ class Runner:
         if traj.doc_ids.tolist() != self.waves[i]:
             raise AtlasError(f"trajectory {self.trajectories.dir}: wave {i} holds docs {traj.doc_ids.tolist()}, "
                              f"the run's wave {self.waves[i]}")
-        trace = self._wave(ReplayTarget(traj, self.device, logits=self.trunk.logits if self.plan else None),
-                           docs, on_step)
+        trace = self._wave(ReplayTarget(traj, self.device, logits=self.trunk.logits if self.plan else None,
+                                        graphs=self.graphs), docs, on_step)
         steps = trace.steps.table()
         gate, checked = replay_gate(traj, trace.generated), None
         if self.plan is not None:     # the stored trajectory's own draws, in distribution

@@ -131,16 +131,23 @@ class ReplayTarget:
     a tree step compacts the drafter's rows only."""
 
     live = False
-    graphs = capture = False     # its verify is a gather keyed by the turn: eager
     kv = None                    # no trunk forward: no target KV to compact after a tree verify
 
-    def __init__(self, traj, device, logits=None):
-        """logits: the trunk's head (hidden [..., H] -> logits [..., V]), for a sampled trajectory."""
-        self.step_graphs = StepGraphs(False)
+    def __init__(self, traj, device, logits=None, graphs: bool = False, capture: bool | None = None):
+        """logits: the trunk's head (hidden [..., H] -> logits [..., V]), for a sampled trajectory.
+        graphs: the wave's steps at static shapes, captured as CUDA graphs on the GPU (as a live
+        target's: `capture` False runs them eagerly, to check the capture); the verify is a gather
+        keyed by the turn, which it reads from the device (`turn_t`), so one graph serves every turn.
+        Eager, a step launched its ~100 kernels from Python: 5-7 ms a step, most of a claims arm
+        (bench/RESULTS.md, "Time to a verdict"). The graphs are this target's: one wave's."""
+        self.device = torch.device(device)
+        self.graphs = graphs
+        self.capture = graphs and self.device.type == "cuda" if capture is None else capture
+        self.step_graphs = StepGraphs(graphs, self.capture, fuse=False)
         self.buffers = StaticBuffers()
         self.traj = traj
         self.logits = logits
-        self.device = torch.device(device)
+        self.turn_t = torch.zeros(1, dtype=torch.long, device=self.device)    # [1] the turn, as a step reads it
         self.hiddens = traj.hiddens.to(self.device)
         if self.hiddens.dim() != 3:
             raise AtlasError("the stored trajectory holds no hiddens (built without them)")
@@ -164,6 +171,7 @@ class ReplayTarget:
 
     def prefill(self, turn: int, history: np.ndarray, start: np.ndarray, count: np.ndarray):
         self.turn = turn
+        self.turn_t.fill_(turn)
         B = len(start)
         n = start + count
         # the loop built this context from the wave's documents and its own commits: it must be the stored one
@@ -186,10 +194,14 @@ class ReplayTarget:
         """[B, A] the trajectory's token after each position pos [B, A]: the stored argmax (or
         sampled token) inside the turn, the continuation past its end."""
         ar = torch.arange(pos.shape[0], device=self.device)[:, None]
-        end = self.ends[:, self.turn][:, None]                                   # the turn's last token
+        end = self._end()                                                        # [B, 1] the turn's last token
         X = self.ext.shape[-1]
         return torch.where(pos <= end, self.argmax[ar, torch.minimum(pos, end)],
-                           self.ext[ar, self.turn, (pos - end).clamp(0, X - 1)])
+                           self.ext[ar, self.turn_t, (pos - end).clamp(0, X - 1)])
+
+    def _end(self) -> torch.Tensor:
+        """[B, 1] the position of the turn's last token (the turn read from the device)."""
+        return self.ends.index_select(1, self.turn_t)
 
     def path_logits(self, pos: torch.Tensor) -> torch.Tensor:
         """[B, A, V] the target's logits after each position pos [B, A] of the trajectory, from its
@@ -198,10 +210,10 @@ class ReplayTarget:
             raise AtlasError("replay under sampling needs a sampled trajectory (with its continuation's "
                              "hiddens) and the trunk's head")
         ar = torch.arange(pos.shape[0], device=self.device)[:, None]
-        end = self.ends[:, self.turn][:, None]
+        end = self._end()
         L, X = self.hiddens.shape[1], self.ext_hiddens.shape[2]
         h = torch.where((pos <= end)[..., None], self.hiddens[ar, pos.clamp(0, L - 1)],
-                        self.ext_hiddens[ar, self.turn, (pos - end).clamp(0, X - 1)])
+                        self.ext_hiddens[ar, self.turn_t, (pos - end).clamp(0, X - 1)])
         return self.logits(h)
 
     def verify(self, vtok, pos, slots, length: int, tree=None):
@@ -212,7 +224,7 @@ class ReplayTarget:
         argmax is known when every node on its path matched (`known_rows`), UNKNOWN otherwise."""
         B, A = pos.shape
         ar = torch.arange(B, device=self.device)[:, None]
-        end = self.ends[:, self.turn][:, None]                                   # the turn's last token
+        end = self._end()                                                        # the turn's last token
         inside = pos <= end
         path = self.path(pos)
         # a K-chain is the one-path tree: each depth's ancestors are the depths before it

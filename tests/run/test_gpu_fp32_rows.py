@@ -19,12 +19,15 @@ from tests.run.test_whole_step_graph import study_arms
 WORKLOAD = ["workload.n_docs=4", "workload.turns=2", "workload.gen_tokens=16", "runner.batch_width=4"]
 
 
-def wave(arm: str, device: str):
-    c = compose_configs([f"+arm={arm}", "runner.dtype=float32", "runner.mode=live",
+def wave(arm: str, device: str, mode: str = "live", trajectories=None):
+    """One wave of `arm`; replay: over a trajectory built on `device` into `trajectories` (the claims
+    study's mode: on the GPU its steps captured at static shapes, the CPU's eager at their own)."""
+    c = compose_configs([f"+arm={arm}", "runner.dtype=float32", f"runner.mode={mode}",
                          "runner.fuse_bookkeeping=true", f"runner.device={device}",
-                         *WORKLOAD])
+                         *([f"runner.trajectories={trajectories}", "runner.replay_check_waves=0"]
+                           if mode == "replay" else []), *WORKLOAD])
     r = Runner(c.arm, c.model, c.workload, c.runner)
-    assert r.info.fused == (device == "cuda") and r.info.dtype == "float32"
+    assert r.info.fused == (device == "cuda" and mode == "live") and r.info.dtype == "float32"
     return r.run_wave(0)
 
 
@@ -72,6 +75,14 @@ def assert_same_rows(one, two):
 @pytest.mark.parametrize("arm", study_arms("claims") + ["tree_top2", "tree_linear2"])
 def test_the_gpu_fp32_rows_equal_the_cpus(arm):
     assert_same_rows(wave(arm, "cuda"), wave(arm, "cpu"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arm", study_arms("claims"))
+def test_the_gpu_fp32_replayed_rows_equal_the_cpus(arm, tmp_path_factory):
+    """The claims study's own mode: each device replays the trajectory it built itself."""
+    where = {d: tmp_path_factory.getbasetemp() / f"trajectories_{d}" for d in ("cuda", "cpu")}
+    assert_same_rows(wave(arm, "cuda", "replay", where["cuda"]), wave(arm, "cpu", "replay", where["cpu"]))
 
 
 @pytest.mark.slow

@@ -61,8 +61,9 @@ def test_gpu_draft_model_is_lossless_up_to_near_ties(models, graphs):
 @pytest.mark.parametrize("arm", [ArmConfig(num_drafts=2),
                                  ArmConfig(catchup=True, refeed=True, ring_prefill=True, oracle_p2=True,
                                            shadow_topk=4)], ids=["baseline", "refeed_ring_prefill_probes"])
-def test_gpu_replay_commits_the_stored_text_and_is_measured_against_live(models, arm):
-    """Replay on the GPU: the build and the drafter from CUDA graphs, bf16."""
+@pytest.mark.parametrize("replay_graphs", [False, True], ids=["replay_eager", "replay_graphed"])
+def test_gpu_replay_commits_the_stored_text_and_is_measured_against_live(models, arm, replay_graphs):
+    """Replay on the GPU: the build from CUDA graphs, the drafter eager or captured, bf16."""
     from atlas_ab.speculative.replay_check import compare_live, replay_gate
     from atlas_ab.speculative.targets import ReplayTarget
     from atlas_ab.speculative.trajectory import EXTEND, greedy
@@ -73,7 +74,7 @@ def test_gpu_replay_commits_the_stored_text_and_is_measured_against_live(models,
     fp = fingerprint_rows if arm.fingerprints_on else None
     waves = {}
     for mode in ("live", "replay"):
-        target = LiveTarget(trunk, True) if mode == "live" else ReplayTarget(traj, "cuda")
+        target = LiveTarget(trunk, True) if mode == "live" else ReplayTarget(traj, "cuda", graphs=replay_graphs)
         prop = MTPProposer(trunk, mtp, arm.row_space, arm.refeed)
         waves[mode] = Wave(target, prop, arm, docs, G, fingerprint_rows=fp).run()
     rep = waves["replay"]
@@ -83,3 +84,30 @@ def test_gpu_replay_commits_the_stored_text_and_is_measured_against_live(models,
     c = compare_live(traj, rep.steps.table(), waves["live"].steps.table(), waves["live"].generated)
     # bf16: live may leave the stored text at a near-tie; rows of unchanged context mostly agree
     assert c["rows_matched"] > 0 and c["rows_differ_same_context"] <= 0.1 * c["rows_matched_same_context"]
+
+
+@pytest.mark.parametrize("arm", [ArmConfig(num_drafts=2),
+                                 ArmConfig(catchup=True, refeed=True, ring_prefill=True, oracle_p2=True,
+                                           shadow_topk=4),
+                                 ArmConfig(catchup=True, refeed=True, refeed_shift=-1, drafter_prefill=True),
+                                 ArmConfig(draft_conf=0.5, catchup=True, refeed=True)],
+                         ids=["baseline", "refeed_ring_prefill_probes", "shift_m1_prefill", "draft_conf_050"])
+def test_gpu_replay_from_cuda_graphs_equals_its_static_steps_run_eagerly(models, arm):
+    """A replay's step graphs (the turn read from the device, so one graph serves every turn) give
+    the very rows its static-shape steps give launched one kernel at a time: the same kernels on
+    the same shapes, so bit for bit, floats included."""
+    import pandas as pd
+
+    from atlas_ab.speculative.targets import ReplayTarget
+    from atlas_ab.speculative.trajectory import EXTEND, greedy
+    from atlas_ab.telemetry.schema import TIMING_COLUMNS
+    trunk, mtp = models
+    docs = tiny_docs(n=8, turns=3, chunk=12)
+    traj = greedy(trunk, docs, G, extend=EXTEND, keep_hiddens=True)
+    out = {}
+    for capture in (False, True):
+        prop = MTPProposer(trunk, mtp, arm.row_space, arm.refeed)
+        wave = Wave(ReplayTarget(traj, "cuda", graphs=True, capture=capture), prop, arm, docs, G)
+        out[capture] = wave.run().steps.table().to_pandas().drop(columns=list(TIMING_COLUMNS))
+        assert bool(wave.graphs._graphs) == capture            # captured only when asked
+    pd.testing.assert_frame_equal(out[False], out[True], check_exact=True)

@@ -196,6 +196,27 @@ def test_replay_of_the_stored_trajectory_equals_live(models, draft, docs, stored
     assert (c["rows_matched"], c["rows_differ"], c["trajectories_left"]) == (len(live), 0, 0)
 
 
+@pytest.mark.parametrize("name", ARM_PARAMS)
+def test_a_replay_at_static_shapes_gives_the_dynamic_replays_steps(models, draft, docs, stored, name):
+    """On a GPU with CUDA graphs a replay runs its steps at static shapes, one graph per shape, the
+    turn read from the device (`ReplayTarget(graphs=True)`); on the CPU that same static path runs
+    eagerly and gives the dynamic replay's steps and events: every discrete column exactly, the
+    floats (the drafter's probabilities over a longer KV read) to fp32 rounding."""
+    from atlas_ab.speculative.targets import ReplayTarget
+    arm = ARMS[name]
+    dyn, dyn_ev, dyn_trace, _ = run(models, arm, docs, G, target=ReplayTarget(stored, "cpu"), draft=draft)
+    sta, sta_ev, sta_trace, wave = run(models, arm, docs, G, target=ReplayTarget(stored, "cpu", graphs=True),
+                                       draft=draft)
+    assert wave.graphs.static and sta_trace.generated == dyn_trace.generated
+    drop = list(TIMING_COLUMNS)
+    pd.testing.assert_frame_equal(dyn.drop(columns=drop), sta.drop(columns=drop), check_exact=False,
+                                  atol=FLOAT_ATOL)
+    if dyn_ev is not None:
+        same = [c for c in dyn_ev.columns if c not in FINGERPRINTS]
+        pd.testing.assert_frame_equal(dyn_ev[same], sta_ev[same])
+    assert replay_gate(stored, sta_trace.generated)["passed"]
+
+
 def test_the_comparison_passes_other_rounding_and_fails_a_lossy_change(models, draft, docs, stored, lives):
     """The test above has teeth and no more: stored hiddens nudged by ~8 fp32 ulps (another CPU's
     GEMM rounding, larger than the live-vs-stored gap here) replay to the same steps, and a hashed
