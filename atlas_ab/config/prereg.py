@@ -432,7 +432,7 @@ def parse(doc: Any, where: str) -> Spec:
                 if "not in" in _one_line(e):
                     raise AtlasError(f"{where}: unknown field {full!r} for a {kind} pre-registration") from None
                 raise AtlasError(f"{where}: {full}: {_one_line(e)}") from None
-        raise AssertionError(f"{where}: the merge failed whole but not key by key")  # pragma: no cover
+        raise AssertionError(f"{where}: the merge failed whole but not key by key") from None  # pragma: no cover
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise AtlasError(f"{where}: missing field {missing[0]!r}")
