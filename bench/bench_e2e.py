@@ -14,7 +14,7 @@ caches the earlier one left: the first `main` is cold on a fresh machine, the se
     TORCHINDUCTOR_COMPILE_THREADS=1: the pool, used even to load cached kernels, held the exit);
   - main_cold_1t, main_cold_pool: main_fuse cold again (caches of their own), inductor compiling in
     the process / through its pool;
-  - main_prof, llama8b_prof: main / llama8b under cProfile (TAG.pstats in the workdir);
+  - main_prof, llama8b_prof, claims_prof: main / llama8b / claims under cProfile (TAG.pstats in the workdir);
   - claims: `-m +study=claims` (13 arms, replayed);
   - tree: `-m +study=tree` (3 arms, live: the tree's steps captured on the Triton path);
   - llama8b: `model=llama8b workload.n_docs=64 runner.batch_width=64` (the 5.7B shape, 64 x 8).
@@ -49,6 +49,7 @@ JOBS = {
                        "runner.compile_cache={workdir}/cache_pool"],
     "main_prof": ["+arm=refeed_on"],
     "claims": ["-m", "+study=claims"],
+    "claims_prof": ["-m", "+study=claims"],
     "tree": ["-m", "+study=tree"],
     "llama8b": ["model=llama8b", "workload.n_docs=64", "runner.batch_width=64"],
     "llama8b_prof": ["model=llama8b", "workload.n_docs=64", "runner.batch_width=64"],
@@ -57,10 +58,11 @@ JOBS = {
 POOL = {"TORCHINDUCTOR_COMPILE_THREADS": str(min(32, os.cpu_count() or 1))}
 JOB_ENV = {"main_cold_1t": {"TORCHINDUCTOR_COMPILE_THREADS": "1"}, "main_pool": POOL, "main_cold_pool": POOL}
 #: jobs run under cProfile (the interpreter's options before `-m atlas_ab`): TAG.pstats in the workdir
-PROFILED = ("main_prof", "llama8b_prof")
+PROFILED = ("main_prof", "llama8b_prof", "claims_prof")
 SMOKE = {
     **{j: ["workload=tiny"] for j in JOBS if j.startswith("main")},
     "claims": ["workload.n_docs=4", "workload.turns=1", "runner.batch_width=4", "+arm=baseline,refeed_on"],
+    "claims_prof": ["workload.n_docs=4", "workload.turns=1", "runner.batch_width=4", "+arm=baseline,refeed_on"],
     "tree": ["workload.n_docs=4", "workload.turns=1", "runner.batch_width=4", "+arm=baseline,tree_top2"],
     "llama8b": ["model=default", "workload=tiny"],
     "llama8b_prof": ["model=default", "workload=tiny"],

@@ -16,6 +16,9 @@
 #   forward  bench_forward at 5.7B: the verify forward / its bytes at the rated bandwidth, and the
 #            read-only bandwidth beside the copy and the rated one
 #   fp       bench_runner --only-fingerprints: FINGERPRINTS on / off at B=256, 11 alternations
+#   coldsplit where a cold start goes: the page cache before and after the e2e stage (what its jobs read,
+#            scripts/page_cache.py) and the disk's speed, then the main job again with only Triton's cache
+#            emptied (the cost of building our kernels)                  -> $OUT/page_cache.txt, $OUT/e2e_tritoncold.json
 # TINY=1: each stage tiny, on the CPU if there is no GPU (the check of the mechanics; not timed).
 # PYC=1 (default): Python caches bytecode (/tmp/pyc), as an install does by default; the image
 # ships torch without it and sets PYTHONDONTWRITEBYTECODE=1, so every process compiled torch's sources.
@@ -31,6 +34,8 @@ T() { if [ -n "${TINY:-}" ]; then echo "$2"; else echo "$1"; fi; }     # T <real
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 | tee -a "$OUT/ttv.log"
 log "caches before: $(du -sh ~/.cache/atlas_ab 2>/dev/null || echo none) | stages: $STAGES${TINY:+ (TINY)}"
 
+if has coldsplit; then python3 scripts/page_cache.py --json $W/pc0.json --top 12 > "$OUT/page_cache.txt" 2>&1; fi
+
 if has e2e; then
   S=$SECONDS
   timeout $(T ${E2E_TIMEOUT:-240} 900) python3 bench/bench_e2e.py \
@@ -41,6 +46,16 @@ if has e2e; then
   grep -E "^\| |complete" "$OUT/e2e.err" | tee -a "$OUT/ttv.log"
   for f in $W/e2e/*.log; do tail -5 "$f" > "$OUT/e2e_$(basename "$f")"; done
   for f in $W/e2e/*.pstats; do [ -f "$f" ] && cp "$f" "$OUT/"; done       # the *_prof jobs' profiles
+fi
+
+if has coldsplit; then
+  python3 scripts/page_cache.py --json $W/pc1.json --top 0 > /dev/null
+  python3 scripts/page_cache.py --diff $W/pc0.json $W/pc1.json --top 25 >> "$OUT/page_cache.txt" 2>&1
+  python3 scripts/page_cache.py --read-mb 3000 --top 0 >> "$OUT/page_cache.txt" 2>&1
+  rm -rf ~/.cache/atlas_ab/triton
+  timeout $(T 120 300) python3 bench/bench_e2e.py --jobs main --workdir $W/e2e_tc --job-timeout 110 \
+    --json "$OUT/e2e_tritoncold.json" $(T "" --smoke) > /dev/null 2> "$OUT/e2e_tritoncold.err"
+  log "coldsplit: $(grep -E 'complete' "$OUT/e2e_tritoncold.err" | head -1) | $(grep -E '^read between' "$OUT/page_cache.txt")"
 fi
 
 if has grid; then
