@@ -76,6 +76,12 @@ class Trajectory:
         G = self.gen_tokens
         return [[self.tokens[b, s:s + G].tolist() for s in self.gen_start[b]] for b in range(self.batch)]
 
+    def turn_margins(self) -> list[list[list[tuple[float, float]]]]:
+        """[seq][turn][g] -> (top1 - top2, top1) of the argmax that chose generated token g."""
+        G = self.gen_tokens
+        return [[[tuple(float(v) for v in self.margins[b, p]) for p in range(s - 1, s - 1 + G)]
+                 for s in self.gen_start[b]] for b in range(self.batch)]
+
     # -- storage: flat named tensors (safetensors) --------------------------------------
     def tensors(self) -> dict[str, torch.Tensor]:
         t = lambda x, dtype: torch.as_tensor(np.ascontiguousarray(x), dtype=dtype)  # noqa: E731

@@ -263,6 +263,15 @@ def test_the_builder_is_the_greedy_decode(models, docs, stored):
             assert stored.argmax[b, s + G - 1] == stored.ext[b, t, 0]
 
 
+def test_turn_margins_are_the_margins_before_each_generated_token(stored):
+    """`Trajectory.turn_margins` (scripts/llamacpp_compare.py reads it) is margins[b, gen_start - 1 + g]:
+    the position replay_check reads a departure's margins from."""
+    m = stored.turn_margins()
+    for b in range(B):
+        for t, s in enumerate(stored.gen_start[b]):
+            assert m[b][t] == [tuple(float(v) for v in stored.margins[b, s - 1 + g]) for g in range(G)]
+
+
 def test_a_replay_that_commits_other_text_fails_its_gate(models, docs, stored):
     _, _, trace, _ = run(models, ARMS["baseline"], docs, G, target=replay_target(stored))
     trace.generated[2][1][4] += 1
