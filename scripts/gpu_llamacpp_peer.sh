@@ -19,7 +19,8 @@
 # (scripts/llamacpp_compare.py: the completions and counts request by request, into peer.log).
 # MTP=1 (default) then does the same for llama.cpp's draft-mtp (target_mtp.gguf) against our
 # `+arm=prefill_refeed`, only if at least MTP_NEEDS_S (150) seconds are left; it never fails the call.
-# Knobs: K (2), SLOTS (16 = our default batch width), WORKLOAD (default; TINY=1: tiny),
+# Knobs: K (2), SLOTS (16 = our default batch width), OURS_WARMUP (1: our run once before the timed one,
+# its seconds shown as our build), WORKLOAD (default; TINY=1: tiny),
 # WORKLOAD_SET ("n_docs=64 turns=4": both sides), CTX_PER_SLOT (2048), OURS_ARGS (extra overrides for
 # our runner, e.g. runner.dtype=float32; on the GPU it runs bfloat16 by default, llama.cpp float32
 # weights with an f16 KV cache), ATLAS_LLAMACPP_SDIST (default .carry/llamacpp/slim.tar.xz), OUT.
@@ -149,6 +150,17 @@ pair() {  # name engine_arm our_arm label model_args...
   stop_server
   [ $rc = 0 ] || { tail -n 5 "$W/collect_$name.out"; tail -n 15 "$W/server_$name.log"; } | tee -a "$OUT/peer.log"
   [ $rc = 0 ] || return 1
+  # our warm-up: the same run once, to build our kernels into the cache (the analog of llama.cpp's
+  # build; a cold run's first-call builds would fall in its work seconds: bench_peer.py's "build seconds")
+  local OBUILD=() OB
+  if [ "${OURS_WARMUP:-1}" = 1 ]; then
+    t=$(now)
+    # shellcheck disable=SC2086
+    timeout "$(limit 200 40)" python3 -m atlas_ab "+arm=$oarm" "arm.num_drafts=$K" "workload=$WORKLOAD" "${OVR[@]}" \
+      "runner.batch_width=$SLOTS" "hydra.run.dir=$O.warmup" ${OURS_ARGS:-} > "$W/ours_${name}_warmup.out" 2>&1
+    rc=$?; OB=$(since "$t"); log "ours $name warm-up: exit $rc in $OB s"
+    [ $rc = 0 ] && OBUILD=(--ours-build-s "$OB")
+  fi
   t=$(now)
   # shellcheck disable=SC2086
   timeout "$(limit 200 40)" python3 -m atlas_ab "+arm=$oarm" "arm.num_drafts=$K" "workload=$WORKLOAD" "${OVR[@]}" \
@@ -157,7 +169,7 @@ pair() {  # name engine_arm our_arm label model_args...
   log "ours $name: exit $rc in $OWALL s"; tail -n $([ $rc = 0 ] && echo 3 || echo 15) "$W/ours_$name.out" | tee -a "$OUT/peer.log"
   [ $rc = 0 ] || return 1
   timeout 60 python3 bench/bench_peer.py --engine "$E" --ours "$O" --engine-wall-s "$EWALL" --ours-wall-s "$OWALL" \
-    --engine-startup-s "$STARTUP_S" --build-s "$BUILD_S" --engine-k "$K" --engine-slots "$SLOTS" \
+    --engine-startup-s "$STARTUP_S" --build-s "$BUILD_S" "${OBUILD[@]}" --engine-k "$K" --engine-slots "$SLOTS" \
     --label "$label ($DEV)" --ours-label "atlas_ab +arm=$oarm ($DEV)" --json "$OUT/peer_$name.json" \
     > "$OUT/peer_$name.md" 2>&1
   rc=$?; log "bench $name: exit $rc"; tee -a "$OUT/peer.log" < "$OUT/peer_$name.md"

@@ -67,6 +67,14 @@ def test_ours_counts_and_rates():
     assert bp.seconds_to_verdict(32065, r["steps_per_s"]) == pytest.approx(42753.333333)   # 64,130 / 1.5
 
 
+def test_ours_says_when_its_caches_were_cold_and_carries_its_warm_up_as_its_build():
+    cold = {**TIMINGS, "caches": {"TRITON_CACHE_DIR": {"files": 0}, "TORCHINDUCTOR_CACHE_DIR": {"files": 0}}}
+    warm = {**TIMINGS, "caches": {"TRITON_CACHE_DIR": {"files": 154}, "TORCHINDUCTOR_CACHE_DIR": {"files": 0}}}
+    s = bp.ours_side([2], [1], [2], 1, cold, "ours", build_s=12.5)
+    assert "caches COLD" in s.work_how and s.build_s == 12.5 and s.work_s == pytest.approx(2.0)
+    assert bp.ours_side([2], [1], [2], 1, warm, "ours").work_how == "waves less compile and capture"
+
+
 def test_ours_refuses_waves_not_longer_than_their_compile():
     with pytest.raises(AtlasError, match="not longer than its compile"):
         bp.ours_side([2], [1], [2], 1, {**TIMINGS, "waves": 0.5}, "ours")
