@@ -14,7 +14,8 @@ Phases, in seconds (each measured, none inferred from the others):
     the wave run live again and gated), 0 in a live run;
   - total: the process's start to the summary.
 `caches`: where inductor's and Triton's caches were and how many files they held as the run began
-(runtime/compile_cache.py; 0: a cold cache).
+(runtime/compile_cache.py; 0: a cold cache); `kernels_built`: the kernel binaries Triton's cache
+gained from the engine's build to the summary (this run's first-call builds, inside capture and waves).
 """
 from __future__ import annotations
 
@@ -45,6 +46,16 @@ def _compile_and_capture() -> tuple[float, float]:
     return fusion.compile_seconds(), graphs.capture_seconds()
 
 
+def _kernels(caches: Optional[dict]) -> Optional[int]:
+    """Kernel binaries in the run's Triton cache now; None when the run names no Triton cache."""
+    d = ((caches or {}).get("TRITON_CACHE_DIR") or {}).get("dir")
+    if not d:
+        return None
+    # the runtime package imports torch: only a run that named a cache (and so has torch) gets here
+    from atlas_ab.runtime.compile_cache import kernels
+    return kernels(d)
+
+
 #: sessions started in this process (a sweep's jobs share one): only the first is charged its start
 SESSIONS = [0]
 
@@ -67,6 +78,7 @@ class StartupClock:
         self.live_check = 0.0
         self._cc0 = (0.0, 0.0)
         self.caches: Optional[dict] = None
+        self._kernels0: Optional[int] = None
 
     def _now(self) -> float:
         return self.age0 + self.clock() - self.t0
@@ -78,6 +90,7 @@ class StartupClock:
         self.marks["built"] = self._now()
         self.caches = caches
         self._cc0 = _compile_and_capture()
+        self._kernels0 = _kernels(caches)
 
     def wave_done(self, seconds: float, live_check: float = 0.0) -> None:
         if self.first_wave is None:
@@ -97,6 +110,8 @@ class StartupClock:
         t = {k: None if v is None else round(float(v), 3) for k, v in out.items()}
         if self.caches is not None:
             t["caches"] = self.caches
+        if self._kernels0 is not None:
+            t["kernels_built"] = max(_kernels(self.caches) - self._kernels0, 0)
         return t
 
 
@@ -107,6 +122,8 @@ def startup_line(t: dict) -> str:
     caches = t.get("caches") or {}
     warm = [v.get("files") for v in caches.values() if v.get("files") is not None]
     cache = "" if not warm else f"; caches {'cold' if not any(warm) else 'warm'}"
+    if t.get("kernels_built"):
+        cache += f", Triton built {t['kernels_built']} kernel{'s' if t['kernels_built'] != 1 else ''}"
     parts = [t.get(k) for k in ("import", "model", "waves")]
     rest = t["total"] - sum(parts) if t.get("total") is not None and None not in parts else None
     live = f", live check {s('live_check')}" if t.get("live_check") else ""     # replay's, when it ran

@@ -54,6 +54,19 @@ def _entries(d: Path) -> int:
     return sum(len(files) for _, _, files in os.walk(d))
 
 
+#: the binary Triton keeps of each kernel it built (NVIDIA, AMD): one per kernel and specialization
+BINARIES = (".cubin", ".hsaco")
+
+
+def kernels(d) -> int:
+    """Kernel binaries under Triton's cache d (0 if it does not exist): counted as a run starts and
+    ends, the difference is what this run built, the part of a cold start that is Triton compiling
+    (~11 s of a cold H200 main job: bench/RESULTS.md, "Time to a verdict")."""
+    if not d or not Path(d).is_dir():
+        return 0
+    return sum(f.endswith(BINARIES) for _, _, files in os.walk(d) for f in files)
+
+
 def persist(spec: str | None, env=os.environ) -> dict:
     """Point the caches at `root(spec)` unless `env` already names them; returns what is in effect
     ({variable: {"dir", "set_by": "runner.compile_cache" | "environment" | "default", "files"}}),

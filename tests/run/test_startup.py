@@ -40,6 +40,27 @@ def test_the_phases_are_the_marks_differences_from_the_process_start(monkeypatch
                                "compile 0.0s, capture 0.0s in all), the rest 1.2s; caches cold")
 
 
+def test_the_kernels_triton_built_during_the_run_are_counted(monkeypatch, tmp_path):
+    """kernels_built: the binaries Triton's cache gained between the engine's build and the summary
+    (one per kernel it compiled: a cold start's hidden cost), named in the time line when any."""
+    monkeypatch.setattr(startup, "SESSIONS", [0])
+    tc = tmp_path / "triton"
+    (tc / "a").mkdir(parents=True)
+    (tc / "a" / "old.cubin").write_bytes(b"")             # there before the run: not counted
+    clock = StartupClock(clock=Tick(10.0, 12.0, 13.25, 20.0), process_age=lambda: 1.5)
+    clock.imported()
+    clock.built({"TRITON_CACHE_DIR": {"dir": str(tc), "set_by": "runner.compile_cache", "files": 1}})
+    for i in range(3):
+        (tc / f"k{i}").mkdir()
+        (tc / f"k{i}" / "attend.cubin").write_bytes(b"")
+        (tc / f"k{i}" / "attend.json").write_text("{}")   # metadata: not a kernel
+    clock.wave_done(4.0)
+    t = clock.timings()
+    assert t["kernels_built"] == 3
+    assert startup_line(t).endswith("; caches warm, Triton built 3 kernels")
+    assert compile_cache.kernels(tmp_path / "none") == 0
+
+
 def test_a_replay_runs_live_check_is_shown_inside_its_waves(monkeypatch):
     # two waves of 4.0 and 1.5 s, the first checked live for 2.5 of its 4.0 s
     monkeypatch.setattr(startup, "SESSIONS", [0])
