@@ -157,7 +157,6 @@ class ReplayTarget:
         self.ext = torch.as_tensor(traj.ext, device=self.device).long()            # [B, turns, X]
         self.ends = torch.as_tensor(traj.turn_end, device=self.device)             # [B, turns]
         self.ext_hiddens = None if traj.ext_hiddens is None else traj.ext_hiddens.to(self.device)  # [B, turns, X, H]
-        self.turn = 0
 
     def alloc(self, budgets: np.ndarray) -> None:
         if len(budgets) != self.traj.batch:
@@ -170,7 +169,6 @@ class ReplayTarget:
         return self.hiddens.shape[1]
 
     def prefill(self, turn: int, history: np.ndarray, start: np.ndarray, count: np.ndarray):
-        self.turn = turn
         self.turn_t.fill_(turn)
         B = len(start)
         n = start + count
