@@ -392,6 +392,19 @@ def _allowed(hint, value) -> bool:
     return enum is None or value is None or value in [e.value for e in enum]
 
 
+def _merged_whole(base, doc: dict, hints: dict):
+    """The document merged into `base` at once, or None where that fails (parse then merges key by key
+    to name the field). One merge, not one a key: a claims study parses each of its registrations 21
+    times an arm, and a merge per key cost ~4 s of a 13-arm study on the H200 (bench/RESULTS.md,
+    "Time to a verdict")."""
+    if not all(_allowed(hints.get(k), v) for k, v in doc.items()):
+        return None
+    try:
+        return OmegaConf.merge(base, doc)
+    except OmegaConfBaseException:
+        return None
+
+
 def _one_line(e: OmegaConfBaseException) -> str:
     return str(getattr(e, "msg", e)).splitlines()[0]
 
@@ -412,19 +425,14 @@ def parse(doc: Any, where: str) -> Spec:
         raise AtlasError(f"{where}: missing field {missing[0]!r} (a {kind} pre-registration needs "
                          f"{', '.join(need)})")
     base = OmegaConf.structured(cls)
-    try:
-        # the whole document in one merge: a claims study parses each of its registrations 21 times
-        # an arm, and a merge per key cost ~4 s of a 13-arm study on the H200 (bench/RESULTS.md, "Time to a verdict")
-        if not all(_allowed(hints.get(k), v) for k, v in doc.items()):
-            raise ValueError
-        cfg = OmegaConf.merge(base, doc)
-    except (ValueError, OmegaConfBaseException):
+    cfg = _merged_whole(base, doc, hints)
+    if cfg is None:
         cfg = base
-        for key, value in doc.items():      # again one key at a time, so the error names its field
-            enum = _enum_of(hints.get(key))
+        for key, value in doc.items():      # one key at a time, so the error names its field
             if not _allowed(hints.get(key), value):
+                enum = _enum_of(hints.get(key))
                 raise AtlasError(f"{where}: {key}: must be one of {', '.join(e.value for e in enum)}, "
-                                 f"got {value!r}") from None
+                                 f"got {value!r}")
             try:
                 cfg = OmegaConf.merge(cfg, {key: value})
             except OmegaConfBaseException as e:
@@ -432,7 +440,7 @@ def parse(doc: Any, where: str) -> Spec:
                 if "not in" in _one_line(e):
                     raise AtlasError(f"{where}: unknown field {full!r} for a {kind} pre-registration") from None
                 raise AtlasError(f"{where}: {full}: {_one_line(e)}") from None
-        raise AssertionError(f"{where}: the merge failed whole but not key by key") from None  # pragma: no cover
+        raise AssertionError(f"{where}: the merge failed whole but not key by key")  # pragma: no cover
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise AtlasError(f"{where}: missing field {missing[0]!r}")
