@@ -47,11 +47,12 @@ def _writable(d: Path) -> bool:
     return os.access(d, os.W_OK)
 
 
-def _entries(d: Path) -> int:
-    """Files under d (0 if it does not exist): how warm a cache is when a run starts."""
-    if not d.is_dir():
+def _entries(d, ends: tuple[str, ...] | None = None) -> int:
+    """Files under d (those whose names end in `ends`, if given; 0 if d does not exist): how warm a
+    cache is when a run starts."""
+    if not d or not Path(d).is_dir():
         return 0
-    return sum(len(files) for _, _, files in os.walk(d))
+    return sum(1 for _, _, files in os.walk(d) for f in files if ends is None or f.endswith(ends))
 
 
 #: the binary Triton keeps of each kernel it built (NVIDIA, AMD): one per kernel and specialization
@@ -62,9 +63,7 @@ def kernels(d) -> int:
     """Kernel binaries under Triton's cache d (0 if it does not exist): counted as a run starts and
     ends, the difference is what this run built, the part of a cold start that is Triton compiling
     (~11 s of a cold H200 main job: bench/RESULTS.md, "Time to a verdict")."""
-    if not d or not Path(d).is_dir():
-        return 0
-    return sum(f.endswith(BINARIES) for _, _, files in os.walk(d) for f in files)
+    return _entries(d, BINARIES)
 
 
 def persist(spec: str | None, env=os.environ) -> dict:
