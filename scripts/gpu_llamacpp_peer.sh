@@ -135,6 +135,12 @@ PY
   fi
 }
 
+ours() {  # our_arm run_dir out_file: our runner on the pair's workload, K and batch width
+  # shellcheck disable=SC2086
+  timeout "$(limit 200 40)" python3 -m atlas_ab "+arm=$1" "arm.num_drafts=$K" "workload=$WORKLOAD" "${OVR[@]}" \
+    "runner.batch_width=$SLOTS" "hydra.run.dir=$2" ${OURS_ARGS:-} > "$3" 2>&1
+}
+
 pair() {  # name engine_arm our_arm label model_args...
   local name=$1 earm=$2 oarm=$3 label=$4; shift 4
   local E="$W/runs/engine_$name" O="$W/runs/ours_$name" t rc
@@ -155,16 +161,12 @@ pair() {  # name engine_arm our_arm label model_args...
   local OBUILD=() OB
   if [ "${OURS_WARMUP:-1}" = 1 ]; then
     t=$(now)
-    # shellcheck disable=SC2086
-    timeout "$(limit 200 40)" python3 -m atlas_ab "+arm=$oarm" "arm.num_drafts=$K" "workload=$WORKLOAD" "${OVR[@]}" \
-      "runner.batch_width=$SLOTS" "hydra.run.dir=$O.warmup" ${OURS_ARGS:-} > "$W/ours_${name}_warmup.out" 2>&1
+    ours "$oarm" "$O.warmup" "$W/ours_${name}_warmup.out"
     rc=$?; OB=$(since "$t"); log "ours $name warm-up: exit $rc in $OB s"
     [ $rc = 0 ] && OBUILD=(--ours-build-s "$OB")
   fi
   t=$(now)
-  # shellcheck disable=SC2086
-  timeout "$(limit 200 40)" python3 -m atlas_ab "+arm=$oarm" "arm.num_drafts=$K" "workload=$WORKLOAD" "${OVR[@]}" \
-    "runner.batch_width=$SLOTS" "hydra.run.dir=$O" ${OURS_ARGS:-} > "$W/ours_$name.out" 2>&1
+  ours "$oarm" "$O" "$W/ours_$name.out"
   rc=$?; local OWALL; OWALL=$(since "$t")
   log "ours $name: exit $rc in $OWALL s"; tail -n $([ $rc = 0 ] && echo 3 || echo 15) "$W/ours_$name.out" | tee -a "$OUT/peer.log"
   [ $rc = 0 ] || return 1
