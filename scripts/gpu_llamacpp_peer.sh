@@ -144,7 +144,7 @@ ours() {  # our_arm run_dir out_file: our runner on the pair's workload, K and b
 pair() {  # name engine_arm our_arm label model_args...
   local name=$1 earm=$2 oarm=$3 label=$4; shift 4
   local E="$W/runs/engine_$name" O="$W/runs/ours_$name" t rc
-  rm -rf "$E" "$O"; mkdir -p "$W/runs"
+  rm -rf "$E" "$O" "$O.warmup"; mkdir -p "$W/runs"
   serve "$name" "$@" || return 1
   t=$(now)
   timeout "$(limit 180 60)" python3 -m atlas_ab.collect --url "http://127.0.0.1:$PORT/v1" --arm "$earm" --out "$E" \
