@@ -392,6 +392,23 @@ def test_thread_count_does_not_change_the_numbers():
             assert_steps_match(tables[0], bad)
 
 
+def test_the_steps_comparison_takes_nested_float_lists_to_rounding_and_their_shape_exactly():
+    """topk_probs is a list (per draft) of lists (per rank): rounding passes, a value off by more than
+    the tolerance, another nesting or a NaN where a number stood fail."""
+    import pandas as pd
+
+    from tests.helpers.steps import FLOAT_ATOL, assert_steps_match
+    a = pd.DataFrame({"k": [2, 1], "topk_probs": [[[0.5, 0.25], [0.125, 0.0625]], [[0.75, 0.125]]],
+                      "accept_prob": [[0.5, float("nan")], [0.25]]})
+    near = a.assign(topk_probs=[[[0.5 + FLOAT_ATOL / 2, 0.25], [0.125, 0.0625]], [[0.75, 0.125]]])
+    assert_steps_match(a, near)
+    for bad in (a.assign(topk_probs=[[[0.5 + 10 * FLOAT_ATOL, 0.25], [0.125, 0.0625]], [[0.75, 0.125]]]),
+                a.assign(topk_probs=[[[0.5, 0.25, 0.0], [0.125]], [[0.75, 0.125]]]),
+                a.assign(accept_prob=[[0.5, 0.5], [0.25]]), a.assign(k=[2, 2])):
+        with pytest.raises(AssertionError):
+            assert_steps_match(a, bad)
+
+
 # -- the newcomer's path -----------------------------------------------------------------
 
 def test_a_refused_rerun_leaves_nothing_in_the_run_it_refused(tmp_path):

@@ -16,14 +16,24 @@ FLOAT_ATOL = 1e-5
 
 
 def float_columns(table: pd.DataFrame | pa.Table) -> list[str]:
-    """Columns of floats or lists of floats."""
+    """Columns of floats or (nested) lists of floats: SHADOW_TOPK's topk_probs is a list of lists."""
     schema = table.schema if isinstance(table, pa.Table) else pa.Schema.from_pandas(table, preserve_index=False)
     out = []
     for f in schema:
-        t = f.type.value_type if pa.types.is_list(f.type) else f.type
+        t = f.type
+        while pa.types.is_list(t):
+            t = t.value_type
         if pa.types.is_floating(t):
             out.append(f.name)
     return out
+
+
+def _shape_and_values(v) -> tuple:
+    """A (nested) list of floats as (its nesting of lengths, its values flattened in order)."""
+    if isinstance(v, (list, np.ndarray)):
+        parts = [_shape_and_values(x) for x in v]
+        return (len(parts), tuple(p[0] for p in parts)), [y for p in parts for y in p[1]]
+    return (), [v]
 
 
 def _frame(table) -> pd.DataFrame:
@@ -40,12 +50,11 @@ def assert_steps_match(a, b, atol: float = FLOAT_ATOL, skip=("step_ms",)) -> Non
     for c in floats:
         na, nb = a[c].isna(), b[c].isna()
         assert (na == nb).all(), f"{c}: nulls differ"
-        x, y = a[c][~na], b[c][~nb]
-        if len(x) and isinstance(x.iloc[0], (list, np.ndarray)):
-            assert (x.map(len) == y.map(len)).all(), f"{c}: lengths differ"
-            x, y = np.concatenate(x.tolist()), np.concatenate(y.tolist())
-        x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-        assert np.allclose(x, y, rtol=0, atol=atol), (c, float(np.abs(x - y).max()))
+        sx, sy = (list(map(_shape_and_values, col[~n])) for col, n in ((a[c], na), (b[c], nb)))
+        assert [s for s, _ in sx] == [s for s, _ in sy], f"{c}: lengths differ"
+        x = np.asarray([v for _, vs in sx for v in vs], dtype=np.float64)
+        y = np.asarray([v for _, vs in sy for v in vs], dtype=np.float64)
+        assert np.allclose(x, y, rtol=0, atol=atol, equal_nan=True), (c, float(np.nanmax(np.abs(x - y))))
 
 
 def other_rounding(table, rel: float = 2.0 ** -20):

@@ -24,7 +24,7 @@ from atlas_ab.speculative.trajectory import EXTEND, Trajectory, greedy
 from atlas_ab.telemetry.fingerprint import fingerprint_rows
 from atlas_ab.telemetry.schema import TIMING_COLUMNS
 from tests.helpers.replay_tools import REPLAY_B, REPLAY_G, HashedRows, RecordingTarget, harvest, replay_target, run
-from tests.helpers.steps import FLOAT_ATOL, lossy_variants
+from tests.helpers.steps import FLOAT_ATOL, assert_steps_match, lossy_variants
 from tests.helpers.tiny import tiny_docs, tiny_draft
 
 pytestmark = pytest.mark.float_sensitive
@@ -208,9 +208,7 @@ def test_a_replay_at_static_shapes_gives_the_dynamic_replays_steps(models, draft
     sta, sta_ev, sta_trace, wave = run(models, arm, docs, G, target=ReplayTarget(stored, "cpu", graphs=True),
                                        draft=draft)
     assert wave.graphs.static and sta_trace.generated == dyn_trace.generated
-    drop = list(TIMING_COLUMNS)
-    pd.testing.assert_frame_equal(dyn.drop(columns=drop), sta.drop(columns=drop), check_exact=False,
-                                  atol=FLOAT_ATOL)
+    assert_steps_match(dyn, sta, skip=TIMING_COLUMNS)
     if dyn_ev is not None:
         same = [c for c in dyn_ev.columns if c not in FINGERPRINTS]
         pd.testing.assert_frame_equal(dyn_ev[same], sta_ev[same])

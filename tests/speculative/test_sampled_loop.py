@@ -4,7 +4,6 @@ batch width; replay commits the stored sampled trajectory; one host read per ste
 sampler bugs fail the gate. Statistical checks use fixed seeds; a lossless sampler fails the
 gate's KS test with probability ALPHA = 1e-3."""
 import numpy as np
-import pandas as pd
 import pytest
 
 from atlas_ab.config.structured import ArmConfig, SamplingConfig
@@ -100,14 +99,14 @@ def test_a_sampled_replay_at_static_shapes_gives_the_dynamic_ones_steps(models, 
     logits read the turn from the device); on the CPU that path runs eagerly and commits the same
     text with the same integer columns (the probabilities to fp32 rounding)."""
     from atlas_ab.telemetry.schema import TIMING_COLUMNS
+    from tests.helpers.steps import assert_steps_match
     docs = tiny_docs(n=4, turns=2, chunk=10)
     plan = plan_of(arm, SamplingConfig(temperature=1.0, seed=3))
     traj = sampled(models[0], docs, G, plan.target, plan.seed, extend=EXTEND, keep_hiddens=True)
     out = [wave(models, arm, docs, target=ReplayTarget(traj, "cpu", logits=models[0].logits, graphs=g))
            for g in (False, True)]
     assert out[0].generated == out[1].generated
-    a, b = (t.steps.table().to_pandas().drop(columns=list(TIMING_COLUMNS)) for t in out)
-    pd.testing.assert_frame_equal(a, b, check_exact=False, atol=1e-5)
+    assert_steps_match(*(t.steps.table() for t in out), skip=TIMING_COLUMNS)
 
 
 @pytest.mark.parametrize("mode", ["live", "replay"])
