@@ -108,7 +108,12 @@ class Client:
 
     def body(self, messages: list[dict], max_tokens: int) -> dict:
         if self.token_ids:   # no text round trip: the server sees exactly our tokens (and adds no BOS to ids)
-            return {"prompt": [i for m in messages for i in m["ids"]], "n_predict": max_tokens, "temperature": 0,
+            ids = [i for m in messages for i in m["ids"]]
+            if self.engine == "vllm":    # /v1/completions takes a prompt of ids; return_token_ids answers in ids
+                return {"model": self.model, "prompt": ids, "max_tokens": max_tokens, "temperature": 0, "n": 1,
+                        "seed": SEED, "return_token_ids": True, "stream": False,
+                        **({"ignore_eos": True} if self.ignore_eos else {})}
+            return {"prompt": ids, "n_predict": max_tokens, "temperature": 0,
                     "seed": SEED, "return_tokens": True, "cache_prompt": True, "ignore_eos": self.ignore_eos,
                     "stream": False}
         # greedy in every request: temperature 0, one choice, and a fixed seed for any sampling default
@@ -128,7 +133,9 @@ class Client:
 
     def call(self, messages: list[dict], max_tokens: int, where: str) -> tuple[dict, int, float]:
         path = "/chat/completions" if self.api == "chat" else "/completions"
-        url = self.root + "/completion" if self.token_ids else self.url.rstrip("/") + path
+        if self.token_ids and self.engine == "vllm":
+            path = "/completions"
+        url = self.root + "/completion" if self.token_ids and self.engine == "llamacpp" else self.url.rstrip("/") + path
         body = self.body(messages, max_tokens)
         t0 = time.perf_counter()
         with self.lock:        # the load level this answer was measured at (the K ladder reads it)
@@ -183,14 +190,20 @@ class Client:
 
 
 def reply_text(got: dict) -> str:
-    return completion_text(got.get("response"), got.get("stream")) or ""
+    resp = got.get("response")
+    if isinstance(resp, dict) and "content" in resp and "choices" not in resp:     # llama.cpp's /completion
+        return resp.get("content") or ""
+    return completion_text(resp, got.get("stream")) or ""
 
 
 def reply_ids(got: dict, max_tokens: int, where: str) -> list[int]:
-    """The reply's token ids (--token-ids: llama.cpp's /completion with return_tokens)."""
-    ids = (got.get("response") or {}).get("tokens")
+    """The reply's token ids (--token-ids: llama.cpp's /completion with return_tokens; vLLM's
+    /v1/completions with return_token_ids)."""
+    resp = got.get("response") or {}
+    ids = resp.get("tokens") if "choices" not in resp else ((resp.get("choices") or [{}])[0] or {}).get("token_ids")
+    field = "tokens" if "choices" not in resp else "choices[0].token_ids"
     if not isinstance(ids, list) or not all(isinstance(i, int) and i >= 0 for i in ids) or len(ids) > max_tokens:
-        raise AtlasError(f"{where}: field 'tokens': expected at most {max_tokens} token ids, got {str(ids)[:80]}")
+        raise AtlasError(f"{where}: field '{field}': expected at most {max_tokens} token ids, got {str(ids)[:80]}")
     return ids
 
 
@@ -207,6 +220,7 @@ def probe(url: str, engine: str, timeout: float) -> dict:
         raise AtlasError(f"GET {url.rstrip('/')}/models answered JSON that is not an OpenAI model list: "
                          f"{json.dumps(models)[:120]}")
     data = [m for m in models.get("data") or [] if isinstance(m, dict)]
+    info["models"] = [m.get("id") for m in data]
     if data:
         info["reported_model"], info["owned_by"] = data[0].get("id"), data[0].get("owned_by")
     if engine == "auto":
@@ -242,10 +256,10 @@ def check_greedy(client: Client, plan: Plan) -> dict:
     would not share a text and could not be paired. Returns the manifest's `probe`."""
     c = plan.conversations[0]
     messages, mt = [{"role": "user", "content": c.turns[0]}], min(c.max_tokens[0], 32)
-    if client.token_ids:     # llama.cpp's /completion takes the turn's token ids
+    if client.token_ids:     # the turn's token ids
         messages[0]["ids"] = c.ids[0]
     answers = [client.call(messages, mt, f"probe {i + 1} of 2 (doc {c.doc_id} turn 0)")[0] for i in range(2)]
-    texts = [(a["response"].get("content") or "") if client.token_ids else reply_text(a) for a in answers]
+    texts = [reply_text(a) for a in answers]
     hashes = [text_sha256(t) for t in texts]
     if hashes[0] != hashes[1]:
         at = next((i for i, (x, y) in enumerate(zip(*texts)) if x != y), min(map(len, texts)))

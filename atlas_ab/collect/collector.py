@@ -122,7 +122,7 @@ def send_all(client: Client, plan: Plan, done: dict, raw: Path, concurrency: int
                 check(got, c.doc_id, t, where)
             except AtlasError as e:
                 raise AtlasError(f"{e} [{HINT[engine]}]") from None
-            text = (got["response"].get("content") or "") if client.token_ids else reply_text(got)
+            text = reply_text(got)
             reply = {"role": "assistant", "content": text}
             if client.token_ids:      # (kept in the stored response itself: a resume reads them back)
                 reply["ids"] = reply_ids(got, mt, where)
@@ -166,6 +166,9 @@ def collect(args) -> int:
     engine = info["engine"]
     refuse_unusable(engine, args.stream)
     model = args.model or info["reported_model"]
+    if args.model and info.get("models") and args.model not in info["models"]:
+        raise AtlasError(f"the server at {args.url} serves {info['models']}, not --model {args.model!r}: "
+                         "another model than the one asked for")
     if not model:
         raise AtlasError(f"{args.url}/models names no model; pass --model")
     concurrency = args.concurrency
@@ -173,8 +176,8 @@ def collect(args) -> int:
         print(f"{PROG}: note: trtllm: one request at a time, so each /perf_metrics entry is that request's",
               file=sys.stderr)
         concurrency = 1
-    if args.token_ids and (engine != "llamacpp" or args.prompts or args.stream):
-        raise AtlasError(f"--token-ids: llama.cpp only (its /completion takes and returns token ids), our "
+    if args.token_ids and (engine not in ("llamacpp", "vllm") or args.prompts or args.stream):
+        raise AtlasError(f"--token-ids: llama.cpp or vLLM only (their completions take and return token ids), our "
                          f"workload only, not streamed; got engine {engine}"
                          + (", --prompts" if args.prompts else "") + (", --stream" if args.stream else ""))
     client = Client(args.url, engine, model, api=args.api, stream=args.stream, retries=args.retries,
