@@ -1,4 +1,4 @@
-"""A peer engine beside our runner on one workload (issue 41): llama.cpp's server as collected by
+"""A peer engine beside our runner on one workload: llama.cpp's or vLLM's server as collected by
 `python -m atlas_ab.collect` (docs/ingest.md), and `python -m atlas_ab +arm=...` over the same
 documents; one markdown table, and `--json OUT`.
 
@@ -93,10 +93,14 @@ class EngineRequest:
     drafted: int                    # timings.draft_n
     accepted: int                   # timings.draft_n_accepted
     seconds: float                  # the collector's wait for this answer
+    steps: Optional[int] = None     # verify steps where the engine counts them (vLLM: num_spec_steps)
 
 
 def engine_steps(r: EngineRequest) -> int:
-    """Decode steps after the turn's first token: each commits 1 + its accepted drafts."""
+    """Decode steps after the turn's first token: each commits 1 + its accepted drafts (an engine
+    that counts its verify steps gives them as they are)."""
+    if r.steps is not None:
+        return r.steps
     n = r.predicted - 1 - r.accepted
     if n < 0 or r.accepted > r.drafted:
         raise AtlasError(f"doc {r.doc_id} turn {r.turn}: predicted_n {r.predicted}, draft_n {r.drafted}, "
@@ -128,8 +132,9 @@ def engine_side(reqs: list[EngineRequest], concurrency: int, label: str, wall_s:
         work, how = wall_s, f"the collector's wall (concurrency {concurrency} < documents)"
     else:
         raise AtlasError(f"concurrency {concurrency} is below the documents: give --engine-wall-s")
+    exact = all(r.steps is not None for r in reqs)
     return Side(label=label, requests=len(reqs), committed=sum(r.predicted for r in reqs), steps=steps,
-                steps_lo=steps - len(reqs), drafted=sum(r.drafted for r in reqs),
+                steps_lo=steps if exact else steps - len(reqs), drafted=sum(r.drafted for r in reqs),
                 accepted=sum(r.accepted for r in reqs), work_s=work, work_how=how, startup_s=startup_s,
                 wall_s=wall_s, build_s=build_s, k=k, width=width)
 
@@ -243,9 +248,10 @@ def read_engine(run: Path) -> tuple[dict, list[EngineRequest]]:
     m = read_manifest(run)          # a run not complete (or stopped) is refused there
     if m is None:
         raise AtlasError(f"{run / 'manifest.json'}: no such file (not a collector run)")
-    if (m.get("engine") or {}).get("name") != "llamacpp":
-        raise AtlasError(f"{run}: engine {(m.get('engine') or {}).get('name')!r}: llama.cpp runs only "
-                         "(their timings carry predicted_n)")
+    engine = (m.get("engine") or {}).get("name")
+    if engine not in ("llamacpp", "vllm"):
+        raise AtlasError(f"{run}: engine {engine!r}: llama.cpp runs (their timings carry predicted_n) or vLLM "
+                         "runs (per-request spec-decode metrics) only")
     raw = run / "raw" / "responses.jsonl"
     listed = {Path(f["path"]).name: f.get("sha256") for f in (m.get("source") or {}).get("files", [])}
     if not raw.is_file() or listed.get(raw.name) != f"sha256:{sha256_file(raw)}":
@@ -254,13 +260,26 @@ def read_engine(run: Path) -> tuple[dict, list[EngineRequest]]:
     for i, line in enumerate(raw.read_text().splitlines()):
         try:
             rec = json.loads(line)
-            t = rec["response"]["timings"]
-            reqs.append(EngineRequest(int(rec["doc_id"]), int(rec["turn"]), int(t["predicted_n"]),
-                                      int(t.get("draft_n", 0)), int(t.get("draft_n_accepted", 0)),
-                                      float(rec["seconds"])))
-        except (ValueError, KeyError, TypeError) as e:
-            raise AtlasError(f"{raw}: line {i + 1}: no llama.cpp timings ({e.__class__.__name__}: {e})") from None
+            reqs.append(_vllm_request(rec) if engine == "vllm" else _llamacpp_request(rec))
+        except (ValueError, KeyError, TypeError, IndexError) as e:
+            raise AtlasError(f"{raw}: line {i + 1}: no {engine} counts ({e.__class__.__name__}: {e})") from None
     return m, reqs
+
+
+def _llamacpp_request(rec: dict) -> EngineRequest:
+    t = rec["response"]["timings"]
+    return EngineRequest(int(rec["doc_id"]), int(rec["turn"]), int(t["predicted_n"]), int(t.get("draft_n", 0)),
+                         int(t.get("draft_n_accepted", 0)), float(rec["seconds"]))
+
+
+def _vllm_request(rec: dict) -> EngineRequest:
+    """vLLM's per-request spec-decode metrics: its verify steps are counted (num_spec_steps), so the
+    step count is exact; every committed token is in usage.completion_tokens."""
+    resp = rec["response"]
+    sd = resp["metrics"]["speculative_decoding"]
+    return EngineRequest(int(rec["doc_id"]), int(rec["turn"]), int(resp["usage"]["completion_tokens"]),
+                         int(sd["num_draft_tokens"]), int(sd["num_accepted_draft_tokens"]), float(rec["seconds"]),
+                         steps=int(sd["num_spec_steps"]))
 
 
 def read_ours(run: Path):

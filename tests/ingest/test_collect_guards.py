@@ -164,3 +164,13 @@ def test_sglang_is_not_streamed(tmp_path, capsys):
         assert fe.requests == []                                   # refused before any request
         assert run(fe, tmp_path, "s") == 0                         # non-streamed, return_meta_info: true
         assert all(b["return_meta_info"] is True and b["stream"] is False for b in fe.requests)
+
+
+def test_a_server_serving_another_model_is_refused_before_anything_is_written(tmp_path, capsys):
+    # --model names what the user meant to A/B; a server whose /v1/models lists something else would
+    # answer 404 per request at best, at worst another model's acceptance under this arm's name
+    with FakeEngine("vllm") as fe:
+        line = one_error(capsys, run(fe, tmp_path, "a", "--model", "default"),
+                         ["serves ['fake-model'], not --model 'default'", "another model"])
+        assert fe.requests == []
+    assert not (tmp_path / "a").exists(), line

@@ -101,11 +101,11 @@ def test_the_manifest_rebuilds_its_workload(server, tmp_path):
 
 
 def test_token_ids_refused_where_they_cannot_hold(server, tmp_path, capsys):
-    for extra, what in ((["--engine", "vllm"], "got engine vllm"), (["--stream"], "--stream")):
+    for extra, what in ((["--engine", "sglang"], "got engine sglang"), (["--stream"], "--stream")):
         code = collect(["--url", server.url, "--arm", "b", "--out", str(tmp_path / "b"), "--token-ids",
                         "--no-progress", *SET, *extra])
         err = capsys.readouterr().err.strip().splitlines()
-        assert code == 2 and len(err) == 1 and "--token-ids: llama.cpp only" in err[0] and what in err[0], err
+        assert code == 2 and len(err) == 1 and "--token-ids: llama.cpp or vLLM only" in err[0] and what in err[0], err
     assert not server.bodies and not (tmp_path / "b").exists()
 
 
