@@ -1,0 +1,55 @@
+"""vLLM's real server in tests: the engine's interpreter or a one-line skip, and a server started by our
+launcher (`python -m atlas_ab.engines.vllm serve`) as a user starts it, stopped after."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from atlas_ab import AtlasError
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVE_TIMEOUT_S = 480       # the launcher's own wait for /health (43-130 s seen on 2 busy cores)
+
+
+def engine_python() -> Path:
+    """The interpreter of vLLM's environment (scripts/setup_vllm.sh); without it the test is skipped,
+    the one line naming the set-up."""
+    from atlas_ab.engines.vllm import server
+    try:
+        return server.python()
+    except AtlasError as e:
+        pytest.skip(f"vLLM not installed: {e}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launcher(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "atlas_ab.engines.vllm", *args], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@contextmanager
+def served(*args: str):
+    """`serve --port <free> --json ARGS`: yields the server's state (url, command, ...); stopped on exit.
+    The launcher gives up (and stops vLLM) after SERVE_TIMEOUT_S, before this process's own limit."""
+    engine_python()
+    port = str(free_port())
+    try:
+        p = launcher("serve", "--port", port, "--json", "--timeout", str(SERVE_TIMEOUT_S), *args,
+                     timeout=SERVE_TIMEOUT_S + 60)
+        assert p.returncode == 0, f"serve exited {p.returncode}: {p.stderr.strip()[-2000:]}"
+        yield json.loads(p.stdout)
+    finally:
+        launcher("stop", "--port", port, timeout=60)
