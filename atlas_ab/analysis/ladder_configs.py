@@ -128,7 +128,9 @@ def write_configs(result: LadderResult, out: Path, levers: dict | None = None, m
         notes.append("vLLM: no K pays anywhere: serve without speculative_config (no file written)")
     else:
         p = out / FILES["vllm"]
-        p.write_text(json.dumps({"speculative_config": v}, indent=2) + "\n")
+        # the bare object: vLLM's SpeculativeConfig forbids extra fields (vllm/config/speculative.py, @config;
+        # vllm/config/utils.py), so `--speculative-config "$(cat FILE)"` takes nothing around it
+        p.write_text(json.dumps(v, indent=2) + "\n")
         written["vllm"] = p
     t, why = trtllm_config(rs)
     if t is None:

@@ -335,7 +335,10 @@ def units(paths) -> tuple[list[Unit], str, tuple[str, ...]]:
                         "the number of drafts is not printed; scrape /metrics before and after for p_i")
         return [total], "vllm server log (speculative metrics lines)", tuple(notes)
     us = [u for r in read_records(paths) for u in unit_from(r)]
-    detailed = sum(u.has_steps for u in us)
-    fmt = ("per-request detailed" if detailed == len(us) else
+    # a request with no verify step tells neither mode: 0.32's to_dict adds the per-step arrays only when
+    # non-empty (vllm/v1/metrics/stats.py RequestSpecDecodeMetrics.to_dict), so detailed answers it null too
+    told = [u for u in us if u.has_steps or u.n_steps != 0]
+    detailed = sum(u.has_steps for u in told)
+    fmt = ("per-request detailed" if detailed == len(told) and told else
            "per-request summary" if detailed == 0 else "per-request, detailed and summary mixed")
     return us, f"vllm {fmt}", ()

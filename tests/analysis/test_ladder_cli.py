@@ -55,9 +55,9 @@ def test_ladder_cli_writes_every_config(sweep, tmp_path, capsys):
     lad = json.loads((out / "ladder.json").read_text())
     assert lad["ladder"] == {"1": 2, "4": 0}
     assert lad["ranges"] == [[1, 3, 2], [4, 4, 0]]
-    v = json.loads((out / "vllm_speculative_config.json").read_text())["speculative_config"]
-    assert v["num_speculative_tokens"] == 2
-    assert v["num_speculative_tokens_per_batch_size"] == [[1, 3, 2], [4, 4, 0]]
+    v = json.loads((out / "vllm_speculative_config.json").read_text())   # vLLM's object itself, unwrapped
+    assert v == {"method": "mtp", "num_speculative_tokens": 2,
+                 "num_speculative_tokens_per_batch_size": [[1, 3, 2], [4, 4, 0]]}
     t = yaml.safe_load((out / "trtllm_extra_llm_api_options.yaml").read_text())["speculative_config"]
     assert t == {"max_draft_len": 2, "draft_len_schedule": {3: 2}}
     env = (out / "atlas_mtp_ladder.env").read_text().splitlines()
