@@ -52,7 +52,8 @@
 #   gpu_time_to_verdict = time_to_verdict (its STAGES: the stages themselves, e.g. `e2e grid`); gpu_claims,
 #   gpu_sequential, gpu_ladder, gpu_tree, gpu_llamacpp_peer = claims, sequential, ladder, tree, peer
 set -uo pipefail
-cd "$(dirname "$0")/.."
+SELF=$(realpath "$0")
+cd "$(dirname "$SELF")/.."
 export PYTHONUNBUFFERED=1 REPO=$PWD
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1   # NVLink multicast off
 export OUT=${OUT:-/tmp/gpu_out}
@@ -68,7 +69,7 @@ pack() { python3 "$REPO/scripts/device_transfer.py" pack --out "$OUT" "$@" | tee
 pyc() { export PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=/tmp/pyc; }   # the image ships torch without bytecode
 code_hash() { log "code: $(cd "$REPO" && python3 -m atlas_ab.run.provenance 2>&1)"; }   # as every manifest's code.hash
 
-usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -uo/p' "$SELF" | sed '$d' | sed 's/^# \{0,1\}//'; }
 [ $# = 0 ] && { usage >&2; exit 2; }
 case "$1" in -h|--help) usage; exit 0;; esac
 ASKED=()
@@ -101,7 +102,9 @@ run_tests() {   # out_file timeout_s pytest_args...: pytest -m gpu (all of it un
   local f=$1 t=$2 S=$SECONDS; shift 2
   # shellcheck disable=SC2046
   timeout "$t" python3 -m pytest -q -p no:cacheprovider $(T "-m gpu" "") "$@" > "$f" 2>&1
-  log "GPU tests: exit $? in $((SECONDS - S)) s: $(tail -1 "$f")"
+  local rc=$?
+  log "GPU tests: exit $rc in $((SECONDS - S)) s: $(tail -1 "$f")"
+  return $rc
 }
 
 stage_tests() {
@@ -175,10 +178,11 @@ stage_sweep_1v2() {   # issue 14: the claims sweep over one GPU, then over two
 }
 
 stage_kernels() {
-  local S=$SECONDS
+  local S=$SECONDS rc
   timeout 120 python3 bench/bench_step_kernels.py --model gpu --batch 64 --k 2 --json "$OUT/step_kernels.json" \
     > "$OUT/step_kernels.log" 2>&1
-  log "step kernels: exit $? in $((SECONDS - S)) s"; grep "^== " "$OUT/step_kernels.log" | tee -a "$LOG"
+  rc=$?; log "step kernels: exit $rc in $((SECONDS - S)) s"; grep "^== " "$OUT/step_kernels.log" | tee -a "$LOG"
+  return $rc
 }
 
 stage_gate() {   # issue 37
@@ -224,17 +228,18 @@ for w in ('first_wave', 'same_wave_again'): print(w, {k: (round(v, 3) if isinsta
 # ---- time to a verdict (issue 41) ---------------------------------------------------------------------
 TTV=/tmp/ttv
 stage_e2e() {
-  local S=$SECONDS f
+  local S=$SECONDS rc f
   [ "${PYC:-1}" = 1 ] && pyc
   # shellcheck disable=SC2046
   timeout $(T "${E2E_TIMEOUT:-240}" 900) python3 bench/bench_e2e.py \
     --jobs "${E2E_JOBS:-main,main,main_eager,main_fuse,main_cpu,claims,llama8b,llama8b,tree}" \
     --workdir $TTV/e2e --job-timeout $(T 110 300) --json "$OUT/e2e.json" $(T "" --smoke) \
     > $TTV/e2e.out 2> "$OUT/e2e.err"
-  log "e2e: exit $? in $((SECONDS - S)) s"
+  rc=$?; log "e2e: exit $rc in $((SECONDS - S)) s"
   grep -E "^\| |complete" "$OUT/e2e.err" | tee -a "$LOG"
   for f in $TTV/e2e/*.log; do tail -5 "$f" > "$OUT/e2e_$(basename "$f")"; done
-  for f in $TTV/e2e/*.pstats; do [ -f "$f" ] && cp "$f" "$OUT/"; done       # the *_prof jobs' profiles
+  for f in $TTV/e2e/*.pstats; do if [ -f "$f" ]; then cp "$f" "$OUT/"; fi; done     # the *_prof jobs' profiles
+  return $rc
 }
 
 stage_coldsplit() {   # its first snapshot is taken before every stage (below)
@@ -250,34 +255,37 @@ stage_coldsplit() {   # its first snapshot is taken before every stage (below)
 }
 
 stage_grid() {
-  local S=$SECONDS
+  local S=$SECONDS rc
   [ "${PYC:-1}" = 1 ] && pyc
   # shellcheck disable=SC2046
   timeout $(T "${GRID_TIMEOUT:-150}" 600) python3 bench/bench_runner.py \
     $(T "--models ${GRID_MODELS:-llama8b,gpu} --widths 16,64" --smoke) --only-grid \
     --json "$OUT/runner_grid.json" > /dev/null 2> "$OUT/runner_grid.err"
-  log "grid: exit $? in $((SECONDS - S)) s"
+  rc=$?; log "grid: exit $rc in $((SECONDS - S)) s"
   grep -E "^\| |B=" "$OUT/runner_grid.err" | tee -a "$LOG"
+  return $rc
 }
 
 stage_forward() {
-  local S=$SECONDS
+  local S=$SECONDS rc
   [ "${PYC:-1}" = 1 ] && pyc
   # shellcheck disable=SC2046
   timeout $(T 60 600) python3 bench/bench_forward.py $(T "--shapes 5.7B --budget-s 45 --no-check" --smoke) \
     --json "$OUT/forward.json" > "$OUT/forward.out" 2> "$OUT/forward.err"
-  log "forward: exit $? in $((SECONDS - S)) s"
+  rc=$?; log "forward: exit $rc in $((SECONDS - S)) s"
   grep -E "copy|^\| (goal|forward)" "$OUT/forward.err" "$OUT/forward.out" | head -8 | tee -a "$LOG"
+  return $rc
 }
 
 stage_fp() {
-  local S=$SECONDS
+  local S=$SECONDS rc
   [ "${PYC:-1}" = 1 ] && pyc
   # shellcheck disable=SC2046
   timeout $(T 45 600) python3 bench/bench_runner.py $(T "" --smoke) --only-fingerprints --fp-alternations 11 \
     --json "$OUT/fingerprints.json" > /dev/null 2> "$OUT/fingerprints.err"
-  log "fp: exit $? in $((SECONDS - S)) s"
+  rc=$?; log "fp: exit $rc in $((SECONDS - S)) s"
   grep -E "FINGERPRINTS" "$OUT/fingerprints.err" | tee -a "$LOG"
+  return $rc
 }
 
 # ---- studies ------------------------------------------------------------------------------------------
@@ -436,7 +444,8 @@ stage_sequential() {
     ROWS+=("$m=$W/${m}_sequential:$FIXED_JSON")
   done
   python3 "$REPO/scripts/sequential_table.py" --out "$OUT" "${ROWS[@]}" 2>&1 | tee -a "$LOG"
-  mkdir -p $W/seq_logs && cp $W/*.log $W/seq_logs/ 2>/dev/null && tar cJf "$OUT/seq_logs.tar.xz" -C $W seq_logs
+  mkdir -p $W/seq_logs; cp $W/*.log $W/seq_logs/ 2>/dev/null
+  tar cJf "$OUT/seq_logs.tar.xz" -C $W seq_logs
 }
 
 # The K ladder (issue 39) on one GPU: +study=ladder (K 0..K_MAX at each batch width, live, step by
@@ -595,8 +604,8 @@ stage_tree() {
   for m in default large; do
     [ -d $W/${m}_tree ] || continue
     # shellcheck disable=SC2046
-    tar cJf "$OUT/runs_$m.tar.xz" -C $W ${m}_shadow ${m}_tree ${m}_baseline_step ${m}_tree_replay ${m}_report \
-      ${m}_replay_report $(cd $W && ls -d ${m}_sampled_* 2>/dev/null) 2>/dev/null
+    tar cJf "$OUT/runs_$m.tar.xz" -C $W $(cd $W && ls -d ${m}_shadow ${m}_tree ${m}_baseline_step ${m}_tree_replay \
+      ${m}_report ${m}_replay_report ${m}_sampled_* 2>/dev/null)      # the parts this call ran
   done
 }
 
