@@ -17,6 +17,7 @@ import re
 import runpy
 import shlex
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -104,7 +105,9 @@ def _argparse_error(module: str, argv: list[str], monkeypatch, capsys) -> str | 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", stop)
     monkeypatch.setattr(sys, "argv", [module, *argv])
     try:
-        runpy.run_module(module, run_name="__main__", alter_sys=False)
+        with warnings.catch_warnings():                            # a module imported before runs again as __main__
+            warnings.simplefilter("ignore", RuntimeWarning)
+            runpy.run_module(module, run_name="__main__", alter_sys=False)
     except _Parsed as p:
         overrides = getattr(p.ns, "overrides", None)           # levers env: Hydra overrides as positionals
         return _hydra_error([o for o in overrides if o != "overrides"]) if overrides else None
