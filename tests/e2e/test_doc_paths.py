@@ -12,6 +12,8 @@ PKG = ROOT / "atlas_ab"
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 PATH = re.compile(r"(?<![\w./<-])((?:[\w.*{},-]+/)+[\w.*{},-]+\.(?:py|sh|md|yaml|json|toml))(?![\w/])")
 TOP = {"atlas_ab", "scripts", "bench", "tests", "docs", "analysis", "conf", ".ci"}
+#: the roots of other projects' source trees the docs cite (vllm/v1/..., tensorrt_llm/serve/...)
+OTHERS = {"vllm", "v1", "tensorrt_llm", "python", "sglang", "test", "conversion", "tools", "stdlib"}
 #: names that stand for a file the reader makes (CONTRIBUTING.md's walk-throughs, docs' examples)
 PLACEHOLDER = re.compile(r"\b(?:[A-Z][A-Z_]+|my_\w+|myengine|mine)\.\w+$")
 
@@ -26,6 +28,8 @@ def _expand(path: str) -> list[str]:
 def _candidates(path: str) -> list[Path] | None:
     """Where the path can be in this repository; None for another project's path."""
     first = path.split("/", 1)[0]
+    if first in OTHERS:
+        return None
     where = ([ROOT / path] if first in TOP else []) + ([PKG / path] if (PKG / first).is_dir() else [])
     if where:                                                      # analysis/x.py: the package's, or the reports'
         return where
