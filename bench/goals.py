@@ -8,7 +8,7 @@ One command per goal, each printing the goal, its target, the figure and its int
         python bench/bench_forward.py --shapes 5.7B
   - FINGERPRINTS on / off at B=256: python bench/bench_runner.py --only-fingerprints --fp-alternations 11
   - start-up before the first step: python bench/bench_startup.py
-(scripts/gpu_time_to_verdict.sh runs them all in one device call.)
+(scripts/gpu.sh time_to_verdict runs them all in one device call.)
 
 A goal is a ratio taken in one run (the runner's step over its graphed bare verify, the
 forward over its memory/FLOP bound, FINGERPRINTS on over off), its target, and whether the

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# The wheels the GPU machine lacks (it has torch, triton, transformers, pandas, scipy, safetensors,
-# tokenizers; it reaches no package registry), for its Python 3.12, into .whl/ (git-ignored), so
-# every session carries the same set: `device run ... carry=[".whl"]`, then in the command
-#   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
-#   export PYTHONPATH=/tmp/site:$PWD
+# Built here, not on the device: the wheels the GPU machine lacks (it has torch, triton, transformers,
+# pandas, scipy, safetensors, tokenizers; it reaches no package registry), for its Python 3.12, into
+# .whl/ (git-ignored), so every call carries the same set: `device run ... carry=[".whl"]`, and
+# scripts/gpu.sh installs them into /tmp/site first (WHL=.whl_gpu: the slim set, no statsmodels).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .whl && mkdir -p .whl

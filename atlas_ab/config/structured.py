@@ -1,8 +1,8 @@
 """Structured configs: arm (the levers), model, workload, runner, study, and their checks.
 
-These dataclasses are the schema Hydra validates against (`store.py` registers them):
+These dataclasses are the schema Hydra validates against (`hydra_schema.py` registers them):
 a wrong type is rejected by OmegaConf, an unknown key (also one added with `+`) by
-`store.check_keys`, an out-of-range value or an impossible combination by the
+`hydra_schema.check_keys`, an out-of-range value or an impossible combination by the
 `validate_*` functions below, all before any model loads. Each lever's meaning lives in
 `levers.py`.
 

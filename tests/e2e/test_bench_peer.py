@@ -1,7 +1,7 @@
 """bench/bench_peer.py's arithmetic on small literal inputs, every figure computed by hand.
 
 The end-to-end run (llama.cpp built, served, collected, beside our runner) is
-`TINY=1 CUDA=0 bash scripts/gpu_llamacpp_peer.sh`; here only the numbers it prints are checked.
+`TINY=1 CUDA=0 bash scripts/llamacpp_peer.sh`; here only the numbers it prints are checked.
 """
 import hashlib
 import json

@@ -6,9 +6,9 @@
 # REFEED verdict of each side by side. One device call, from the repository root:
 #
 #   device run (carry .whl .carry/llamacpp/slim.tar.xz .carry/llamacpp/slim.tar.xz.sha256):
-#       bash scripts/gpu_llamacpp_peer.sh
+#       bash scripts/gpu.sh peer       (the wheels installed first; then this script)
 #   here, on the CPU, a tiny workload end to end (the check of the mechanics, not a timing):
-#       TINY=1 CUDA=0 bash scripts/gpu_llamacpp_peer.sh
+#       TINY=1 CUDA=0 bash scripts/llamacpp_peer.sh
 #
 # Stages, each under `timeout` and inside one deadline (DEADLINE_S, default 570 s of the device's
 # 600), each logged with its seconds to $OUT/peer.log: build (scripts/build_llamacpp.sh: unpack the
@@ -47,11 +47,9 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 left() { echo $((DEADLINE_S - (SECONDS - START))); }
 # a stage's timeout: its own limit, or what the deadline leaves (less a reserve for the rest)
 limit() { local l; l=$(( $(left) - ${2:-20} )); [ "$l" -lt "$1" ] && echo $((l > 1 ? l : 1)) || echo "$1"; }
-die() { log "FAILED: $*"; python3 scripts/bundle_out.py "$OUT" >/dev/null; exit 1; }
+die() { log "FAILED: $*"; exit 1; }
 
-# the wheels the device lacks, unless this Python has them already (the CPU check here)
-if python3 -c "import hydra, omegaconf, statsmodels" 2>/dev/null; then export SKIP_WHEELS=${SKIP_WHEELS:-1}; fi
-source scripts/gpu_env.sh || die "wheels: pip install from ${WHL:-.whl} failed"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}    # this checkout's atlas_ab first
 if [ "${PYC:-1}" = 1 ]; then export PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=/tmp/pyc; fi
 
 SETS=(); OVR=()
@@ -198,5 +196,4 @@ fi
 # the runs and the logs, for the analysis afterwards (small: counts and step tables)
 tar -C "$W" -cJf "$OUT/peer_runs.tar.xz" runs server_draft_model.log $(cd "$W" && ls server_mtp.log compare_*.txt 2>/dev/null) 2>/dev/null
 log "done in $((SECONDS - START)) s (deadline $DEADLINE_S)"
-python3 scripts/bundle_out.py "$OUT"
 exit $MAIN
