@@ -6,12 +6,12 @@
 # bench/bench_peer.py prints committed tokens per work second and seconds to a powered REFEED verdict
 # of each, side by side; the comparison request by request goes to compare.txt.
 #
-#   bash scripts/vllm_peer.sh        # OUT=bench/results/peer_vllm_cpu K=2 WORKLOAD_SET="..." THREADS=2
+#   bash scripts/vllm_peer.sh        # OUT=runs/peer_vllm K=2 WORKLOAD_SET="..." THREADS=2
 #
 # Run it on an idle machine: both sides share its cores, and a busy one times neither.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
-OUT=${OUT:-$REPO/bench/results/peer_vllm_cpu}
+OUT=${OUT:-$REPO/runs/peer_vllm}
 K=${K:-2}
 PORT=${PORT:-8021}
 THREADS=${THREADS:-2}
