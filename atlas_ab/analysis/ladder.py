@@ -44,12 +44,10 @@ import numpy as np
 import pandas as pd
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis.replicates import Z95, log_ratio, random_effects, relative_part
+from atlas_ab.analysis.replicates import SINGLE, Z95, log_ratio, random_effects, relative_part
 from atlas_ab.analysis.stats import few_clusters
 
 METHODS = ("delta", "bootstrap")
-#: what a ladder with a cell timed in one job is, in its summary, its JSON and its configs' headers
-SINGLE = "single replicate: not a verdict"
 #: the fewest replicates per cell a bootstrap over replicates may decide from (3 replicates give 10 draws)
 MIN_BOOT_REPLICATES = 10
 

@@ -34,7 +34,8 @@ import json
 import math
 from pathlib import Path
 
-from atlas_ab.analysis.ladder import SINGLE, LadderResult
+from atlas_ab.analysis.ladder import LadderResult
+from atlas_ab.analysis.replicates import SINGLE
 from atlas_ab.atomic import write_json
 
 FILES = {"vllm": "vllm_speculative_config.json", "trtllm": "trtllm_extra_llm_api_options.yaml",

@@ -42,6 +42,8 @@ from atlas_ab import AtlasError
 
 #: the normal quantile of a two-sided 95% interval (ladder.Z95's value)
 Z95 = 1.959964
+#: what a result whose timing comes from one job per cell (or per arm) is, wherever it is printed
+SINGLE = "single replicate: not a verdict"
 
 
 def level_of(z: float) -> float:
