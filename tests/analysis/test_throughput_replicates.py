@@ -58,3 +58,17 @@ def test_runs_of_two_arms_as_one_are_refused(tmp_path):
     with pytest.raises(AtlasError, match="replicates of one arm expected, got runs of a, b"):
         throughput_ratio([_run(tmp_path / "a", "a", 1.0, 0), _run(tmp_path / "b", "b", 1.0, 1)],
                          [_run(tmp_path / "c", "c", 1.0, 2)])
+
+
+def test_the_cli_answers_and_refuses_in_one_line(tmp_path, capsys):
+    from atlas_ab.analysis.__main__ import main
+    a = [_run(tmp_path / f"a{i}", "tree_linear2", ms, i) for i, ms in enumerate((1.0, 1.05, 0.97))]
+    b = [_run(tmp_path / f"b{i}", "tree_top2", ms, 10 + i) for i, ms in enumerate((1.1, 1.12, 1.08))]
+    assert main(["throughput", "--control", *map(str, (r.path for r in a)),
+                 "--treatment", *map(str, (r.path for r in b)), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["single_replicate"] is False and out["control"]["arm"] == "tree_linear2"
+    assert len(out["treatment"]["per_run"]) == 3
+    assert main(["throughput", "--control", str(a[0].path), str(b[0].path), "--treatment", str(b[1].path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "replicates of one arm expected, got runs of tree_linear2, tree_top2" in err[0]
