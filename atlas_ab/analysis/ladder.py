@@ -246,6 +246,9 @@ class LadderResult:
             on = f"{c.over_next.words(self.method)} (K={c.over_next.over})" if c.over_next else "-"
             lines.append(f"| {b} | {c.K} | {c.best} | {o0} | {on} | {', '.join(map(str, c.tied)) or '-'} | "
                          + (f"({SINGLE}) " if self.single_replicate else "") + f"{c.verdict(self.method)} |")
+        lines += [f"note: B={r.B} K={r.K}: its {r.replicates} replicates disagree beyond their spreads (Cochran's Q "
+                  f"p {r.q_p:.3g}, I^2 {r.i2:.0%}): a stall, or graphs built differently, in one of its jobs?"
+                  for r in self.cells.itertuples() if r.disagree]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 

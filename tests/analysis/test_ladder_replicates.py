@@ -102,3 +102,16 @@ def test_the_bootstrap_cannot_decide_from_three_replicates():
         fit(ACC, times, n_boot=100, method="bootstrap")
     res = fit(ACC, times, n_boot=200, seed=1)          # reported beside the delta interval, hierarchical
     assert res.cells["X_boot_lo"].notna().all()
+
+
+def test_a_cell_whose_replicates_disagree_says_so():
+    """Plain decode's three jobs at 1.0, 1.0 and 1.5 ms (steps +-1%, se ~0.002 ms): Cochran's Q is in the
+    thousands, I^2 ~100%, and the cell and a note say so; K=1's agree."""
+    rng = np.random.default_rng(4)
+    steps = lambda m: m * (1 + 0.01 * rng.standard_normal(STEPS))  # noqa: E731
+    res = fit(ACC, {(1, 0): [steps(1.0), steps(1.0), steps(1.5)], (1, 1): [steps(1.5), steps(1.5), steps(1.5)]},
+              n_boot=0)
+    c = res.cells.set_index("K")
+    assert bool(c.loc[0, "disagree"]) and c.loc[0, "i2"] > 0.99 and not bool(c.loc[1, "disagree"])
+    assert "note: B=1 K=0: its 3 replicates disagree beyond their spreads" in res.summary()
+    assert "(replicates disagree)" in res.summary()
