@@ -389,9 +389,12 @@ def _bootstrap(sums: _Sums, times: dict, n_boot: int, seed: int) -> dict[tuple[i
         if len(reps) == 1:
             means = _step_means(reps[0], n_boot, rng)
         else:          # hierarchical: replicates drawn with replacement, then steps within each drawn one
-            within = np.stack([_step_means(r, n_boot, rng) for r in reps])          # [R, n_boot]
-            pick = rng.integers(0, len(reps), size=(n_boot, len(reps)))
-            means = within[pick, np.arange(n_boot)[:, None]].mean(axis=1)
+            R = len(reps)
+            # [slot, replicate, n_boot]: a fresh step resample for every slot, so a replicate drawn twice is
+            # resampled twice
+            within = np.stack([np.stack([_step_means(r, n_boot, rng) for r in reps]) for _ in range(R)])
+            pick = rng.integers(0, R, size=(n_boot, R))
+            means = within[np.arange(R)[None, :], pick, np.arange(n_boot)[:, None]].mean(axis=1)
         out[(b, k)] = b * Eb[k] / means * 1e3
     return out
 

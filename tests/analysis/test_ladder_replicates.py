@@ -115,3 +115,16 @@ def test_a_cell_whose_replicates_disagree_says_so():
     assert bool(c.loc[0, "disagree"]) and c.loc[0, "i2"] > 0.99 and not bool(c.loc[1, "disagree"])
     assert "note: B=1 K=0: its 3 replicates disagree beyond their spreads" in res.summary()
     assert "(replicates disagree)" in res.summary()
+
+
+def test_the_hierarchical_bootstrap_agrees_with_random_effects_at_twelve_replicates():
+    """Twelve jobs a cell (job sd 8%, step sd 10%): the bootstrap (replicates drawn, then steps within each)
+    gives X's se within 25% of the random-effects delta se (it lacks the (R - 1) / R and the t, ~4% and the
+    draws' own ~3%), and may decide from 12 replicates."""
+    rng = np.random.default_rng(6)
+    reps = lambda m: [m * (1 + JOB_SD * rng.standard_normal()) * (1 + STEP_SD * rng.standard_normal(STEPS))  # noqa: E731
+                      for _ in range(12)]
+    res = fit(ACC, {(1, 0): reps(T0), (1, 1): reps(1.5 * T0)}, n_boot=1000, seed=2, method="bootstrap")
+    ratio = res.cells["X_boot_se"] / res.cells["X_se"]
+    assert ratio.between(0.75, 1.25).all(), ratio.tolist()
+    assert set(res.cells["replicates"]) == {12}
