@@ -46,7 +46,8 @@ def replicate_of(run: Run) -> int:
     """The replicate a ladder job timed (config.study.replicate; 0 for a run made before replicates)."""
     r = (((run.manifest or {}).get("config") or {}).get("study") or {}).get("replicate", 0)
     if not isinstance(r, int) or isinstance(r, bool) or r < 0:
-        raise AtlasError(f"{run.path}: config.study.replicate={r!r} in the manifest is not a replicate id (an int >= 0)")
+        raise AtlasError(f"{run.path}: config.study.replicate={r!r} in the manifest is not a replicate id "
+                         "(an int >= 0)")
     return r
 
 

@@ -122,8 +122,8 @@ def test_the_hierarchical_bootstrap_agrees_with_random_effects_at_twelve_replica
     gives X's se within 25% of the random-effects delta se (it lacks the (R - 1) / R and the t, ~4% and the
     draws' own ~3%), and may decide from 12 replicates."""
     rng = np.random.default_rng(6)
-    reps = lambda m: [m * (1 + JOB_SD * rng.standard_normal()) * (1 + STEP_SD * rng.standard_normal(STEPS))  # noqa: E731
-                      for _ in range(12)]
+    reps = lambda m: [m * (1 + JOB_SD * rng.standard_normal())  # noqa: E731
+                      * (1 + STEP_SD * rng.standard_normal(STEPS)) for _ in range(12)]
     res = fit(ACC, {(1, 0): reps(T0), (1, 1): reps(1.5 * T0)}, n_boot=1000, seed=2, method="bootstrap")
     ratio = res.cells["X_boot_se"] / res.cells["X_se"]
     assert ratio.between(0.75, 1.25).all(), ratio.tolist()
