@@ -3,9 +3,10 @@
 Refused, in one line each: a K past the proposer's maximum (the arm's num_drafts range), a replicate
 count below 1 (or a replicate outside it), a job outside the grid, a width wider than the workload (its
 wave would hold fewer documents), and a width the device's memory cannot hold, with the widest that
-fits. The memory a width needs is an estimate, stated as such: the weights (trunk and MTP layer) plus, per sequence, the KV rows of
-every layer (the MTP layer's too) over the workload's reach, plus one verify's activations
-(logits and MLP rows of K + 1 tokens), times HEADROOM for the allocator and the graphs' pools.
+fits. The memory a width needs is an estimate, stated as such: the weights (trunk and MTP layer)
+plus, per sequence, the KV rows of every layer (the MTP layer's too) over the workload's reach, plus
+one verify's activations (logits and MLP rows of K + 1 tokens), times HEADROOM for the allocator and
+the graphs' pools.
 """
 from __future__ import annotations
 
