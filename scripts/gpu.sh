@@ -459,17 +459,25 @@ stage_sequential() {
 # says so. One turn a document (workload.turns=1: 31 batched steps a job) keeps the three sweeps
 # (72 jobs, each a model build and one wave) near 4 minutes of H200 time; a sweep cut by its timeout
 # keeps its complete runs (the others are moved aside) and its ladder covers the widths that have every K.
-# Knobs: LADDER_WIDTHS ("[1,4,8,16,64,256]"), K_MAX (3), LADDER_OVERRIDES (after workload.turns=1; tiny
-# dry runs on the CPU), LADDER_TIMEOUT (s a sweep; 120 for default and gpu (70 cut the B=256 jobs on
-# 2026-12-02), 170 for llama8b, whose 24 jobs each build 11 GB of weights), LADDER_DIR (/tmp/ladder).
+# Each (B, K) is timed in REPLICATES jobs (study.replicates, default 3) in the study's seeded interleaved
+# order, and the ladder pools them by random effects (docs/analysis.md); with REPLICATES=1 the ladders are
+# "single replicate: not a verdict" and are written with --allow-single-replicate, which heads the configs.
+# Three replicates triple a sweep: run one model a device call (LADDER_MODELS=default, then
+# LADDER_MODELS=llama8b ACCEPTANCE_RUNS=<the default's runs, unpacked from ladder_runs_default.tar.xz>).
+# Knobs: LADDER_WIDTHS ("[1,4,8,16,64,256]"), K_MAX (3), REPLICATES (3), ORDER_SEED (0), LADDER_OVERRIDES
+# (after workload.turns=1; tiny dry runs on the CPU), LADDER_TIMEOUT (s a sweep; REPLICATES x 120 for default
+# and gpu (70 cut the B=256 jobs on 2026-12-02), REPLICATES x 170 for llama8b, whose 24 jobs a replicate each
+# build 11 GB of weights), ACCEPTANCE_RUNS (the default model's runs; default $LADDER_DIR/default),
+# LADDER_DIR (/tmp/ladder).
 # A CPU check at a tiny size (no GPU, no wheels):
 #   OUT=/tmp/ladder_out LADDER_MODELS="default gpu" LADDER_WIDTHS="[1,2]" K_MAX=1 \
 #     LADDER_OVERRIDES="workload.turns=1 workload.chunk_tokens=16 workload.gen_tokens=8 study.waves=10 \
 #     model.hidden_size=64 model.num_hidden_layers=2 model.num_attention_heads=4 model.num_key_value_heads=2 \
 #     model.intermediate_size=96" bash scripts/gpu.sh ladder
 stage_ladder() {
-  local W=${LADDER_DIR:-/tmp/ladder} m S t d WS rc MODEL OV ACC
-  local GRID=("study.widths=${LADDER_WIDTHS:-[1,4,8,16,64,256]}" "study.k_max=${K_MAX:-3}")
+  local W=${LADDER_DIR:-/tmp/ladder} m S t d WS rc MODEL OV ACC ONE R=${REPLICATES:-3}
+  local GRID=("study.widths=${LADDER_WIDTHS:-[1,4,8,16,64,256]}" "study.k_max=${K_MAX:-3}" "study.replicates=$R"
+              "study.order_seed=${ORDER_SEED:-0}")
   rm -rf $W && mkdir -p $W
   for m in ${LADDER_MODELS:-default gpu llama8b}; do
     S=$SECONDS
@@ -478,7 +486,7 @@ stage_ladder() {
     # shellcheck disable=SC2206
     OV=(workload.turns=1 ${LADDER_OVERRIDES:-})
     if [ $m = default ]; then mapfile -t OV < <(printf '%s\n' "${OV[@]}" | grep -v '^model\.'); else MODEL=(model=$m); fi
-    t=${LADDER_TIMEOUT:-$([ $m = llama8b ] && echo 170 || echo 120)}
+    t=${LADDER_TIMEOUT:-$(( R * $([ $m = llama8b ] && echo 170 || echo 120) ))}
     (cd $W && timeout $t python3 -m atlas_ab -m +study=ladder "${MODEL[@]}" "${GRID[@]}" \
        runner.progress=false hydra.sweep.dir=$W/$m "${OV[@]}") > $W/$m.log 2>&1
     log "ladder sweep $m: exit $? in $((SECONDS - S)) s ($(ls -d $W/$m/*_k* 2>/dev/null | wc -l) runs)"
@@ -498,21 +506,23 @@ print(' '.join(str(b) for b, ks in sorted(cells.items()) if ks >= set(range(int(
   # the ladders: the default model's from its own runs; the shapes' timing with the default's acceptance
   for m in ${LADDER_MODELS:-default gpu llama8b}; do
     ACC=()
-    [ $m != default ] && ACC=(--acceptance $W/default)
+    [ $m != default ] && ACC=(--acceptance ${ACCEPTANCE_RUNS:-$W/default})
+    ONE=()
+    [ $R = 1 ] && ONE=(--allow-single-replicate)   # asked for one replicate: configs written, headed "not a verdict"
     WS=$(widths $W/$m)
     [ -z "$WS" ] && { log "ladder $m: no width has every K"; continue; }
     # shellcheck disable=SC2086
-    python3 -m atlas_ab.analysis ladder $W/$m "${ACC[@]}" --widths $WS --out "$OUT/ladder_$m" \
+    python3 -m atlas_ab.analysis ladder $W/$m "${ACC[@]}" --widths $WS "${ONE[@]}" --out "$OUT/ladder_$m" \
       > "$OUT/ladder_$m.txt" 2> "$OUT/ladder_$m.err"
     rc=$?
     log "ladder $m: exit $rc ($(tail -1 "$OUT/ladder_$m.err" 2>/dev/null))"
     if [ $rc = 2 ] && grep -q "their kind's median" "$OUT/ladder_$m.err"; then   # a stall: kept, and said so
       # shellcheck disable=SC2086
-      python3 -m atlas_ab.analysis ladder $W/$m "${ACC[@]}" --widths $WS --allow-outliers \
+      python3 -m atlas_ab.analysis ladder $W/$m "${ACC[@]}" --widths $WS "${ONE[@]}" --allow-outliers \
         --out "$OUT/ladder_${m}_outliers_kept" > "$OUT/ladder_${m}_outliers_kept.txt" 2>> "$OUT/ladder_$m.err"
       log "ladder $m with --allow-outliers: exit $? (ladder_${m}_outliers_kept)"
     fi
-    grep -hE 'pays|not known' "$OUT"/ladder_$m*.txt | tee -a "$LOG"
+    grep -hE 'pays|not known|replicates per cell' "$OUT"/ladder_$m*.txt | tee -a "$LOG"
   done
   log "if an analysis failed here (matplotlib or statsmodels missing on the device), unpack ladder_runs_*.tar.xz and run"
   log "  python -m atlas_ab.analysis ladder RUNS_default --out ladder_default"

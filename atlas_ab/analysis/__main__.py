@@ -16,7 +16,7 @@ from atlas_ab.analysis.cli import PROG
 from atlas_ab.errors import closed_stdout, one_line
 
 SUBCOMMANDS = ["compare", "report", "mcnemar", "power", "fingerprints", "coverage", "ingest", "claims", "gate",
-               "ladder"]
+               "ladder", "throughput"]
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

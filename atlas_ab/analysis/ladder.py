@@ -14,10 +14,21 @@ Uncertainty, from both halves, taken as independent of each other:
   - E_K is cluster-robust: the ratio sum(1 + a) / steps over clusters (documents, or the source
     files the workload cut them from), linearised (CRV1, G/(G-1)); two K share clusters, so their
     covariance enters every comparison between them;
-  - t(B, K) has its own spread: the se of a mean over the timed batched steps (s / sqrt(n)).
-  `delta`: the delta method on log X (and on log X_K / X_K' for a gain); intervals are exp(log +- z se).
+  - t(B, K) has its own spread. Timed in R >= 2 replicates (independent jobs of a `+study=ladder`
+    sweep, run in a seeded interleaved order), it is the random-effects pool of the replicates' mean
+    step times, each with its within-replicate se (s / sqrt(n)), the between-replicate variance inside
+    its se, with a t of R - 1 df (analysis/replicates.py: DerSimonian-Laird, the HK se floored at
+    DL's); a cell reports its replicates, I^2 (the share of variance between them) and Cochran's Q
+    (its replicates disagree beyond their spreads at the interval's level). Timed in one job, it is
+    that job's step-to-step se alone, which misses what differs between jobs: a ladder with a cell
+    of one replicate is marked "single replicate: not a verdict" (SINGLE).
+  `delta`: the delta method on log X (and on log X_K / X_K' for a gain); intervals are exp(log +- q se),
+  q normal, or a t at the parts' Welch-Satterthwaite df where replicates pool the timing
+  (replicates.log_ratio: the one definition of a tokens-per-second comparison).
   `bootstrap`: clusters resampled jointly for every K (the same draw), batched steps resampled within
-  each (B, K); percentile intervals. tests/analysis/test_ladder.py checks one against the other.
+  each (B, K) (replicates drawn first, then steps within each, where there are replicates); percentile
+  intervals. tests/analysis/test_ladder.py checks one against the other. With fewer than
+  MIN_BOOT_REPLICATES replicates a bootstrap over them is too coarse to decide, and is refused as such.
 
 The answer at each width: the best K (largest X), its gain over K = 0 and over the next-best K, each
 with an interval. A K whose gap to the best has an interval that holds 0 is TIED with it; the ladder
@@ -33,10 +44,12 @@ import numpy as np
 import pandas as pd
 
 from atlas_ab import AtlasError
+from atlas_ab.analysis.replicates import SINGLE, Z95, log_ratio, random_effects, relative_part
 from atlas_ab.analysis.stats import few_clusters
 
-Z95 = 1.959964
 METHODS = ("delta", "bootstrap")
+#: the fewest replicates per cell a bootstrap over replicates may decide from (3 replicates give 10 draws)
+MIN_BOOT_REPLICATES = 10
 
 
 @dataclass(frozen=True)
@@ -117,6 +130,12 @@ class Cell:
     X_boot_se: float | None = None
     X_boot_lo: float | None = None
     X_boot_hi: float | None = None
+    replicates: int = 1        # jobs that timed this cell
+    t_df: float = math.inf     # the t's df of t_se (R - 1; inf: one replicate, a normal quantile)
+    tau2: float = math.nan     # between-replicate variance of the mean step (ms^2)
+    i2: float = math.nan       # its share of the variance (I^2)
+    q_p: float = math.nan      # Cochran's Q p-value
+    disagree: bool = False     # the replicates differ beyond their spreads at the interval's level
 
 
 @dataclass(frozen=True)
@@ -184,33 +203,52 @@ class LadderResult:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def replicates(self) -> int:
+        """The fewest replicates any cell had (1: the ladder is not a verdict)."""
+        return int(self.cells["replicates"].min()) if len(self.cells) else 0
+
+    @property
+    def single_replicate(self) -> bool:
+        return self.replicates <= 1
+
+    @property
     def ladder(self) -> dict[int, int]:
         """B -> the K the ladder serves (0: plain decode)."""
         return {b: c.K for b, c in sorted(self.choices.items())}
 
     def summary(self) -> str:
         lvl = f"{2 * _norm_cdf(self.z) - 1:.0%}"
+        reps = sorted(set(self.cells["replicates"]))
         lines = [f"K ladder: committed tokens/s = B x E[1 + accepted | K] / step time; {lvl} intervals, "
                  f"{self.method} decides ties" + (f" (bootstrap: {self.n_boot:,} draws)" if self.n_boot else ""),
+                 f"replicates per cell: {', '.join(map(str, reps))}" + (
+                     f": {SINGLE} (a cell timed in one job has only its step-to-step spread, which misses what "
+                     "differs between jobs)" if self.single_replicate else
+                     " (random effects over replicates decide)"),
                  "", "| K | verify steps | clusters | E[1 + accepted] | se | per-depth p_cond |",
                  "|---|---|---|---|---|---|"]
         for r in self.acceptance.itertuples():
             ps = ", ".join("-" if p != p else f"{p:.3f}" for p in r.p_cond)     # NaN: the source gives no depths
             lines.append(f"| {r.K} | {r.steps:,} | {r.clusters} | {r.E:.4f} | {r.E_se:.4f} | {ps or '-'} |")
-        lines += ["", "| B | K | step ms | se | tokens/s | delta interval | bootstrap interval |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["", "| B | K | step ms | se | tokens/s | delta interval | bootstrap interval | replicates | "
+                  "I^2 | Q p |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in self.cells.itertuples():
             boot = "-" if r.X_boot_lo is None or not math.isfinite(r.X_boot_lo) else \
                 f"[{r.X_boot_lo:,.0f}, {r.X_boot_hi:,.0f}]"
+            het = ("- | -" if r.replicates < 2 else
+                   f"{r.i2:.0%} | {r.q_p:.3g}" + (" (replicates disagree)" if r.disagree else ""))
             lines.append(f"| {r.B} | {r.K} | {r.t_ms:.3f} | {r.t_se:.3f} | {r.X:,.0f} | "
-                         f"[{r.X_lo:,.0f}, {r.X_hi:,.0f}] | {boot} |")
+                         f"[{r.X_lo:,.0f}, {r.X_hi:,.0f}] | {boot} | {r.replicates} | {het} |")
         lines += ["", "| B | serve K | best K | over K=0 | over next-best | tied | answer |",
                   "|---|---|---|---|---|---|---|"]
         for b, c in sorted(self.choices.items()):
             o0 = c.over_0.words(self.method) if c.over_0 else "-"
             on = f"{c.over_next.words(self.method)} (K={c.over_next.over})" if c.over_next else "-"
             lines.append(f"| {b} | {c.K} | {c.best} | {o0} | {on} | {', '.join(map(str, c.tied)) or '-'} | "
-                         f"{c.verdict(self.method)} |")
+                         + (f"({SINGLE}) " if self.single_replicate else "") + f"{c.verdict(self.method)} |")
+        lines += [f"note: B={r.B} K={r.K}: its {r.replicates} replicates disagree beyond their spreads (Cochran's Q "
+                  f"p {r.q_p:.3g}, I^2 {r.i2:.0%}): a stall, or graphs built differently, in one of its jobs?"
+                  for r in self.cells.itertuples() if r.disagree]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -218,6 +256,7 @@ class LadderResult:
         def gain(g):
             return None if g is None else g.__dict__.copy()
         return {"method": self.method, "z": self.z, "n_boot": self.n_boot, "notes": list(self.notes),
+                "replicates": self.replicates, "verdict": SINGLE if self.single_replicate else "replicated",
                 "acceptance": self.acceptance.to_dict(orient="records"),
                 "cells": self.cells.to_dict(orient="records"),
                 "ladder": {str(b): k for b, k in self.ladder.items()},
@@ -230,16 +269,20 @@ def _norm_cdf(z: float) -> float:
     return 0.5 * (1 + math.erf(z / math.sqrt(2)))
 
 
-def _log_interval(v: float, se_log: float, z: float) -> tuple[float, float]:
-    return v * math.exp(-z * se_log), v * math.exp(z * se_log)
+def replicates_of(t) -> list[np.ndarray]:
+    """A cell's timing as replicates: one array [n] is one replicate, a list of arrays several."""
+    if isinstance(t, np.ndarray) and t.ndim == 1:
+        return [t]
+    return [np.asarray(r, dtype=np.float64) for r in t]
 
 
-def fit(acceptance: dict[int, Acceptance], times: dict[tuple[int, int], np.ndarray], z: float = Z95,
-        n_boot: int = 2000, seed: int = 0, method: str = "delta", cluster_unit: str = "document",
+def fit(acceptance: dict[int, Acceptance], times: dict[tuple[int, int], np.ndarray | list[np.ndarray]],
+        z: float = Z95, n_boot: int = 2000, seed: int = 0, method: str = "delta", cluster_unit: str = "document",
         require_plain: bool = True) -> LadderResult:
     """The ladder from per-K acceptance and per-(B, K) batched step times (ms; K = 0 among them).
 
-    acceptance: K -> Acceptance for every K >= 1 that times holds; times: (B, K) -> [n] step ms.
+    acceptance: K -> Acceptance for every K >= 1 that times holds; times: (B, K) -> [n] step ms (one
+    replicate), or a list of such arrays, one per replicate (random effects over them).
     require_plain False (engine runs): a width without K = 0 compares the K measured, and says so."""
     if method not in METHODS:
         raise AtlasError(f"ladder: method {method!r} must be one of {', '.join(METHODS)}")
@@ -253,9 +296,16 @@ def fit(acceptance: dict[int, Acceptance], times: dict[tuple[int, int], np.ndarr
     missing = sorted({k for _, k in times if k > 0 and k not in acceptance})
     if missing:
         raise AtlasError(f"ladder: no acceptance for K={missing[0]} (timed, but no verify steps of that K)")
-    for (b, k), t in times.items():
-        if len(t) < 2:
-            raise AtlasError(f"ladder: batch width {b} K={k}: {len(t)} timed step(s); a spread needs >= 2")
+    times = {c: replicates_of(t) for c, t in times.items()}
+    for (b, k), reps in times.items():
+        for i, t in enumerate(reps):
+            if len(t) < 2:
+                raise AtlasError(f"ladder: batch width {b} K={k}" + (f" replicate {i}" if len(reps) > 1 else "")
+                                 + f": {len(t)} timed step(s); a spread needs >= 2")
+    few_reps = min(len(r) for r in times.values()) if times else 0
+    if method == "bootstrap" and 1 < few_reps < MIN_BOOT_REPLICATES:
+        raise AtlasError(f"ladder: the bootstrap cannot decide from {few_reps} replicates per cell (fewer than "
+                         f"{MIN_BOOT_REPLICATES}: too few distinct draws); let the delta method decide")
     sums = _Sums.of({k: acceptance[k] for k in sorted({k for _, k in times if k > 0})})
     G = len(sums.clusters)
     why = few_clusters(G, cluster_unit) if sums.Ks else None
@@ -268,18 +318,22 @@ def fit(acceptance: dict[int, Acceptance], times: dict[tuple[int, int], np.ndarr
     def var_e(k, k2):        # cov(E_k, E_k2); K = 0 is exact
         return 0.0 if k == 0 or k2 == 0 else float(V[col[k], col[k2]])
 
-    tm = {c: float(np.mean(t)) for c, t in times.items()}
-    tse = {c: float(np.std(t, ddof=1) / math.sqrt(len(t))) for c, t in times.items()}
+    # per replicate its mean step and se^2; pooled by random effects (one replicate: the mean and se as they are)
+    pooled = {c: random_effects([float(np.mean(t)) for t in r], [(float(np.std(t, ddof=1)) / math.sqrt(len(t))) ** 2
+                                                                  for t in r], z) for c, r in times.items()}
+    tm = {c: re.mean for c, re in pooled.items()}
+    tse = {c: re.se for c, re in pooled.items()}
     X = {(b, k): b * E[k] / tm[(b, k)] * 1e3 for (b, k) in times}
 
     boot = _bootstrap(sums, times, n_boot, seed) if n_boot else None
     rows = []
     for (b, k) in sorted(times):
-        se_log = math.sqrt(var_e(k, k) / E[k] ** 2 + (tse[(b, k)] / tm[(b, k)]) ** 2)
-        lo, hi = _log_interval(X[(b, k)], se_log, z)
+        re = pooled[(b, k)]
+        x = log_ratio(X[(b, k)], [(var_e(k, k) / E[k] ** 2, math.inf), relative_part(re)], z)
         row = dict(B=b, K=k, E=E[k], E_se=math.sqrt(var_e(k, k)), t_ms=tm[(b, k)], t_se=tse[(b, k)],
-                   n_timed=len(times[(b, k)]), X=X[(b, k)], X_se=X[(b, k)] * se_log, X_lo=lo, X_hi=hi,
-                   X_boot_se=None, X_boot_lo=None, X_boot_hi=None)
+                   n_timed=sum(len(t) for t in times[(b, k)]), X=X[(b, k)], X_se=x.se, X_lo=x.lo, X_hi=x.hi,
+                   X_boot_se=None, X_boot_lo=None, X_boot_hi=None, replicates=re.n, t_df=re.df, tau2=re.tau2,
+                   i2=re.i2, q_p=re.q_p, disagree=re.disagree())
         if boot is not None:
             xs = boot[(b, k)]
             row.update(X_boot_se=float(np.std(xs, ddof=1)), X_boot_lo=float(np.quantile(xs, (1 - _lvl(z)) / 2)),
@@ -289,11 +343,9 @@ def fit(acceptance: dict[int, Acceptance], times: dict[tuple[int, int], np.ndarr
 
     def gain(b, k, k2) -> Gain:
         r = X[(b, k)] / X[(b, k2)]
-        v = (var_e(k, k) / E[k] ** 2 + var_e(k2, k2) / E[k2] ** 2 - 2 * var_e(k, k2) / (E[k] * E[k2])
-             + (tse[(b, k)] / tm[(b, k)]) ** 2 + (tse[(b, k2)] / tm[(b, k2)]) ** 2)
-        se_log = math.sqrt(max(v, 0.0))
-        lo, hi = _log_interval(r, se_log, z)
-        g = dict(K=k, over=k2, value=r - 1, se=r * se_log, lo=lo - 1, hi=hi - 1)
+        acc = var_e(k, k) / E[k] ** 2 + var_e(k2, k2) / E[k2] ** 2 - 2 * var_e(k, k2) / (E[k] * E[k2])
+        x = log_ratio(r, [(acc, math.inf), relative_part(pooled[(b, k)]), relative_part(pooled[(b, k2)])], z)
+        g = dict(K=k, over=k2, value=r - 1, se=x.se, lo=x.lo - 1, hi=x.hi - 1)
         if boot is not None:
             rs = boot[(b, k)] / boot[(b, k2)] - 1
             g.update(boot_se=float(np.std(rs, ddof=1)), boot_lo=float(np.quantile(rs, (1 - _lvl(z)) / 2)),
@@ -333,10 +385,25 @@ def _bootstrap(sums: _Sums, times: dict, n_boot: int, seed: int) -> dict[tuple[i
         Eb.update({k: (W @ sums.T[:, j]) / (W @ sums.N[:, j]) for j, k in enumerate(sums.Ks)})
     out = {}
     for (b, k) in sorted(times):
-        t = np.asarray(times[(b, k)], dtype=np.float64)
-        means = np.empty(n_boot)
-        for lo in range(0, n_boot, 256):          # [chunk, n] draws at a time
-            hi = min(n_boot, lo + 256)
-            means[lo:hi] = t[rng.integers(0, len(t), size=(hi - lo, len(t)))].mean(axis=1)
+        reps = times[(b, k)]
+        if len(reps) == 1:
+            means = _step_means(reps[0], n_boot, rng)
+        else:          # hierarchical: replicates drawn with replacement, then steps within each drawn one
+            R = len(reps)
+            # [slot, replicate, n_boot]: a fresh step resample for every slot, so a replicate drawn twice is
+            # resampled twice
+            within = np.stack([np.stack([_step_means(r, n_boot, rng) for r in reps]) for _ in range(R)])
+            pick = rng.integers(0, R, size=(n_boot, R))
+            means = within[np.arange(R)[None, :], pick, np.arange(n_boot)[:, None]].mean(axis=1)
         out[(b, k)] = b * Eb[k] / means * 1e3
     return out
+
+
+def _step_means(t, n_boot: int, rng) -> np.ndarray:
+    """[n_boot] means of one replicate's steps drawn with replacement."""
+    t = np.asarray(t, dtype=np.float64)
+    means = np.empty(n_boot)
+    for lo in range(0, n_boot, 256):          # [chunk, n] draws at a time
+        hi = min(n_boot, lo + 256)
+        means[lo:hi] = t[rng.integers(0, len(t), size=(hi - lo, len(t)))].mean(axis=1)
+    return means

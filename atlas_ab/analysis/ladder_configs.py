@@ -22,6 +22,11 @@ engine's source:
              with K as ATLAS_MTP_NUM_DRAFTS (ours, docs/reference_engine.md); K = 0 (no K pays) is MTP
              off, which no ATLAS_MTP_* value says, so it is a comment.
   JSON       every cell and every choice with its intervals (LadderResult.to_dict) and the ranges.
+
+A ladder with a cell timed in one job only is not a verdict (ladder.SINGLE): its engine configs (vLLM,
+TensorRT-LLM, the reference engine's) are not written unless `allow_single` (the CLI's
+--allow-single-replicate), and then each says so in its header (JSON: the `atlas_ab_note` key beside
+`speculative_config`). ladder.json is written either way, marked.
 """
 from __future__ import annotations
 
@@ -30,10 +35,14 @@ import math
 from pathlib import Path
 
 from atlas_ab.analysis.ladder import LadderResult
+from atlas_ab.analysis.replicates import SINGLE
 from atlas_ab.atomic import write_json
 
 FILES = {"vllm": "vllm_speculative_config.json", "trtllm": "trtllm_extra_llm_api_options.yaml",
          "atlas": "atlas_mtp_ladder.env", "json": "ladder.json"}
+#: the flag that writes engine configs from a single-replicate ladder, and the header they then carry
+ALLOW_SINGLE = "--allow-single-replicate"
+SINGLE_HEADER = f"{SINGLE}: written from one timed job per cell because {ALLOW_SINGLE} was passed"
 
 
 def ranges(ladder: dict[int, int], max_batch: int | None = None) -> list[tuple[int, int, int]]:
@@ -117,36 +126,56 @@ def _finite(x):
 
 
 def write_configs(result: LadderResult, out: Path, levers: dict | None = None, max_batch: int | None = None,
-                  provenance: dict | None = None) -> dict[str, Path]:
-    """Write the four files under `out`; returns name -> path (vLLM / TensorRT-LLM only where writable)."""
+                  provenance: dict | None = None, allow_single: bool = False) -> dict[str, Path]:
+    """Write the four files under `out`; returns name -> path (vLLM / TensorRT-LLM only where writable;
+    the engines' none from a single-replicate ladder unless allow_single, module docstring)."""
     out.mkdir(parents=True, exist_ok=True)
     rs = ranges(result.ladder, max_batch)
     notes = list(result.notes)
     written = {}
+    single = result.single_replicate
+    if single and not allow_single:
+        notes.append(f"engine configs not written: {SINGLE} (a cell timed in one job); time each cell in several "
+                     f"replicates (+study=ladder study.replicates=3), or pass {ALLOW_SINGLE} to write them anyway")
+    else:
+        written.update(_engine_files(rs, out, levers, notes, SINGLE_HEADER if single else None))
+    p = out / FILES["json"]
+    write_json(p, _finite({**result.to_dict(), "ranges": [list(r) for r in rs], "notes": notes,
+                           "provenance": provenance or {}}))
+    written["json"] = p
+    result.notes[:] = notes
+    return written
+
+
+SINGLE_NOTE = ".NOTE"        # vllm_speculative_config.json.NOTE: the header JSON cannot carry
+
+
+def _engine_files(rs, out: Path, levers: dict | None, notes: list[str], header: str | None) -> dict[str, Path]:
+    """The vLLM, TensorRT-LLM and reference-engine files; `header` (a single-replicate ladder's) heads each."""
+    written = {}
+    head = [] if header is None else [f"# {header}"]
     v = vllm_config(rs)
     if v is None:
         notes.append("vLLM: no K pays anywhere: serve without speculative_config (no file written)")
     else:
         p = out / FILES["vllm"]
         # the bare object: vLLM's SpeculativeConfig forbids extra fields (vllm/config/speculative.py, @config;
-        # vllm/config/utils.py), so `--speculative-config "$(cat FILE)"` takes nothing around it
+        # vllm/config/utils.py), so `--speculative-config "$(cat FILE)"` takes nothing around it, and a
+        # single-replicate ladder's header goes beside it (the file named SINGLE_NOTE) and into ladder.json
         p.write_text(json.dumps(v, indent=2) + "\n")
         written["vllm"] = p
+        if header is not None:
+            (out / (FILES["vllm"] + SINGLE_NOTE)).write_text(header + "\n")
     t, why = trtllm_config(rs)
     if t is None:
         notes.append(f"TensorRT-LLM: not written: {why}")
     else:
         p = out / FILES["trtllm"]
-        p.write_text("\n".join(["# --extra_llm_api_options: add the speculative_config's decoding_type (MTP) and",
-                                "# its model fields; the schedule and its maximum are the ladder's."]
+        p.write_text("\n".join(head + ["# --extra_llm_api_options: add the speculative_config's decoding_type (MTP) "
+                                       "and", "# its model fields; the schedule and its maximum are the ladder's."]
                                + _yaml({"speculative_config": t})) + "\n")
         written["trtllm"] = p
     p = out / FILES["atlas"]
-    p.write_text("\n".join(atlas_lines(rs, levers or {})) + "\n")
+    p.write_text("\n".join(head + atlas_lines(rs, levers or {})) + "\n")
     written["atlas"] = p
-    p = out / FILES["json"]
-    write_json(p, _finite({**result.to_dict(), "ranges": [list(r) for r in rs], "notes": notes,
-                           "provenance": provenance or {}}))
-    written["json"] = p
-    result.notes[:] = notes
     return written

@@ -12,6 +12,12 @@ Acceptance: every run with K >= 1 (live or replay) gives its verify steps' accep
 (documents, or the source files the workload cut them from); runs of one K at several widths are one
 sample (the same document is one cluster in all of them).
 
+Replicates: a `+study=ladder` sweep times each (B, K) in `study.replicates` jobs, in a seeded interleaved
+order (config/ladder_order.py); each job's manifest holds its replicate in config.study.replicate
+(`replicate_of`; a run made before replicates is replicate 0). Timing keeps every replicate of a cell
+(ladder.fit pools them by random effects); acceptance, which greedy decoding makes the same in every
+replicate, is read from each cell's first replicate.
+
 The two may come from different runs: acceptance from a trained model's, timing from a random-weight
 shape's (acceptance on random weights means nothing), each read as above.
 """
@@ -34,6 +40,15 @@ def width_and_k(run: Run) -> tuple[int, int]:
         raise AtlasError(f"{run.path}: the manifest names no batch width or K (waves.batch_width, "
                          "levers.num_drafts): not a run of this harness")
     return int(b), int(k)
+
+
+def replicate_of(run: Run) -> int:
+    """The replicate a ladder job timed (config.study.replicate; 0 for a run made before replicates)."""
+    r = (((run.manifest or {}).get("config") or {}).get("study") or {}).get("replicate", 0)
+    if not isinstance(r, int) or isinstance(r, bool) or r < 0:
+        raise AtlasError(f"{run.path}: config.study.replicate={r!r} in the manifest is not a replicate id "
+                         "(an int >= 0)")
+    return r
 
 
 def step_times(run: Run, allow_outliers: bool = False, warn=None) -> np.ndarray:
@@ -81,12 +96,16 @@ def acceptance_from(runs: list[Run]) -> tuple[dict[int, Acceptance], str, int | 
     weight the narrow widths' documents several times, and a workload cut for 8 documents clusters
     by document where one cut for 256 clusters by source file)."""
     cells: dict[tuple[int, int], Run] = {}
+    seen: dict[tuple[int, int, int], Run] = {}
     for r in runs:
         b, k = width_and_k(r)
-        if k and (b, k) in cells:      # as times_from: one run per cell, never one dropped in silence
-            raise AtlasError(f"{r.path}: a second acceptance run at batch width {b} K={k} (one run per cell)")
+        i = replicate_of(r)
+        if k and (b, k, i) in seen:      # as times_from: one run per cell and replicate, never one dropped in silence
+            raise AtlasError(f"{r.path}: a second acceptance run at batch width {b} K={k}" + _replicate_words(i))
         if k:
-            cells[(b, k)] = r
+            seen[(b, k, i)] = r
+    for (b, k, i), r in sorted(seen.items(), key=lambda kv: kv[0]):
+        cells.setdefault((b, k), r)      # the cell's first replicate: greedy acceptance is the same in each
     Ks = sorted({k for _, k in cells})
     common = [b for b in sorted({b for b, _ in cells}) if all((b, k) in cells for k in Ks)]
     if Ks and not common:
@@ -106,16 +125,23 @@ def acceptance_from(runs: list[Run]) -> tuple[dict[int, Acceptance], str, int | 
     return acc, units.pop() if units else "document", common[-1] if Ks else None
 
 
-def times_from(runs: list[Run], allow_outliers: bool = False, warn=None) -> dict[tuple[int, int], np.ndarray]:
-    """(B, K) -> batched step times (ms), refusing two runs of one cell and mixed loops (plain decode
-    has no bookkeeping to fuse, so only the K >= 1 runs are held to one fused setting)."""
-    out: dict[tuple[int, int], np.ndarray] = {}
+def _replicate_words(i: int) -> str:
+    return (f", replicate {i} (one run per cell and replicate: a sweep with replicates is +study=ladder "
+            "study.replicates=N; runs from before replicates are each replicate 0)")
+
+
+def times_from(runs: list[Run], allow_outliers: bool = False, warn=None) -> dict[tuple[int, int], list[np.ndarray]]:
+    """(B, K) -> batched step times (ms), one array per replicate in replicate order, refusing two runs of
+    one cell and replicate and mixed loops (plain decode has no bookkeeping to fuse, so only the K >= 1
+    runs are held to one fused setting)."""
+    by: dict[tuple[int, int], dict[int, np.ndarray]] = {}
     loops, fused = {}, {}
     for r in runs:
         b, k = width_and_k(r)
-        if (b, k) in out:
-            raise AtlasError(f"{r.path}: a second run at batch width {b} K={k} (one run per cell)")
-        out[(b, k)] = step_times(r, allow_outliers, warn)
+        i = replicate_of(r)
+        if i in by.get((b, k), {}):
+            raise AtlasError(f"{r.path}: a second run at batch width {b} K={k}" + _replicate_words(i))
+        by.setdefault((b, k), {})[i] = step_times(r, allow_outliers, warn)
         m = r.manifest or {}
         loops[r.path] = m.get("loop", "step_by_step")
         if k:
@@ -124,7 +150,7 @@ def times_from(runs: list[Run], allow_outliers: bool = False, warn=None) -> dict
         raise AtlasError("step times from different loops: " + ", ".join(f"{p} ({_loop_of(r.manifest or {})})"
                                                                          for p, r in ((r.path, r) for r in runs))
                          + "; a ladder runs every arm with runner.run_ahead=false and one runner.fuse_bookkeeping")
-    return out
+    return {c: [reps[i] for i in sorted(reps)] for c, reps in sorted(by.items())}
 
 
 def model_of(runs: list[Run]) -> str:

@@ -31,6 +31,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from atlas_ab import AtlasError
+from atlas_ab.config import ladder_order
 from atlas_ab.config.paths import CONF_DIR  # noqa: F401  (the primary config's directory)
 from atlas_ab.config.structured import ArmConfig, ModelConfig, RunnerConfig, StudyConfig, WorkloadConfig
 
@@ -121,7 +122,8 @@ def _mul(a: int, b: int) -> int:
 def register_resolvers() -> None:
     for name, fn in (("atlas.run_dir", _run_dir), ("atlas.hydra_subdir", hydra_subdir),
                      ("atlas.n_devices", _n_devices), ("atlas.model_shape", _model_shape),
-                     ("atlas.csv", _csv), ("atlas.upto", _upto), ("atlas.mul", _mul)):
+                     ("atlas.csv", _csv), ("atlas.upto", _upto), ("atlas.mul", _mul),
+                     ("atlas.ladder_slots", ladder_order.slots), ("atlas.ladder_cell", ladder_order.cell)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 

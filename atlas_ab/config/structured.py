@@ -161,6 +161,12 @@ class StudyConfig:
     widths: List[int] = field(default_factory=list)
     k_max: int = 0
     waves: int = 0     # > 0: each job runs this many waves (workload.n_docs = waves x its batch width)
+    # a ladder's replicates: each (B, K) timed in this many jobs, run in a seeded interleaved order
+    # (config/ladder_order.py); the sweep's parameter is `slot`, and `replicate` is the slot's (derived)
+    replicates: int = 1
+    order_seed: int = 0
+    slot: int = 0
+    replicate: int = 0
 
 
 #: handoff_norm / recycle_norm: what the checkpoint declares, or forced before / after the norm

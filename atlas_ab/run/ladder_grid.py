@@ -1,11 +1,12 @@
 """A ladder study's grid, checked whole by every job before any model loads (conf/study/ladder.yaml).
 
-Refused, in one line each: a K past the proposer's maximum (the arm's num_drafts range), a job
-outside the grid, a width wider than the workload (its wave would hold fewer documents), and a
-width the device's memory cannot hold, with the widest that fits. The memory a width needs is an
-estimate, stated as such: the weights (trunk and MTP layer) plus, per sequence, the KV rows of
-every layer (the MTP layer's too) over the workload's reach, plus one verify's activations
-(logits and MLP rows of K + 1 tokens), times HEADROOM for the allocator and the graphs' pools.
+Refused, in one line each: a K past the proposer's maximum (the arm's num_drafts range), a replicate
+count below 1 (or a replicate outside it), a job outside the grid, a width wider than the workload (its
+wave would hold fewer documents), and a width the device's memory cannot hold, with the widest that
+fits. The memory a width needs is an estimate, stated as such: the weights (trunk and MTP layer)
+plus, per sequence, the KV rows of every layer (the MTP layer's too) over the workload's reach, plus
+one verify's activations (logits and MLP rows of K + 1 tokens), times HEADROOM for the allocator and
+the graphs' pools.
 """
 from __future__ import annotations
 
@@ -79,6 +80,9 @@ def check_grid(c, available: tuple[int, str] | None = None) -> None:
     if s.k_max < 1 or not s.widths or min(s.widths) < 1:
         raise AtlasError(f"{where}: a ladder needs k_max >= 1 and widths >= 1 (got k_max={s.k_max}, "
                          f"widths={list(s.widths)})")
+    if s.replicates < 1 or not 0 <= s.replicate < s.replicates:
+        raise AtlasError(f"{where}: study.replicates={s.replicates} must be >= 1 and this job's replicate "
+                         f"({s.replicate}) one of 0..replicates-1: leave study.replicate to the study's order")
     if r.batch_width not in s.widths or not 0 <= c.arm.num_drafts <= s.k_max:
         raise AtlasError(f"{where}: this job (runner.batch_width={r.batch_width}, arm.num_drafts="
                          f"{c.arm.num_drafts}) is outside the grid (widths {list(s.widths)}, K 0..{s.k_max})")

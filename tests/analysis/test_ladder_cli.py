@@ -16,7 +16,7 @@ N_DOCS, TURNS, PER = 16, 2, 12
 COST = {(1, 0): 1.0, (1, 1): 1.1, (1, 2): 1.2, (4, 0): 2.0, (4, 1): 4.0, (4, 2): 6.0}
 
 
-def _run(root, b, k, seed):
+def _run(root, b, k, seed, rep=None):
     n = N_DOCS * TURNS * PER
     if k:
         s = simulate_steps(n, p_cond=(0.7, 0.7)[:k], K=k, n_docs=N_DOCS, turns=TURNS, seed=seed)
@@ -30,13 +30,16 @@ def _run(root, b, k, seed):
     per = COST[(b, k)] * rng.gamma(50, 1 / 50, batched.max() + 1)
     s["step_ms"] = per[batched].astype(np.float32)
     s["committed"] = [[1] * (1 + a) for a in s["accept_len"]]
-    path = write_run(root / f"k{k}_b{b}", s, f"k{k}_b{b}", shards=N_DOCS // b)
+    name = f"k{k}_b{b}" + ("" if rep is None else f"_r{rep}")
+    path = write_run(root / name, s, name, shards=N_DOCS // b)
     m = json.loads((path / "manifest.json").read_text())
     m.update(mode="live", loop="step_by_step", fused=False, waves={"total": N_DOCS // b, "batch_width": b},
              levers={"num_drafts": k, "catchup": False, "refeed": False},
              model={"name": "synthetic", "hash": "sha256:model", "init": "random", "params": {"total": 1e6}})
     for i, sh in enumerate(m["shards"]):
         sh["wave"] = i
+    if rep is not None:            # a +study=ladder job's record of its replicate (its resolved config)
+        m["config"] = {"study": {"name": "ladder", "replicates": 3, "replicate": rep}}
     (path / "manifest.json").write_text(json.dumps(m))
     return path
 
@@ -49,12 +52,14 @@ def sweep(tmp_path):
 @pytest.mark.slow          # twelve synthetic runs written, then the CLI with its figures (~25 s)
 def test_ladder_cli_writes_every_config(sweep, tmp_path, capsys):
     out = tmp_path / "out"
-    assert main(["ladder", *map(str, sweep), "--out", str(out), "--bootstrap", "200"]) == 0
+    assert main(["ladder", *map(str, sweep), "--out", str(out), "--bootstrap", "200",
+                 "--allow-single-replicate"]) == 0
     text = capsys.readouterr().out
-    assert "| 1 | 2 | 2 |" in text and "no K pays" in text
+    assert "| 1 | 2 | 2 |" in text and "no K pays" in text and "single replicate: not a verdict" in text
     lad = json.loads((out / "ladder.json").read_text())
     assert lad["ladder"] == {"1": 2, "4": 0}
     assert lad["ranges"] == [[1, 3, 2], [4, 4, 0]]
+    assert "--allow-single-replicate" in (out / "vllm_speculative_config.json.NOTE").read_text()
     v = json.loads((out / "vllm_speculative_config.json").read_text())   # vLLM's object itself, unwrapped
     assert v == {"method": "mtp", "num_speculative_tokens": 2,
                  "num_speculative_tokens_per_batch_size": [[1, 3, 2], [4, 4, 0]]}
@@ -62,8 +67,25 @@ def test_ladder_cli_writes_every_config(sweep, tmp_path, capsys):
     assert t == {"max_draft_len": 2, "draft_len_schedule": {3: 2}}
     env = (out / "atlas_mtp_ladder.env").read_text().splitlines()
     assert "# batch width 1-3: K=2" in env and "ATLAS_MTP_NUM_DRAFTS=2" in env
-    assert "# batch width 4-4: K=0" in env
+    assert "# batch width 4-4: K=0" in env and "--allow-single-replicate" in env[0]
     assert (out / "ladder.png").stat().st_size > 0 and (out / "ladder_throughput.png").stat().st_size > 0
+
+
+@pytest.mark.slow          # eighteen synthetic runs written, then the CLI with its figures
+def test_ladder_cli_pools_replicates_and_writes_configs_without_the_flag(tmp_path, capsys):
+    runs = [_run(tmp_path / "sweep", b, k, seed=100 * r + 10 * b + k, rep=r) for r in range(3) for (b, k) in COST]
+    out = tmp_path / "out"
+    assert main(["ladder", *map(str, runs), "--out", str(out), "--bootstrap", "0"]) == 0
+    text = capsys.readouterr().out
+    assert "replicates per cell: 3 (random effects over replicates decide)" in text
+    lad = json.loads((out / "ladder.json").read_text())
+    assert lad["verdict"] == "replicated" and {c["replicates"] for c in lad["cells"]} == {3}
+    assert lad["ladder"] == {"1": 2, "4": 0}
+    assert "atlas_ab_note" not in json.loads((out / "vllm_speculative_config.json").read_text())
+    # a replicate given twice is refused by name
+    assert main(["ladder", *map(str, runs + runs[:1]), "--out", str(tmp_path / "o2")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a second run at batch width 1 K=0, replicate 0" in err[0]
 
 
 @pytest.mark.slow

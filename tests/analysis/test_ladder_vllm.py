@@ -26,7 +26,8 @@ def ladder_config(tmp_path):
     acc = {1: acceptance_of(1, DOCS, np.array([1, 1, 1, 0] * 12)), 2: acceptance_of(2, DOCS, np.array([2, 2, 1, 2] * 12))}
     res = fit(acc, {c: np.array(t) for c, t in TIMES.items()}, n_boot=0)
     assert res.ladder == {1: 1, 4: 2}
-    return write_configs(res, tmp_path / "ladder")["vllm"]
+    # one timing job per cell: a single-replicate ladder, written only with the flag (its note beside the file)
+    return write_configs(res, tmp_path / "ladder", allow_single=True)["vllm"]
 
 
 def test_the_written_file_is_the_object_the_launcher_hands_to_vllm(tmp_path):

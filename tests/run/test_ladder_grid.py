@@ -65,7 +65,37 @@ def test_the_study_file_sweeps_the_grid_it_declares():
     from atlas_ab.config.hydra_schema import CONF_DIR
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=["+study=ladder_cpu", "study.widths=[1,2]", "study.k_max=2",
-                                           "runner.batch_width=2"], return_hydra_config=True)
-    params = cfg.hydra.sweeper.params
-    assert params["runner.batch_width"] == "1,2" and params["arm.num_drafts"] == "0,1,2"
-    assert cfg.workload.n_docs == 4 and cfg.arm.name == "k2_b2"
+                                           "study.replicates=2"], return_hydra_config=True)
+        pinned = compose("config", overrides=["+study=ladder_cpu", "study.widths=[1,2]", "study.k_max=2",
+                                              "runner.batch_width=2", "arm.num_drafts=2"])
+    # one sweep parameter: 2 widths x 3 K x 2 replicates = 12 jobs, each reading its cell from its slot
+    assert dict(cfg.hydra.sweeper.params) == {"study.slot": ",".join(map(str, range(12)))}
+    jobs = []
+    for slot in range(12):
+        cfg.study.slot = slot
+        jobs.append((cfg.runner.batch_width, cfg.arm.num_drafts, cfg.study.replicate))
+        assert cfg.workload.n_docs == 2 * cfg.runner.batch_width
+        assert cfg.arm.name == f"k{jobs[-1][1]}_b{jobs[-1][0]}_r{jobs[-1][2]}"
+    grid = {(b, k) for b in (1, 2) for k in range(3)}
+    # replicate r is block r: every cell once, in a seeded order that is not the grid's own
+    for r in (0, 1):
+        block = jobs[6 * r:6 * r + 6]
+        assert {(b, k) for b, k, rr in block} == grid and {rr for *_, rr in block} == {r}
+    assert [(b, k) for b, k, _ in jobs[:6]] != sorted(grid)
+    assert jobs[:6] != [(b, k, 0) for b, k, _ in jobs[6:]]          # each block its own draw
+    assert pinned.workload.n_docs == 4 and pinned.arm.name == "k2_b2_r0"
+
+
+def test_the_order_is_seeded_and_recorded():
+    from atlas_ab.config.ladder_order import cell, order
+    a, b = order([1, 4], 3, 3, seed=0), order([1, 4], 3, 3, seed=1)
+    assert a == order([1, 4], 3, 3, seed=0) and a != b and sorted(a) == sorted(b)
+    assert [cell(i, [1, 4], 3, 3, 0, "B") for i in range(len(a))] == [x[0] for x in a]
+    assert [cell(i, [1, 4], 3, 3, 0, "r") for i in range(len(a))] == [0] * 8 + [1] * 8 + [2] * 8
+
+
+def test_a_replicate_count_below_one_is_refused():
+    c = _c()
+    c.study.replicates = 0
+    with pytest.raises(AtlasError, match="study.replicates=0 must be >= 1"):
+        check_grid(c, available=(1 << 40, "test"))

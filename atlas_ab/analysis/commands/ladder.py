@@ -54,7 +54,8 @@ def run(args) -> int:
     files = write_configs(res, out, levers=levers, max_batch=args.max_batch,
                           provenance={"timing_runs": [str(r.path) for r in timing],
                                       "acceptance_runs": [str(r.path) for r in accept],
-                                      "timing_model": src_t, "acceptance_model": src_a, "cluster_unit": unit})
+                                      "timing_model": src_t, "acceptance_model": src_a, "cluster_unit": unit},
+                          allow_single=args.allow_single_replicate)
     return _finish(res, out, files, args)
 
 
@@ -92,15 +93,16 @@ def _engine(args, paths) -> int:
     res.notes += ["engine telemetry: B is the collector's --concurrency (requests in flight), step time a "
                   "request's wall time over its steps (queueing and prefill inside)"] + notes
     out = Path(args.out)
-    files = write_configs(res, out, max_batch=args.max_batch, provenance={"engine_runs": [str(p) for p in paths]})
+    files = write_configs(res, out, max_batch=args.max_batch, provenance={"engine_runs": [str(p) for p in paths]},
+                          allow_single=args.allow_single_replicate)
     return _finish(res, out, files, args)
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("ladder", help="the K ladder: best K per batch width, with intervals, as engine configs")
     p.add_argument("runs", nargs="+", metavar="RUN",
-                   help="live runs (or a +study=ladder sweep directory): one per (batch width, K), K=0 included; or an "
-                        "engine's collected runs, one per (--concurrency, K)")
+                   help="live runs (or a +study=ladder sweep directory): one per (batch width, K, replicate), K=0 "
+                        "included; or an engine's collected runs, one per (--concurrency, K)")
     p.add_argument("--out", required=True, help="output directory (configs, ladder.json, ladder.md, figures)")
     p.add_argument("--acceptance", nargs="+", metavar="RUN",
                    help="take acceptance from these runs instead (a trained model's, when RUNS time a random-weight "
@@ -113,6 +115,9 @@ def register(subparsers) -> None:
     p.add_argument("--allow-outliers", action="store_true",
                    help="keep step times with warm-up-sized outliers (a busy host's stalls), warning for each "
                         "run, instead of refusing them")
+    p.add_argument("--allow-single-replicate", action="store_true",
+                   help="write the engine configs even where a cell was timed in one job only (not a verdict: "
+                        "the configs' headers say so); without it such a ladder writes ladder.md and ladder.json")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     cli.add_run_flags(p, mismatch=False)
     cli.add_boot_flags(p)

@@ -1,0 +1,40 @@
+"""A ladder sweep's run order: every (B, K) cell in `replicates` independent jobs, interleaved at random.
+
+The sweep is one Hydra parameter, `study.slot` = 0 .. N - 1 (N = widths x (k_max + 1) x replicates), and
+each job reads its batch width, K and replicate from its slot (the `atlas.ladder_cell` resolver):
+replicate r is block r of the order, holding every cell once, in an order drawn from
+numpy's default_rng([order_seed, r]) (a randomized complete block design). So no cell's replicates
+run back to back, K never follows K in a fixed sweep, and drift over the sweep and the host's state
+fall on every K alike. Each job's manifest records its slot, replicate and the seed (its resolved
+config), so the order is known from the runs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def grid(widths, k_max: int) -> list[tuple[int, int]]:
+    """The cells (B, K), K = 0 (plain decode) .. k_max at each width, in the grid's own order."""
+    return [(int(b), k) for b in widths for k in range(int(k_max) + 1)]
+
+
+def order(widths, k_max: int, replicates: int, seed: int) -> list[tuple[int, int, int]]:
+    """[(B, K, replicate)] in run order: block r holds every cell once, shuffled by its own seeded draw."""
+    cells = grid(widths, k_max)
+    out = []
+    for r in range(int(replicates)):
+        perm = np.random.default_rng([int(seed), r]).permutation(len(cells))
+        out += [(*cells[i], r) for i in perm]
+    return out
+
+
+def slots(widths, k_max: int, replicates: int) -> str:
+    """0,1,..,N-1 as a sweep's choices (N jobs: every cell in every replicate)."""
+    return ",".join(str(i) for i in range(len(grid(widths, k_max)) * max(int(replicates), 1)))
+
+
+def cell(slot: int, widths, k_max: int, replicates: int, seed: int, what: str) -> int:
+    """The batch width (B), K (K) or replicate (r) of the job at `slot` of the order."""
+    o = order(widths, k_max, max(int(replicates), 1), seed)
+    b, k, r = o[int(slot) % len(o)] if o else (0, 0, 0)
+    return {"B": b, "K": k, "r": r}[what]
