@@ -35,7 +35,7 @@ from atlas_ab.run.engine import RunInfo, WaveResult
 from atlas_ab.run.store import aggregate_gate
 from atlas_ab.runtime import compile_cache
 from atlas_ab.speculative import pit_gate
-from atlas_ab.speculative.gate import Arbiter, check
+from atlas_ab.speculative.lossless_gate import Arbiter, check
 from atlas_ab.speculative.loop import Wave
 from atlas_ab.speculative.precision import calibrate, calibration_tokens
 from atlas_ab.speculative.run_ahead import runs_ahead
