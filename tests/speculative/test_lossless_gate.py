@@ -1,6 +1,6 @@
-"""The lossless gate (lossless_gate.py): the teacher-forced check equals a target-only greedy replay; fp32 arbitration of every
-divergence, passing a near-tie within what the run's dtype can resolve and failing a clear margin;
-a bug injected into the loop fails the gate in bf16 as in fp32; the bf16 error bound holds."""
+"""The lossless gate (lossless_gate.py): the teacher-forced check equals a target-only greedy replay;
+fp32 arbitration of every divergence, passing a near-tie within what the run's dtype can resolve and
+failing a clear margin; a bug injected into the loop fails the gate in bf16 as in fp32; the bf16 error bound holds."""
 import copy
 
 import numpy as np
@@ -10,8 +10,8 @@ import torch
 import atlas_ab.speculative.lossless_gate as gate_module
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.mtp_head import MTPProposer
-from atlas_ab.speculative.lossless_gate import Arbiter, check, teacher_forced, trunk_in
 from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.lossless_gate import Arbiter, check, teacher_forced, trunk_in
 from atlas_ab.speculative.precision import FORWARD_ERROR, UNIT_ROUNDOFF, NearTieBound, forward_error, resolution
 from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.speculative.trajectory import greedy
