@@ -32,6 +32,7 @@ import torch
 
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.config.tree import parse_tree
+from atlas_ab.proposers.capabilities import require
 from atlas_ab.proposers.ring import Ring
 from atlas_ab.runtime.graphs import bucket
 from atlas_ab.speculative.host_io import StepRead, pack_plan, unpack_read
@@ -60,6 +61,7 @@ class Wave:
         run_ahead: at static shapes, let the device plan and run a turn's steps ahead of the host
         where the arm allows it (run_ahead.py). fingerprint_rows: FINGERPRINTS' hash of a [..., H]
         tensor's rows (None: the FNV-1a of telemetry/fingerprint.py; tests pass a stand-in)."""
+        require(proposer, arm)      # every capability the arm needs, once (proposers/capabilities.py)
         self.target, self.proposer, self.arm, self.docs, self.G = target, proposer, arm, docs, gen_tokens
         self.K, self.on_step, self.turns = arm.num_drafts, on_step, len(docs[0].chunks)
         # TREE: the static tree (validate_arm: K is its depth); its verify reads N + 1 rows

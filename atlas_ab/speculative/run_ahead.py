@@ -15,8 +15,9 @@ A catch-up wider than its fixed width halts the chunk: that step and the rest ar
 runs that step itself and the next chunk starts from its state. The rows are those of the
 step-by-step loop; a chunk's steps share its mean time.
 
-Only at static shapes ("graphs"), with a proposer that plans on the device, and without
-DRAFT_CONF (its gate is read by the host between the propose and the verify): `runs_ahead`.
+Only at static shapes ("graphs"), with a proposer that plans on the device (proposers/capabilities.py's
+DevicePlanner), and without DRAFT_CONF (its gate is read by the host between the propose and the
+verify): `runs_ahead`.
 
 Shapes: B sequences, K drafts, G tokens a turn, W catch-up rows (`cu_width`), X a packed row's
 columns (step.py's vocabulary).
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 
 from atlas_ab.config.structured import ArmConfig
+from atlas_ab.proposers.capabilities import plans_on_device
 from atlas_ab.proposers.ring import gap_keys_on_device
 from atlas_ab.runtime.fusion import fused
 from atlas_ab.speculative.host_io import first_difference, layout_width, pack_on_device, unpack_plan, unpack_read
@@ -38,7 +40,7 @@ def runs_ahead(arm: ArmConfig, graphs: bool, proposer) -> bool:
     """Whether a wave can run ahead of the host: static shapes, a proposer that plans on the device,
     no DRAFT_CONF and no TREE (its propose books one row per internal node, which the device plan
     does not do yet: a tree step waits for the host's plan)."""
-    return graphs and arm.draft_conf <= 0 and arm.tree is None and hasattr(proposer, "plan_on_device")
+    return graphs and arm.draft_conf <= 0 and arm.tree is None and plans_on_device(proposer)
 
 
 class RunAhead:

@@ -80,7 +80,7 @@ class DeviceStep:
 
     def pools(self) -> list[torch.Tensor]:
         """The target's and the drafter's KV pools, as a step graph reads them by address."""
-        pools = [p for p in (getattr(self.target, "kv", None), getattr(self.proposer, "kv", None)) if p is not None]
+        pools = [p for p in (getattr(self.target, "kv", None), self.proposer.kv) if p is not None]  # replay: no KV
         return [t for p in pools for t in (p.k, p.v, p.base, p.capacity)]
 
     def state(self) -> list[torch.Tensor]:
@@ -228,8 +228,7 @@ class DeviceStep:
         each contiguous, and the drafter's per-depth arrays (its `per_depth`) with the batch
         innermost, so a depth's column is one contiguous [B] (views of the packed plan cost copy
         kernels in the step: bench/bench_step_kernels.py)."""
-        cols = getattr(self.proposer, "per_depth", ())
-        return {k: v.t().contiguous().t() if k in cols else v.contiguous() for k, v in a.items()}
+        return {k: v.t().contiguous().t() if k in self.proposer.per_depth else v.contiguous() for k, v in a.items()}
 
     @fused
     def plan_arrays(self, x: torch.Tensor, layout) -> dict:
