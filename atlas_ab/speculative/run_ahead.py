@@ -118,26 +118,24 @@ class RunAhead:
 
     def ahead_step(self, book: torch.Tensor, length, turn: int) -> tuple:
         """The run-ahead step: plan it from the book [5, B] and the CATCHUP copies, run it, and move
-        them on; returns the packed read, the plan, whether the ring held the propose's label
-        (laid-out FINGERPRINTS only) and the halt flag side by side [B, X] and the read's and the
-        plan's layouts."""
-        fuse, fingerprints = self.step.fuse, self.step.fingerprints
+        them on; returns the packed read, the plan, the probe's columns (`StepProbe.ahead_columns`)
+        and the halt flag side by side [B, X] and the read's and the plan's layouts."""
+        fuse = self.step.fuse
         x, layout, a, s = self.plan(book, fuse=fuse)
-        packed, read_layout, _ = self.step(x, layout, length, turn, join=False, a=a)
+        packed, read_layout, _ = self.step.run(x, layout, length, turn, a=a)
         # the region returns the book rather than write it: the step's input is the book itself where
         # the step is not captured, and a compiled region must not write what it reads through a view
         self.book.copy_(self.next_book(packed, read_layout, s, fuse=fuse))
-        if fingerprints is not None:
-            fingerprints.join()       # the read's fingerprints, hashed beside the bookkeeping above
-        return torch.cat([packed, x, *s["live"], s["halted"].expand(self.B)[:, None]], dim=1), read_layout, layout
+        self.step.probe.join()        # the probe's side work ran beside the bookkeeping above
+        return torch.cat([packed, x, *s["probe"], s["halted"].expand(self.B)[:, None]], dim=1), read_layout, layout
 
     @fused
     def plan(self, book: torch.Tensor) -> tuple:
         """The step's plan from the book [5, B] and the CATCHUP copies (whose pair keys it books for
         the propose's and the fed rows); returns the packed plan [B, X], its layout, its arrays
         laid out for the step (`DeviceStep.laid_out`) and what `next_book` reads (n, gen, rows
-        after the catch-up, last, active, halted [B], and the FINGERPRINTS column of
-        `ahead_step`'s output)."""
+        after the catch-up, last, active, halted [B], and the probe's columns of `ahead_step`'s
+        output)."""
         n, gen, rows, last, halted = book                                               # [B] each
         K, B = self.K, self.B
         ar = torch.arange(B, device=n.device)                                           # [B]
@@ -165,14 +163,9 @@ class RunAhead:
             i = torch.arange(K, device=n.device)[None, :]                                # [1, K]
             at = torch.where(active[:, None], rows[:, None] + i, self.row_key_dev.shape[1] - 1)          # [B, K]
             self.row_key_dev.scatter_(1, at, n[:, None] - 1 + i)                          # the propose's rows
-        # FINGERPRINTS: whether the ring holds the propose's label n before the step writes (a
-        # column of the output only where the events are laid out from it: step_events.py)
-        fingerprints = self.step.fingerprints
-        live = ([(self.ring.mirror[ar, n.remainder(self.ring.capacity)] == n).long()[:, None]
-                 if self.ring is not None else torch.zeros_like(n)[:, None]]
-                if fingerprints is not None and fingerprints.laid_out else [])                  # [B, 1]
+        probe = self.step.probe.ahead_columns(n, ar)         # read before the step writes the ring
         return x, layout, self.step.laid_out(plan), {"n": n, "gen": gen, "rows": rows, "last": last,
-                                                     "active": active, "halted": halted, "live": live}
+                                                     "active": active, "halted": halted, "probe": probe}
 
     @fused
     def next_book(self, packed: torch.Tensor, read_layout, s: dict) -> torch.Tensor:
