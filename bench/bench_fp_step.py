@@ -43,7 +43,7 @@ def step_graph_ms(trunk, mtp, docs, reps: int = 7, replays: int = 200) -> dict:
         wave = Wave(target, proposer, ArmConfig(catchup=True, refeed=True, fingerprints=fp), docs, 32,
                     fingerprint_rows=fingerprint_rows if fp else None)
         if name == "on_inline":
-            wave.fingerprints.side = SideStream(torch.device("cpu"))
+            wave.probe.side = SideStream(torch.device("cpu"))
         wave.run()
         kept.append((target, proposer, wave))       # the graphs replay into their memory
         (graphs[name],) = [s.graph for k, s in target.step_graphs._graphs.items() if k[0] == "ahead"]

@@ -59,7 +59,7 @@ def main(argv=None) -> None:
     from atlas_ab.config.structured import GATE_SEQUENCES
     from atlas_ab.run.runner import Runner
     from atlas_ab.run.session import compose_configs
-    from atlas_ab.speculative.gate import check
+    from atlas_ab.speculative.lossless_gate import check
     if a.smoke:
         a.runs, a.turns, a.cells = 2, 2, a.cells or "none:0,wrong_accept:0.01"
     cells = CELLS if not a.cells else [(b, None if r == "-" else float(r))

@@ -81,8 +81,8 @@ def run_wave(trunk, proposer, arm, docs, gen, target=None, run_ahead=True, host_
     fp = fingerprint_rows if arm.fingerprints_on else None
     target = target if target is not None else LiveTarget(trunk, GRAPHS)
     wave = Wave(target, proposer, arm, docs, gen, fingerprint_rows=fp, run_ahead=run_ahead, capacity=capacity)
-    if host_events and wave.fingerprints is not None and wave.fingerprints.laid_out:
-        wave.fingerprints.mode = "in_step"
+    if host_events and isinstance(wave.probe, Fingerprints) and wave.probe.laid_out:
+        wave.probe.mode = "in_step"
     trace = wave.run()
     sync(dev)
     t1 = time.perf_counter()

@@ -65,7 +65,7 @@ def main(argv=None):
     out["before_first_step_s"] = (BEFORE_T0 or 0.0) + time.perf_counter() - T0
     out["sympy_imported_by_then"] = "sympy" in sys.modules      # (it costs ~2 s to import there)
     import atlas_ab.run.runner as runner_module
-    import atlas_ab.speculative.gate as gate_module
+    import atlas_ab.speculative.lossless_gate as gate_module
     spent: dict[str, float] = {}
     keys: list[str] = []
 

@@ -11,10 +11,11 @@ numpy, because the host learns the accepted counts once per step anyway and
 the bookkeeping is what tests and fingerprints inspect. So a propose is two calls:
 `plan_propose` (host: books the rows, returns their slots and RoPE positions as int64
 arrays) and `draft` (device, static shapes: the loop captures it with the verify in one
-graph); a catch-up feed likewise is `plan_rows` then `write_rows`.
+graph); a catch-up feed likewise is `plan_rows` then `write_rows` (capabilities.CatchupFeed).
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
@@ -136,47 +137,58 @@ class RowFeed:
         return len(self.seq)
 
 
-class DraftProposer(Protocol):
+class DraftProposer(ABC):
+    """What the loop calls on every drafter, whatever the arm (speculative/loop.py, step.py,
+    lever_rows.py). A family subclasses it and, for the arms that need more, the capabilities of
+    proposers/capabilities.py; `capabilities.require` checks them once, when a wave is built."""
     kind: str
     #: rows must append at slot == pair key (the dense row space): a feed that would leave a
     #: hole is skipped rather than written at the wrong RoPE position
     slot_is_key: bool
+    #: plan arrays the drafter reads a depth's column at a time (the step lays them out batch-innermost)
+    per_depth: tuple = ()
+    #: the drafter's KV pool (set by `alloc`; None before): a step graph reads it by address
+    kv = None
 
+    @abstractmethod
     def alloc(self, budgets: np.ndarray) -> None:
         """Per-sequence state for len(budgets) sequences, each sized from its budget."""
 
+    @abstractmethod
+    def free(self) -> None:
+        """Release per-sequence state."""
+
+    @abstractmethod
     def prefill_drafter(self, rows: "RowFeed") -> RowsWritten:
-        """Write drafter context rows over a turn's prompt (DRAFTER_PREFILL)."""
+        """Write drafter context rows over a turn's prompt (DRAFTER_PREFILL; every arm's first turn)."""
 
-    def plan_rows(self, feed: "RowFeed", static: bool = False,
-                  width: Optional[int] = None) -> tuple[RowsWritten, Optional[dict]]:
-        """Host: book catch-up rows (hiddens to come from the ring) and lay them out as [B, T]
-        int64 arrays tok, slot, rope, label for `write_rows` (None: nothing to write; `static`: T
-        padded to a graph's width; `width`: T fixed, the loop's catch-up width)."""
-
+    @abstractmethod
     def plan_propose(self, history: np.ndarray, positions: np.ndarray, num_drafts: int,
                      active: np.ndarray, static: bool = False) -> tuple[dict, dict]:
         """Host: book a propose at `positions`; returns its int64 arrays [B, ...] for `draft` and
         its KV read lengths (`full_lengths()` when `static`)."""
 
+    @abstractmethod
+    def full_lengths(self) -> dict:
+        """The drafter's KV read lengths at static shapes, by name (its pool's full capacity)."""
+
+    @abstractmethod
     def draft(self, plan: dict, last_tokens: torch.Tensor, target_hidden: torch.Tensor, num_drafts: int,
               topk: int = 0, draws: Optional[Draws] = None, lengths: Optional[dict] = None) -> Proposal:
         """Device: K drafts per active sequence, autoregressively: each its head's argmax, or
         drawn by `draws` (then the Proposal carries q)."""
 
-    def propose(self, history: np.ndarray, last_tokens: torch.Tensor, target_hidden: torch.Tensor,
-                positions: np.ndarray, num_drafts: int, active: np.ndarray, topk: int = 0,
-                draws: Optional[Draws] = None) -> Proposal:
-        """plan_propose then draft, in one call (for callers outside the loop)."""
+    #: plan_propose then draft, in one call (for callers outside the loop)
+    propose = plan_and_draft
 
+    @abstractmethod
     def after_verify(self, num_accepted: np.ndarray, active: np.ndarray) -> None:
         """Trim state after verification."""
 
+    @abstractmethod
     def drafter_rows(self) -> np.ndarray:
         """Drafter KV rows per sequence (the catch-up append point)."""
 
+    @abstractmethod
     def last_pair_key(self) -> np.ndarray:
         """Pair key of each sequence's newest drafter row (-1 = none)."""
-
-    def free(self) -> None:
-        """Release per-sequence state."""

@@ -11,14 +11,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from atlas_ab.proposers.base import DraftChain, Proposal, RowFeed, RowsWritten, drawn, head_outputs, plan_and_draft
+from atlas_ab.proposers.base import DraftChain, DraftProposer, Proposal, RowFeed, RowsWritten, drawn, head_outputs
 from atlas_ab.runtime.batch import ragged_window
 from atlas_ab.runtime.graphs import bucket
 
 _SLACK = 10
 
 
-class DraftModelProposer:
+class DraftModelProposer(DraftProposer):
+    """The core protocol only: none of proposers/capabilities.py (the config refuses CATCHUP, ORACLE_P2
+    and TREE for it; a wave steps with the host's plans)."""
     kind = "draft_model"
     per_depth = ("n_pos", "n_slot")   # plan arrays read a depth's column at a time (the loop lays them out so)
     slot_is_key = False       # it has no pair-keyed rows: its KV is the committed tokens'
@@ -28,7 +30,7 @@ class DraftModelProposer:
 
     def alloc(self, budgets: np.ndarray) -> None:
         caps = np.asarray(budgets, dtype=np.int64) + _SLACK
-        if getattr(self, "kv", None) is None or self.kv.capacities != caps.tolist():
+        if self.kv is None or self.kv.capacities != caps.tolist():
             self.kv = self.model.new_kv(caps.tolist())   # else the last wave's: a step graph reads it by address
         B = len(caps)
         self.seen = np.zeros(B, dtype=np.int64)       # positions the draft LM has processed
@@ -50,9 +52,6 @@ class DraftModelProposer:
 
     def prefill_drafter(self, feed: RowFeed) -> RowsWritten:
         return RowsWritten.empty()     # it reads tokens, and catches up on them in propose
-
-    def plan_rows(self, feed: RowFeed, static: bool = False, width: int | None = None):
-        return RowsWritten.empty(), None   # no pair-keyed rows to feed
 
     def plan_propose(self, history, positions, num_drafts, active, static: bool = False) -> tuple[dict, dict]:
         """Host: the committed tokens [seen, n] it has not processed (a padded [B, T] window;
@@ -89,7 +88,6 @@ class DraftModelProposer:
                 conf, draft, ids, p, *z = self._head(h, topk, sampled)
         return chain.proposal()
 
-    propose = plan_and_draft
 
     def after_verify(self, num_accepted: np.ndarray, active: np.ndarray) -> None:
         # Processed positions n .. n+K-1 stay valid up to the last accepted one.

@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from atlas_ab.proposers.base import DraftChain, Proposal, RowFeed, RowsWritten, drawn, head_outputs, plan_and_draft
+from atlas_ab.proposers.base import DraftChain, DraftProposer, Proposal, RowFeed, RowsWritten, drawn, head_outputs
+from atlas_ab.proposers.capabilities import CatchupFeed, DevicePlanner, OracleDraft
 from atlas_ab.proposers.layout import pad_layout
 from atlas_ab.proposers.mtp_tree import MTPTree
 from atlas_ab.proposers.rowspace import rope_of, trim_table
@@ -28,7 +29,7 @@ from atlas_ab.runtime.graphs import bucket
 _SLACK = 10
 
 
-class MTPProposer(MTPTree):
+class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanner):
     kind = "mtp"
     per_depth = ("d_rope", "d_slot")   # plan arrays read a depth's column at a time (the loop lays them out so)
 
@@ -50,7 +51,7 @@ class MTPProposer(MTPTree):
     # -- state -------------------------------------------------------------
     def alloc(self, budgets: np.ndarray) -> None:
         caps = np.asarray(budgets, dtype=np.int64) + _SLACK
-        if getattr(self, "kv", None) is None or self.kv.capacities != caps.tolist():
+        if self.kv is None or self.kv.capacities != caps.tolist():
             self.kv = self.mtp.new_kv(caps.tolist())     # else the last wave's: a step graph reads it by address
         B = len(caps)
         self.rows = np.zeros(B, dtype=np.int64)
@@ -225,7 +226,6 @@ class MTPProposer(MTPTree):
             tok, hid = draft, out   # the recycled hidden: the drafter's own feeds draft i+2
         return chain.proposal()
 
-    propose = plan_and_draft
 
     def plan_oracle(self, positions, active) -> tuple[dict, dict]:
         """Host: ORACLE_P2's row (draft 2's own slot) and its RoPE position, [B] int64 each."""

@@ -15,11 +15,12 @@ import functools
 import numpy as np
 import torch
 
+from atlas_ab.proposers.capabilities import TreeDrafter
 from atlas_ab.proposers.rowspace import trim_table
 from atlas_ab.proposers.tree_rows import path_slots
 
 
-class MTPTree:
+class MTPTree(TreeDrafter):
     def plan_propose_tree(self, positions, tree, active) -> tuple[dict, dict]:
         """Host: book a tree propose's M rows (one per internal node, `tree.row_of`) per active
         sequence. Row r, the forward at internal node v, has pair key n-1+depth(v) and the RoPE

@@ -39,7 +39,7 @@ class RunInfo:
 class WaveResult:
     steps: pa.Table
     events: Optional[pa.Table]
-    gate: dict           # gate.GateResult.to_dict()
+    gate: dict           # lossless_gate.GateResult.to_dict()
     n_tokens: int        # tokens committed by the wave's steps
     replay_check: Optional[dict] = None   # replay: this wave also ran live (replay_check.compare_live)
     live_check_s: float = 0.0             # replay: seconds of the wave that running it live and gating that took

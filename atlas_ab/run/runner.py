@@ -31,12 +31,13 @@ from atlas_ab.config.structured import (
     steps_bound,
     validate_run,
 )
+from atlas_ab.proposers.capabilities import require
 from atlas_ab.run.engine import RunInfo, WaveResult
 from atlas_ab.run.store import aggregate_gate
 from atlas_ab.runtime import compile_cache
 from atlas_ab.speculative import pit_gate
-from atlas_ab.speculative.gate import Arbiter, check
 from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.lossless_gate import Arbiter, check
 from atlas_ab.speculative.precision import calibrate, calibration_tokens
 from atlas_ab.speculative.run_ahead import runs_ahead
 from atlas_ab.speculative.sampling import plan_of
@@ -103,6 +104,7 @@ class Runner:
         self.trunk = ck.trunk.eval()
         self.handoff = None
         self.proposer = self._proposer(ck, model)
+        require(self.proposer, self.arm)    # the arm's capabilities (proposers/capabilities.py), before any wave
         self.workload = build_workload(workload, ck.tokenizer_path)
         docs = self.workload.docs
         # Every position a run reaches must be one the model was built for (RoPE past

@@ -1,4 +1,4 @@
-"""The lossless gate's outcome in words, shared by the gate (speculative/gate.py) and the run's
+"""The lossless gate's outcome in words, shared by the gate (speculative/lossless_gate.py) and the run's
 store (run/store.py). Torch-free: the store and the engine contract import it."""
 from __future__ import annotations
 

@@ -20,7 +20,8 @@ The levers, by name (shapes: step.py's vocabulary; lever_rows.py: the host's row
   DRAFT_CONF       `DeviceStep.propose`'s gate; `_run`'s two graphs and `_all_gated`
   SHADOW_TOPK      `DeviceStep.propose` (the drafter's top-k; `StepTable.write`, step_table.py)
   ORACLE_P2        `DeviceStep.oracle`; `_plan`'s `plan_oracle`
-  FINGERPRINTS     `self.fingerprints` (step_events.py)
+  FINGERPRINTS     `self.probe`, the step probe (step_probe.py) the wave, the step and the run-ahead call;
+                   FINGERPRINTS' is its recorder (step_events.py)
   TREE             `verify_depth` (`_plan`: positions by depth), `DeviceStep.propose` / `verify_tree`, `_commit`
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ import torch
 
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.config.tree import parse_tree
+from atlas_ab.proposers.capabilities import require
 from atlas_ab.proposers.ring import Ring
 from atlas_ab.runtime.graphs import bucket
 from atlas_ab.speculative.host_io import StepRead, pack_plan, unpack_read
@@ -43,7 +45,6 @@ from atlas_ab.speculative.step_events import Fingerprints
 from atlas_ab.speculative.step_table import StepRecord, StepTable, WaveTrace
 from atlas_ab.speculative.timing import StepTimer
 from atlas_ab.speculative.verify import verifier
-from atlas_ab.telemetry.fingerprint import fingerprint_rows as default_fingerprint_rows
 from atlas_ab.telemetry.step_blocks import StepBlocks
 from atlas_ab.workload.documents import Document
 
@@ -60,6 +61,7 @@ class Wave:
         run_ahead: at static shapes, let the device plan and run a turn's steps ahead of the host
         where the arm allows it (run_ahead.py). fingerprint_rows: FINGERPRINTS' hash of a [..., H]
         tensor's rows (None: the FNV-1a of telemetry/fingerprint.py; tests pass a stand-in)."""
+        require(proposer, arm)      # every capability the arm needs, once (proposers/capabilities.py)
         self.target, self.proposer, self.arm, self.docs, self.G = target, proposer, arm, docs, gen_tokens
         self.K, self.on_step, self.turns = arm.num_drafts, on_step, len(docs[0].chunks)
         # TREE: the static tree (validate_arm: K is its depth); its verify reads N + 1 rows
@@ -91,12 +93,11 @@ class Wave:
         mirror = bufs.get("ring_labels", (B, R + 1), torch.long, self.device) if ahead and arm.has_ring else None
         self.ring = Ring(B, R, H, self.device, self.dtype, bufs.get("ring", (B, R + 1, H), self.dtype, self.device)
                          .zero_(), mirror) if arm.has_ring else None
-        # FINGERPRINTS: snapshots of eager steps, hashed in static-shape ones, laid out from a run-ahead
-        self.fingerprints = Fingerprints.of(arm, fingerprint_rows or default_fingerprint_rows,
-                                            "snapshot" if not static else "laid_out" if ahead else "in_step",
-                                            self.doc_ids, self.ring, self.last_hidden)
-        self.trace = WaveTrace(StepBlocks(self.K, arm.shadow_topk), self.fingerprints and self.fingerprints.log,
-                               [[] for _ in range(B)])
+        # the step probe: FINGERPRINTS' recorder (snapshots of eager steps, hashed in static-shape ones,
+        # laid out from a run-ahead), else the no-op probe
+        self.probe = Fingerprints.of(arm, fingerprint_rows, "snapshot" if not static else "laid_out" if ahead
+                                     else "in_step", self.doc_ids, self.ring, self.last_hidden)
+        self.trace = WaveTrace(StepBlocks(self.K, arm.shadow_topk), self.probe.log, [[] for _ in range(B)])
         self.table = StepTable(self.trace, arm, self.doc_ids)   # each step's records, written during the next
         self.timer = StepTimer(self.target.live)   # step_ms, with each kind's warm-up kept apart
         self.full = {"verify": self.target.full_length(), **proposer.full_lengths()}
@@ -109,7 +110,7 @@ class Wave:
         doc = bufs.get("doc", (B,), torch.long, self.device).copy_(self._t(self.doc_ids))    # [B]
         self.verifier = verifier(sampling, self.target, doc, self.K, fuse)
         self.step = DeviceStep(self.target, proposer, self.verifier, arm, self.last_hidden, self.ring, fuse,
-                               self.fingerprints)
+                               self.probe)
         self.ahead = RunAhead(self.step, self.graphs, bufs, gen_tokens, self.history.shape[1],
                               proposer.row_key.shape[1], self.cu_width) if ahead else None
         self.graphs.bind(self._graph_state(doc))
@@ -120,8 +121,8 @@ class Wave:
         for t in range(self.turns):
             self.turn = t
             self._prefill_turn(t)
-            if self.ahead is not None and (self.fingerprints is None or self.fingerprints.in_step):
-                self._run_ahead()     # (snapshot FINGERPRINTS read the verify's rows: step by step)
+            if self.ahead is not None and self.probe.allows_run_ahead:
+                self._run_ahead()
             while (self.gen < self.G).any():
                 self._step(self.gen < self.G)
             self._flush()
@@ -168,16 +169,13 @@ class Wave:
                 self._catchup(np.ones(B, dtype=bool), start, plan, lengths, step=-1)
                 if plan:
                     self.step.feed_rows({k: self._t(v) for k, v in plan.items()}, lengths["catchup"])
-            w = drafter_context(self.proposer, self.history, self.last_hidden, start, count, hid)
-            if w is not None and self.fingerprints is not None:
-                self.fingerprints.context(w, self.turn)
+            self.probe.context(drafter_context(self.proposer, self.history, self.last_hidden, start, count, hid),
+                               self.turn)
 
         self.last_hidden.copy_(hid[ar, last])     # in place: a captured step reads this buffer
         self.kv_len = self.n_tok.copy()
         if self.arm.ring_prefill:
-            label, rows, dst = ring_prefill(self.ring, self.last_hidden, self.kv_len)
-            if self.fingerprints is not None:
-                self.fingerprints.ring_prefill(label, rows, dst, self.turn)
+            self.probe.ring_prefill(*ring_prefill(self.ring, self.last_hidden, self.kv_len), self.turn)
         if u is None:
             first = first.cpu().numpy()
         else:          # the drawn token and its PIT, in one read
@@ -198,7 +196,7 @@ class Wave:
         packed, read_layout, vh, serial = self._run(plan, lengths, active)
         self._flush()                               # the previous step's telemetry, while the device runs this one
         h = unpack_read(packed.cpu().numpy(), read_layout)   # the step's one device->host read
-        record = self._after_read(h, vh, active, n, fed, rows_at_propose)
+        record = self._after_read(h, vh, active, n, fed, rows_at_propose, self.probe)
         self.table.hold(record, self.timer.stop("serial" if serial else "verify"))
         self._notify(h, record.act)
 
@@ -214,8 +212,7 @@ class Wave:
         fed = self._catchup(active, n, plan, lengths, width=self.cu_width) if self.arm.catchup \
             else np.zeros(B, dtype=np.int64)
         rows_at_propose = self.proposer.drafter_rows()
-        if self.fingerprints is not None and not self.fingerprints.in_step:
-            self.fingerprints.propose_and_feed(active, n, self.step_no, self.turn)
+        self.probe.planned(active, n, self.step_no, self.turn)
         propose = self.proposer.plan_propose_tree(n, self.tree, active) if self.tree is not None else \
             self.proposer.plan_propose(self.history, n, K, active, static=self.graphs.static)
         for part in (propose,
@@ -236,21 +233,19 @@ class Wave:
             return (*self.graphs(("step",) + key, step, [x], lengths, self.full, state), False)
         # DRAFT_CONF: when every chain is below tau the step decodes serially: the host decides, between two graphs
         propose = functools.partial(self.step.propose, layout=layout, turn=self.turn)
-        prop, gated, fp = self.graphs(("propose",) + key, propose, [x], lengths, self.full, state)
+        prop, gated, taken = self.graphs(("propose",) + key, propose, [x], lengths, self.full, state)
         serial = self._all_gated(gated, active)
         verify = functools.partial(self.step.verify, layout=layout, prop=prop, gated=gated, all_gated=serial,
-                                   turn=self.turn, fp=fp)
+                                   turn=self.turn, taken=taken)
         return (*self.graphs(("verify", serial) + key, verify, [x], lengths, self.full, state), serial)
 
-    def _after_read(self, h: StepRead, vh, active, n, fed, rows_at_propose, events: bool = True) -> StepRecord:
-        """The host's half of a step once it has read it: the fingerprint events (`events` False: laid
-        out from the run-ahead's chunk), the commit, the step counters. Returns its `StepTable` record."""
-        fp = self.fingerprints if events else None
-        if fp is not None and fp.in_step:
-            fp.propose_and_feed(active, n, self.step_no, self.turn, h.fp)
+    def _after_read(self, h: StepRead, vh, active, n, fed, rows_at_propose, probe) -> StepRecord:
+        """The host's half of a step once it has read it: the commit between the probe's `read` and
+        `committed` (probe: the wave's, or for a run-ahead step the one it gives booked steps), the
+        step counters. Returns its `StepTable` record."""
+        probe.read(h, active, n, self.step_no, self.turn)
         written = self._commit(h, vh, n, active)
-        if fp is not None and written is not None:
-            fp.ring_writes(h.ring_label, written, vh, self.step_no, self.turn, h.fp)
+        probe.committed(h, written, vh, self.step_no, self.turn)
         act = np.nonzero(active)[0]
         record = StepRecord(h, act, n, rows_at_propose, fed, self.step_no[act].copy(), self.turn)
         self.step_no[act] += 1
@@ -262,9 +257,8 @@ class Wave:
             self.on_step(int(h.committed.sum()), np.where(h.gated[act], 0, self.K), h.acc[act])
 
     def _flush(self) -> None:
-        """The last step's telemetry: its fingerprint events hashed in the step, then its table records."""
-        if self.fingerprints is not None:
-            self.fingerprints.flush()
+        """The last step's telemetry: its probe's records, then its table records."""
+        self.probe.flush()
         self.table.flush()
 
     # ----------------------------------------------------- the run-ahead
@@ -298,16 +292,14 @@ class Wave:
 
     def _booked(self, h: StepRead, pending: tuple) -> StepRecord:
         """A run-ahead step's host half once its plan is checked (`RunAhead.book_chunk`'s commit)."""
-        laid_out = self.fingerprints is not None and self.fingerprints.laid_out
-        record = self._after_read(h, None, *pending, events=not laid_out)
+        record = self._after_read(h, None, *pending, self.probe.booked())
         self._notify(h, record.act)
         return record
 
     def _emit(self, records: list, timing) -> None:
-        """A booked chunk's telemetry: its fingerprint events, then its table records."""
+        """A booked chunk's telemetry: its probe's records, then its table records."""
         self._flush()
-        if records and self.fingerprints is not None and self.fingerprints.laid_out:
-            self.fingerprints.add_chunk(self.turn, [(r.act, r.step_no) for r in records], self.ahead)
+        self.probe.chunk(self.turn, [(r.act, r.step_no) for r in records], self.ahead)
         for record in records:
             self.table.write(record, timing)
 
@@ -337,9 +329,8 @@ class Wave:
         return bool(gated.cpu().numpy()[active].all())
 
     def _catchup(self, active, n, plan: dict, lengths: dict, step=None, width: int | None = None) -> np.ndarray:
-        """CATCHUP's rows into the plan (`catchup_rows`), with their FINGERPRINTS feed events."""
+        """CATCHUP's rows into the plan (`catchup_rows`), shown to the probe."""
         fed, rows = catchup_rows(self.ring, self.arm.row_space, self.proposer, self.history, n, active,
                                  self.graphs.static, width, plan, lengths)
-        if self.fingerprints is not None:
-            self.fingerprints.feed(rows, self.turn, self.step_no, step)
+        self.probe.feed(rows, self.turn, self.step_no, step)
         return fed

@@ -19,7 +19,8 @@ KEY = ["doc_id", "turn", "position"]
 
 def replay_gate(traj, generated) -> dict:
     """The wave's committed tokens ([seq][turn] -> G tokens) against the stored ones."""
-    from atlas_ab.speculative.gate import GateResult  # (torch; the rest of this module, read by the store, is not)
+    # (torch; the rest of this module, read by the store, is not)
+    from atlas_ab.speculative.lossless_gate import GateResult
 
     res = GateResult(checked_sequences=traj.batch, passed=True)
     for b, (ours, stored) in enumerate(zip(generated, traj.generated())):

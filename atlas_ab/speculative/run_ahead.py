@@ -15,8 +15,9 @@ A catch-up wider than its fixed width halts the chunk: that step and the rest ar
 runs that step itself and the next chunk starts from its state. The rows are those of the
 step-by-step loop; a chunk's steps share its mean time.
 
-Only at static shapes ("graphs"), with a proposer that plans on the device, and without
-DRAFT_CONF (its gate is read by the host between the propose and the verify): `runs_ahead`.
+Only at static shapes ("graphs"), with a proposer that plans on the device (proposers/capabilities.py's
+DevicePlanner), and without DRAFT_CONF (its gate is read by the host between the propose and the
+verify): `runs_ahead`.
 
 Shapes: B sequences, K drafts, G tokens a turn, W catch-up rows (`cu_width`), X a packed row's
 columns (step.py's vocabulary).
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 
 from atlas_ab.config.structured import ArmConfig
+from atlas_ab.proposers.capabilities import plans_on_device
 from atlas_ab.proposers.ring import gap_keys_on_device
 from atlas_ab.runtime.fusion import fused
 from atlas_ab.speculative.host_io import first_difference, layout_width, pack_on_device, unpack_plan, unpack_read
@@ -38,7 +40,7 @@ def runs_ahead(arm: ArmConfig, graphs: bool, proposer) -> bool:
     """Whether a wave can run ahead of the host: static shapes, a proposer that plans on the device,
     no DRAFT_CONF and no TREE (its propose books one row per internal node, which the device plan
     does not do yet: a tree step waits for the host's plan)."""
-    return graphs and arm.draft_conf <= 0 and arm.tree is None and hasattr(proposer, "plan_on_device")
+    return graphs and arm.draft_conf <= 0 and arm.tree is None and plans_on_device(proposer)
 
 
 class RunAhead:
@@ -116,26 +118,24 @@ class RunAhead:
 
     def ahead_step(self, book: torch.Tensor, length, turn: int) -> tuple:
         """The run-ahead step: plan it from the book [5, B] and the CATCHUP copies, run it, and move
-        them on; returns the packed read, the plan, whether the ring held the propose's label
-        (laid-out FINGERPRINTS only) and the halt flag side by side [B, X] and the read's and the
-        plan's layouts."""
-        fuse, fingerprints = self.step.fuse, self.step.fingerprints
+        them on; returns the packed read, the plan, the probe's columns (`StepProbe.ahead_columns`)
+        and the halt flag side by side [B, X] and the read's and the plan's layouts."""
+        fuse = self.step.fuse
         x, layout, a, s = self.plan(book, fuse=fuse)
-        packed, read_layout, _ = self.step(x, layout, length, turn, join=False, a=a)
+        packed, read_layout, _ = self.step.run(x, layout, length, turn, a=a)
         # the region returns the book rather than write it: the step's input is the book itself where
         # the step is not captured, and a compiled region must not write what it reads through a view
         self.book.copy_(self.next_book(packed, read_layout, s, fuse=fuse))
-        if fingerprints is not None:
-            fingerprints.join()       # the read's fingerprints, hashed beside the bookkeeping above
-        return torch.cat([packed, x, *s["live"], s["halted"].expand(self.B)[:, None]], dim=1), read_layout, layout
+        self.step.probe.join()        # the probe's side work ran beside the bookkeeping above
+        return torch.cat([packed, x, *s["probe"], s["halted"].expand(self.B)[:, None]], dim=1), read_layout, layout
 
     @fused
     def plan(self, book: torch.Tensor) -> tuple:
         """The step's plan from the book [5, B] and the CATCHUP copies (whose pair keys it books for
         the propose's and the fed rows); returns the packed plan [B, X], its layout, its arrays
         laid out for the step (`DeviceStep.laid_out`) and what `next_book` reads (n, gen, rows
-        after the catch-up, last, active, halted [B], and the FINGERPRINTS column of
-        `ahead_step`'s output)."""
+        after the catch-up, last, active, halted [B], and the probe's columns of `ahead_step`'s
+        output)."""
         n, gen, rows, last, halted = book                                               # [B] each
         K, B = self.K, self.B
         ar = torch.arange(B, device=n.device)                                           # [B]
@@ -163,14 +163,9 @@ class RunAhead:
             i = torch.arange(K, device=n.device)[None, :]                                # [1, K]
             at = torch.where(active[:, None], rows[:, None] + i, self.row_key_dev.shape[1] - 1)          # [B, K]
             self.row_key_dev.scatter_(1, at, n[:, None] - 1 + i)                          # the propose's rows
-        # FINGERPRINTS: whether the ring holds the propose's label n before the step writes (a
-        # column of the output only where the events are laid out from it: step_events.py)
-        fingerprints = self.step.fingerprints
-        live = ([(self.ring.mirror[ar, n.remainder(self.ring.capacity)] == n).long()[:, None]
-                 if self.ring is not None else torch.zeros_like(n)[:, None]]
-                if fingerprints is not None and fingerprints.laid_out else [])                  # [B, 1]
+        probe = self.step.probe.ahead_columns(n, ar)         # read before the step writes the ring
         return x, layout, self.step.laid_out(plan), {"n": n, "gen": gen, "rows": rows, "last": last,
-                                                     "active": active, "halted": halted, "live": live}
+                                                     "active": active, "halted": halted, "probe": probe}
 
     @fused
     def next_book(self, packed: torch.Tensor, read_layout, s: dict) -> torch.Tensor:

@@ -18,7 +18,6 @@ Vocabulary
   R       the ring's capacity in labels (`arm.ring_size`; its tensors hold R+1: a dump row)
   W       catch-up rows a step feeds (CATCHUP; a fixed width at static shapes)
   X       a packed tensor's columns (the plan's, or the read's: host_io.py)
-  S       the read's fingerprint columns (FINGERPRINTS: 2 + W of the propose, 2(K+1) of the ring writes)
   turn    the turn's index (a sampled run keys its uniforms with it; a greedy step ignores it)
   n       a sequence's position: its last committed token's, where the verify starts
   key     a drafter row's pair key k: the row pairs token k+1 with the target hidden of position k
@@ -28,13 +27,15 @@ Vocabulary
           catch-up rows), made on the host or (run-ahead) on the device; `a`: them laid out
   read    the step's outputs packed into one int64 [B, X] tensor, the host's one read of it
   gated   DRAFT_CONF dropped the sequence's drafts (its chain confidence was below tau)
+  probe   what watches the step (step_probe.py): called at fixed points, a no-op unless a lever
+          records (FINGERPRINTS: step_events.py); `taken`: what it took of the propose
   length  KV read lengths by name ("verify", "catchup", the drafter's): the step's own in eager
           mode, the pools' full lengths at static shapes
 
 Levers on the step: CATCHUP (`feed_rows`), REFEED and SHIFT (`ring_take`), DRAFT_CONF (`gated`,
 and `propose` / `verify` as two graphs), SHADOW_TOPK (`proposer.draft`'s topk), ORACLE_P2
-(`oracle`), FINGERPRINTS (`fingerprints`: the hashing, step_events.py), TREE (`verify_tree`: a static
-draft tree verified in one forward, then read as the linear step of its accepted path).
+(`oracle`), FINGERPRINTS (the probe: step_events.py), TREE (`verify_tree`: a static draft tree
+verified in one forward, then read as the linear step of its accepted path).
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ from atlas_ab.proposers.base import Proposal
 from atlas_ab.runtime.fusion import fused
 from atlas_ab.speculative import tree_sampling
 from atlas_ab.speculative.host_io import pack_read, unpack_plan
+from atlas_ab.speculative.step_probe import NO_PROBE
 from atlas_ab.speculative.tree_accept import as_linear, tree_tensors
 from atlas_ab.speculative.tree_step import verify_tree
 from atlas_ab.speculative.verify import Verified
@@ -60,11 +62,10 @@ def commit_counts(accepted: torch.Tensor, left: torch.Tensor) -> torch.Tensor:
 
 class DeviceStep:
     """The step's device half. `fuse`: its bookkeeping regions run compiled (runtime/fusion.py);
-    `fingerprints`: FINGERPRINTS' recorder (step_events.py), hashing in the step where its mode
-    says so; None when the arm has it off."""
+    `probe`: what watches the step (step_probe.py; the wave's)."""
 
     def __init__(self, target, proposer, verifier, arm, last_hidden: torch.Tensor, ring, fuse: bool,
-                 fingerprints=None):
+                 probe=NO_PROBE):
         self.target, self.proposer, self.verifier, self.arm = target, proposer, verifier, arm
         self.B, self.K = last_hidden.shape[0], arm.num_drafts
         # TREE: the static tree (validate_arm: K is its depth) and its arrays on the device
@@ -76,11 +77,11 @@ class DeviceStep:
         self.last_hidden = last_hidden            # [B, H]: the next propose's target hidden (of n)
         self.ring = ring                          # proposers/ring.py `Ring` [B, R+1, H], or None
         self.fuse = fuse
-        self.fingerprints = fingerprints
+        self.probe = probe
 
     def pools(self) -> list[torch.Tensor]:
         """The target's and the drafter's KV pools, as a step graph reads them by address."""
-        pools = [p for p in (getattr(self.target, "kv", None), getattr(self.proposer, "kv", None)) if p is not None]
+        pools = [p for p in (getattr(self.target, "kv", None), self.proposer.kv) if p is not None]  # replay: no KV
         return [t for p in pools for t in (p.k, p.v, p.base, p.capacity)]
 
     def state(self) -> list[torch.Tensor]:
@@ -89,7 +90,7 @@ class DeviceStep:
         ring = [] if self.ring is None else [t for t in (self.ring.hiddens, self.ring.mirror) if t is not None]
         return [self.last_hidden] + ring
 
-    def __call__(self, x: torch.Tensor, layout, length, turn: int, join: bool = True, a: dict | None = None):
+    def __call__(self, x: torch.Tensor, layout, length, turn: int, a: dict | None = None):
         """The whole step at static shapes (one graph): x [B, X] the packed plan (a: its arrays laid
         out, where the caller has them). In order:
           a          the plan by name: last_tok [B], pos and vslot [B, K+1], left [B], cu_* [B, W], ...
@@ -99,32 +100,45 @@ class DeviceStep:
           accept     committed [B] = min(accepted + 1, left); last_hidden := vh at the last kept
                      depth; the ring's writes (REFEED, SHIFT, CATCHUP's serial steps)
           pack_read  every number the host needs, one int64 [B, X'] (host_io.py)
-        Returns the packed read, its layout and vh. join False: the read's fingerprints are still
-        being hashed (the caller joins)."""
+        Returns the packed read, its layout and vh, the probe's side work joined."""
+        out = self.run(x, layout, length, turn, a)
+        self.probe.join()
+        return out
+
+    def run(self, x: torch.Tensor, layout, length, turn: int, a: dict | None = None):
+        """`__call__` with the probe's side work left running (the caller joins it)."""
         a = self.plan_arrays(x, layout, fuse=self.fuse) if a is None else a
-        prop, gated, fp = self.propose(x, layout, length, turn, join=False, a=a)
-        return self.verify(x, layout, prop, gated, False, length, turn, fp, join=join, a=a)
+        prop, gated, taken = self._propose(x, layout, length, turn, a)
+        return self._verify(x, layout, prop, gated, False, length, turn, taken, a)
 
-    def _hashing(self) -> bool:
-        return self.fingerprints is not None and self.fingerprints.in_step
+    def propose(self, x, layout, length, turn: int, a: dict | None = None):
+        """DRAFT_CONF's first graph: `_propose`, the probe's side work joined."""
+        out = self._propose(x, layout, length, turn, a)
+        self.probe.join()
+        return out
 
-    def propose(self, x, layout, length, turn: int, join: bool = True, a: dict | None = None):
+    def verify(self, x, layout, prop, gated, all_gated: bool, length, turn: int, taken=None, a: dict | None = None):
+        """DRAFT_CONF's second graph: `_verify`, the probe's side work joined."""
+        out = self._verify(x, layout, prop, gated, all_gated, length, turn, taken, a)
+        self.probe.join()
+        return out
+
+    def _propose(self, x, layout, length, turn: int, a: dict | None = None):
         """Catch-up rows, then K drafts; returns the Proposal (drafts [B, K], conf [B, K], ...),
-        DRAFT_CONF's gate [B] bool and (FINGERPRINTS in the step) the propose's fingerprints
-        [B, 2+W] (`Fingerprints.hash_propose`; join False: not joined yet)."""
+        DRAFT_CONF's gate [B] bool and what the probe took of the propose (`taken`)."""
         a = self.plan_arrays(x, layout, fuse=self.fuse) if a is None else a
         n = a["pos"][:, 0]                                                              # [B]
         fed = self.feed_rows(a, length["catchup"]) if "cu_tok" in a else None          # [B, W, H]
-        fp = self.fingerprints.hash_propose(n, fed, join) if self._hashing() else None  # [B, 2+W]
+        taken = self.probe.propose(n, fed)
         if self.tree is not None:                  # TREE: the nodes' drafts (node 0: t_n), conf per node
             nodes, conf = self.proposer.draft_tree(a, a["last_tok"], self.last_hidden, self.tree, length)
             return Proposal(drafts=nodes[:, 1:], conf=conf, topk_ids=None, topk_probs=None), \
-                torch.zeros(self.B, dtype=torch.bool, device=x.device), fp
+                torch.zeros(self.B, dtype=torch.bool, device=x.device), taken
         draws = self.verifier.draws(self.target, turn, n)
         prop = self.proposer.draft(a, a["last_tok"], self.last_hidden, self.K, self.arm.shadow_topk, draws, length)
         tau = self.arm.draft_conf
         gated = prop.chain_conf < tau if tau > 0 else torch.zeros(self.B, dtype=torch.bool, device=x.device)  # [B]
-        return prop, gated, fp
+        return prop, gated, taken
 
     def feed_rows(self, a: dict, length: int) -> torch.Tensor:
         """CATCHUP: the planned catch-up rows (cu_tok, cu_rope, cu_slot, cu_label [B, W]) written to
@@ -134,13 +148,11 @@ class DeviceStep:
         self.proposer.write_rows(a["cu_tok"], hid, a["cu_rope"], a["cu_slot"], length)
         return hid
 
-    def verify(self, x, layout, prop, gated, all_gated: bool, length, turn: int, fp=None, join: bool = True,
-               a: dict | None = None):
+    def _verify(self, x, layout, prop, gated, all_gated: bool, length, turn: int, taken=None, a: dict | None = None):
         """Verify and accept, then the device half of the commit; returns the packed read, its
         layout and the verify's hiddens [B, K+1, H]. all_gated: every active sequence dropped its
-        drafts (DRAFT_CONF), so the verify is a one-token decode. fp [B, 2+W]: the propose's
-        fingerprints; the read's fp columns get them and, with a ring, the verify's rows and the
-        ring's rows after the write (join False: the caller joins)."""
+        drafts (DRAFT_CONF), so the verify is a one-token decode. taken: what the probe took of the
+        propose; the probe fills its read columns once the read is packed."""
         a = self.plan_arrays(x, layout, fuse=self.fuse) if a is None else a
         vtok = torch.cat([a["last_tok"][:, None], prop.drafts], dim=1)                  # [B, K+1] (a tree: [B, N+1])
         path = None
@@ -149,21 +161,19 @@ class DeviceStep:
         else:
             v = self.verifier.verify(self.target, prop, vtok, a["pos"], a["vslot"], length["verify"], gated,
                                      all_gated, turn)                                    # vh [B, K+1, H]
-        if self.fingerprints is not None:
-            self.fingerprints.join()   # the propose's rows are hashed: last_hidden and the ring may move on
+        self.probe.join()          # the probe is done with the propose's rows: last_hidden and the ring may move on
         c, label, take, ring_label = self.accept(a["left"], a["pos"][:, 0], v.accepted, v.vh, gated,
                                                  fuse=self.fuse)                         # [B]; [B, K+1] x3
         ring = self.ring is not None
         slot = self.ring.write_masked(label, take, v.vh) if ring else None              # [B, K+1]
-        late = None if fp is None else self.fingerprints.read_columns(fp)               # [B, S]
+        late = self.probe.read_columns(taken)                                           # [B, S] or None
         oracle = self.oracle(prop, v, a, length) if self.arm.oracle_p2 else None        # [B]
         packed, read_layout = pack_read(fuse=self.fuse, acc=v.accepted, gated=gated, drafts=prop.drafts,
                                         target=v.tokens, conf=prop.conf, committed=c, ring_label=ring_label,
                                         oracle=oracle, topk_ids=prop.topk_ids, topk_probs=prop.topk_probs,
                                         accept_prob=v.accept_prob, alpha1=v.alpha1, pit=v.pit, fp=late,
                                         tree_path=path)
-        if fp is not None:
-            self.fingerprints.hash_verify(fp, packed, read_layout, v.vh, slot, join)
+        self.probe.verify(taken, packed, read_layout, v.vh, slot)
         return packed, read_layout, v.vh
 
     def verify_tree(self, prop, nodes, a: dict, length: int, turn: int = 0):
@@ -228,8 +238,7 @@ class DeviceStep:
         each contiguous, and the drafter's per-depth arrays (its `per_depth`) with the batch
         innermost, so a depth's column is one contiguous [B] (views of the packed plan cost copy
         kernels in the step: bench/bench_step_kernels.py)."""
-        cols = getattr(self.proposer, "per_depth", ())
-        return {k: v.t().contiguous().t() if k in cols else v.contiguous() for k, v in a.items()}
+        return {k: v.t().contiguous().t() if k in self.proposer.per_depth else v.contiguous() for k, v in a.items()}
 
     @fused
     def plan_arrays(self, x: torch.Tensor, layout) -> dict:

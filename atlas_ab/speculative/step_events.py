@@ -1,4 +1,5 @@
-"""FINGERPRINTS in a wave: the recorder of its fingerprint events, in one of three modes.
+"""FINGERPRINTS in a wave: the recorder of its fingerprint events, in one of three modes; the
+wave's step probe (step_probe.py) when the arm has FINGERPRINTS on.
 
 An event is a hidden row entering or leaving the ring, a row fed to the drafter or a propose's
 target hidden, fingerprinted as it was when it happened (telemetry/events.py). The modes differ
@@ -7,10 +8,10 @@ only in where the row's hash is taken, never in the events:
   snapshot  (eager steps) the host gathers each event's rows when it happens; the log hashes
             every row of the wave when its table is made.
   in_step   (static-shape steps) the step hashes its event rows itself, on a side stream beside
-            its path (`hash_propose`, `hash_verify`: runtime/side_stream.py), into its one read;
+            its path (`propose`, `verify`: runtime/side_stream.py), into its one read;
             the host records each step's events from that read while the device runs the next.
   laid_out  (a run-ahead) as in_step, but a chunk's events go to the log as its steps' own
-            outputs (`add_chunk`), laid out on the device when the table is made: nothing per
+            outputs (`chunk`), laid out on the device when the table is made: nothing per
             step on the host.
 
 Shapes: B sequences, K drafts, W catch-up rows, H hidden, S the fingerprint columns of a read
@@ -25,12 +26,14 @@ import torch
 
 from atlas_ab.runtime.side_stream import SideStream
 from atlas_ab.speculative.host_io import layout_columns, layout_width
+from atlas_ab.speculative.step_probe import NO_PROBE, StepProbe
 from atlas_ab.telemetry.events import EventLog, StepEvents
+from atlas_ab.telemetry.fingerprint import fingerprint_rows as fnv1a_rows
 
 MODES = ("snapshot", "in_step", "laid_out")
 
 
-class Fingerprints:
+class Fingerprints(StepProbe):
     """One wave's FINGERPRINTS: its event log, the side stream the step hashes on and its mode."""
 
     def __init__(self, log: EventLog, mode: str, K: int, doc_ids: np.ndarray, ring, last_hidden: torch.Tensor):
@@ -47,12 +50,12 @@ class Fingerprints:
         self._kinds: dict = {}   # laid_out: (read layout, plan layout) -> where a step's events sit
 
     @classmethod
-    def of(cls, arm, fingerprint_rows, mode: str, doc_ids: np.ndarray, ring, last_hidden: torch.Tensor):
-        """The arm's recorder (None where FINGERPRINTS is off); fingerprint_rows: the hash of a
-        [..., H] tensor's rows (telemetry/fingerprint.py)."""
+    def of(cls, arm, fingerprint_rows, mode: str, doc_ids: np.ndarray, ring, last_hidden: torch.Tensor) -> StepProbe:
+        """The arm's step probe: this recorder, or the no-op probe where FINGERPRINTS is off;
+        fingerprint_rows: the hash of a [..., H] tensor's rows (None: telemetry/fingerprint.py's FNV-1a)."""
         if not arm.fingerprints_on:
-            return None
-        return cls(EventLog(fingerprint_rows), mode, arm.num_drafts, doc_ids, ring, last_hidden)
+            return NO_PROBE
+        return cls(EventLog(fingerprint_rows or fnv1a_rows), mode, arm.num_drafts, doc_ids, ring, last_hidden)
 
     @property
     def in_step(self) -> bool:
@@ -63,31 +66,40 @@ class Fingerprints:
     def laid_out(self) -> bool:
         return self.mode == "laid_out"
 
+    @property
+    def allows_run_ahead(self) -> bool:
+        """Snapshots read the verify's rows as each step leaves them: step by step."""
+        return self.in_step
+
     # ---------------------------------------------- the step's hashing (device)
-    def hash_propose(self, n: torch.Tensor, fed: torch.Tensor | None, join: bool) -> torch.Tensor:
+    def propose(self, n: torch.Tensor, fed: torch.Tensor | None) -> torch.Tensor | None:
         """The propose's rows, hashed beside the drafter: the propose's hidden, the ring's row of its
-        label n [B] and each fed row (fed [B, W, H]); returns the fingerprints [B, 2+W] (join False:
-        not joined yet; the verify joins before it writes what they read)."""
+        label n [B] and each fed row (fed [B, W, H]); returns the fingerprints [B, 2+W], not joined
+        (the verify joins before it writes what they read); None in snapshot mode."""
+        if not self.in_step:
+            return None
         with self.side.fork(n, fed):
             ar = torch.arange(self.B, device=n.device)                                        # [B]
             ring_row = self.ring.hiddens[ar, n.remainder(self.ring.capacity)] if self.ring is not None \
                 else self.last_hidden                                                         # [B, H]
             fp = self.log.fingerprint_rows(torch.cat([self.last_hidden[:, None], ring_row[:, None]]
                                                      + ([fed] if fed is not None else []), dim=1))  # [B, 2+W]
-        if join:
-            self.side.join()
         return fp
 
-    def read_columns(self, fp: torch.Tensor) -> torch.Tensor:
-        """The read's fingerprint columns [B, S], filled beside the path once the read is packed."""
+    def read_columns(self, fp: torch.Tensor | None) -> torch.Tensor | None:
+        """The read's fingerprint columns [B, S], filled beside the path once the read is packed
+        (None: the propose was not hashed)."""
+        if fp is None:
+            return None
         ring = self.ring is not None
         return torch.empty((self.B, fp.shape[1] + 2 * (self.K + 1) * ring), dtype=torch.long, device=fp.device)
 
-    def hash_verify(self, fp: torch.Tensor, packed: torch.Tensor, read_layout, vh: torch.Tensor, slot,
-                    join: bool) -> None:
+    def verify(self, fp: torch.Tensor | None, packed: torch.Tensor, read_layout, vh: torch.Tensor, slot) -> None:
         """Into the packed read [B, X]: the propose's fingerprints fp [B, 2+W] and, with a ring, the
         verify's rows vh [B, K+1, H] and the ring's rows after the write (slot: `Ring.write_masked`'s
-        [B, K+1]), hashed beside the path (join False: the caller joins)."""
+        [B, K+1]), hashed beside the path, not joined (the step joins); fp None: nothing."""
+        if fp is None:
+            return
         cols = layout_columns(read_layout)["fp"]
         ar = torch.arange(self.B, device=packed.device)                                      # [B]
         with self.side.fork(fp, packed, vh, ar, slot):
@@ -95,8 +107,15 @@ class Fingerprints:
                 after = self.ring.hiddens[ar[:, None], slot]                                  # [B, K+1, H]
                 fp = torch.cat([fp, self.log.fingerprint_rows(torch.cat([vh, after], dim=1))], dim=1)  # [B, S]
             packed[:, cols[0]:cols[-1] + 1].copy_(fp)
-        if join:
-            self.side.join()
+
+    def ahead_columns(self, n: torch.Tensor, ar: torch.Tensor) -> list:
+        """Laid out only: whether the ring holds the propose's label n [B] before the step writes,
+        a [B, 1] column of the run-ahead's output (`kinds_of` reads it); ar: the plan's arange(B)."""
+        if not self.laid_out:
+            return []
+        if self.ring is None:
+            return [torch.zeros_like(n)[:, None]]
+        return [(self.ring.mirror[ar, n.remainder(self.ring.capacity)] == n).long()[:, None]]
 
     def join(self) -> None:
         """The path waits for the step's hashing (nothing to wait for in snapshot mode)."""
@@ -105,8 +124,8 @@ class Fingerprints:
 
     # ---------------------------------------------------- the events (host)
     def context(self, w, turn: int) -> None:
-        """DRAFTER_PREFILL's context rows (w: the `RowFeed` the drafter took)."""
-        if len(w) and w.hiddens is not None:
+        """DRAFTER_PREFILL's context rows (w: the `RowsWritten` the drafter took, None: none)."""
+        if w is not None and len(w) and w.hiddens is not None:
             self.log.add("context", doc_id=self.doc_ids[w.seq], turn=turn, step=-1, seq=w.seq,
                          rows=w.hiddens, key=w.key, rope=w.rope, slot=w.slot)
 
@@ -128,6 +147,21 @@ class Fingerprints:
         """RING_PREFILL's write (rows [B, H] under label [B], at the ring's dst)."""
         self.log.add("ring_write", doc_id=self.doc_ids, turn=turn, step=-1, seq=np.arange(self.B), rows=rows,
                      rows2=self.ring.hiddens[dst[0], dst[1]], label=label)
+
+    def planned(self, active: np.ndarray, n: np.ndarray, step_no: np.ndarray, turn: int) -> None:
+        """Snapshot mode: the step's propose event, its rows gathered now."""
+        if not self.in_step:
+            self.propose_and_feed(active, n, step_no, turn)
+
+    def read(self, h, active: np.ndarray, n: np.ndarray, step_no: np.ndarray, turn: int) -> None:
+        """In the step: its feed and propose events from the read's fingerprints (h: `StepRead`)."""
+        if self.in_step:
+            self.propose_and_feed(active, n, step_no, turn, h.fp)
+
+    def committed(self, h, written, vh: torch.Tensor, step_no: np.ndarray, turn: int) -> None:
+        """The step's ring writes (written: `Ring.book_written`'s, None without a ring)."""
+        if written is not None:
+            self.ring_writes(h.ring_label, written, vh, step_no, turn, h.fp)
 
     def propose_and_feed(self, active: np.ndarray, n: np.ndarray, step_no: np.ndarray, turn: int, fp=None) -> None:
         """The step's catch-up feed and propose events: their rows gathered now, before the step
@@ -191,13 +225,20 @@ class Fingerprints:
         self._later.clear()
 
     # -------------------------------------------------- laid out (run-ahead)
-    def add_chunk(self, turn: int, steps: list, ahead) -> None:
+    def booked(self) -> StepProbe:
+        """Laid out, a booked run-ahead step records nothing of its own: its chunk's events come
+        from the steps' outputs (`chunk`)."""
+        return NO_PROBE if self.laid_out else self
+
+    def chunk(self, turn: int, steps: list, ahead) -> None:
         """A run-ahead chunk's feed, propose and ring-write events, as `record_propose_and_feed` and
         `record_ring_writes` record them, handed to the log as the steps' own outputs (ahead: the
         `RunAhead` whose `host_reads` [M, B, X] hold them; steps: per step, its active sequences
         and their step numbers). They go back to the device in one copy (a copy of each step's
         output on the device would cost the host a call a step); the next chunk's reads queue
         behind it."""
+        if not steps or not self.laid_out:
+            return
         reads, read_layout, plan_layout = ahead.host_reads[:len(steps)], ahead.read_layout, ahead.plan_layout
         step = np.full((len(steps), self.B), -1, dtype=np.int64)                        # [M, B]
         for i, (act, step_no) in enumerate(steps):

@@ -8,8 +8,8 @@ from atlas_ab.analysis.fingerprints import fingerprint_table
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.proposers.ring import Ring
-from atlas_ab.speculative.gate import check
 from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.lossless_gate import check
 from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.telemetry.fingerprint import fingerprint_rows
 from tests.helpers.tiny import tiny_docs, tiny_models

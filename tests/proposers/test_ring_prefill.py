@@ -8,7 +8,7 @@ from atlas_ab import AtlasError
 from atlas_ab.analysis.fingerprints import fingerprint_table
 from atlas_ab.config.levers import arm_from_env, arm_to_env
 from atlas_ab.config.structured import ArmConfig, validate_arm
-from atlas_ab.speculative.gate import check
+from atlas_ab.speculative.lossless_gate import check
 from atlas_ab.telemetry.schema import TIMING_COLUMNS
 from tests.helpers.replay_tools import run
 from tests.helpers.tiny import tiny_docs, tiny_models

@@ -194,8 +194,8 @@ def test_wave_with_fast_kernels_equals_torch_wave():
 
     from atlas_ab.config.structured import ArmConfig
     from atlas_ab.proposers.mtp_head import MTPProposer
-    from atlas_ab.speculative.gate import check
     from atlas_ab.speculative.loop import Wave
+    from atlas_ab.speculative.lossless_gate import check
     from atlas_ab.speculative.targets import LiveTarget
     from tests.helpers.tiny import tiny_docs, tiny_models
 

@@ -248,8 +248,8 @@ def test_a_mimo_wave_runs_the_levers_losslessly(tmp_path, arm):
     from atlas_ab.analysis.fingerprints import fingerprint_table
     from atlas_ab.config.structured import ArmConfig, validate_arm
     from atlas_ab.runtime.layouts import handoff_in_effect
-    from atlas_ab.speculative.gate import check
     from atlas_ab.speculative.loop import Wave
+    from atlas_ab.speculative.lossless_gate import check
     from atlas_ab.speculative.targets import LiveTarget
     from atlas_ab.telemetry.fingerprint import fingerprint_rows
     from tests.helpers.tiny import tiny_docs

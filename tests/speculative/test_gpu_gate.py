@@ -10,7 +10,7 @@ import torch
 from atlas_ab.config.structured import ArmConfig, RunnerConfig, WorkloadConfig
 from atlas_ab.speculative.precision import FORWARD_ERROR, forward_error
 from tests.runtime.test_presets import model_cfg
-from tests.speculative.test_gate import inject_lossy_commit
+from tests.speculative.test_lossless_gate import inject_lossy_commit
 
 pytestmark = pytest.mark.gpu
 

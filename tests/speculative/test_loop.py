@@ -7,8 +7,8 @@ import torch
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.draft_model import DraftModelProposer
 from atlas_ab.proposers.mtp_head import MTPProposer
-from atlas_ab.speculative.gate import check
 from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.lossless_gate import check
 from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.telemetry.schema import TIMING_COLUMNS
 from tests.helpers.steps import assert_steps_match

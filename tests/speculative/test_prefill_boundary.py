@@ -15,8 +15,8 @@ from atlas_ab.config.structured import ArmConfig, validate_arm
 from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.runtime import checkpoint
 from atlas_ab.runtime.layouts import handoff_in_effect
-from atlas_ab.speculative.gate import check
 from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.lossless_gate import check
 from atlas_ab.speculative.targets import LiveTarget
 from tests.helpers.mtp_reference import MIMO, mimo_checkpoint, reference_drafts
 from tests.helpers.replay_tools import proposer

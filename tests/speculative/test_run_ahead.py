@@ -138,7 +138,7 @@ def test_a_run_aheads_fingerprint_events_cost_the_host_nothing_per_step(models, 
         monkeypatch.setattr(Fingerprints, name,
                             lambda *a, name=name, **k: pytest.fail(f"{name} ran in a run-ahead step"))
     w = wave(models, arm, True)
-    assert w.fingerprints.laid_out
+    assert w.probe.laid_out
     ahead = w.run()
     assert ahead.events.table().equals(stepwise.events.table())
 

@@ -9,8 +9,8 @@ import torch
 
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.mtp_head import MTPProposer
-from atlas_ab.speculative.gate import check
 from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.lossless_gate import check
 from atlas_ab.speculative.targets import LiveTarget
 from tests.helpers.tiny import tiny_docs, tiny_models
 

@@ -28,9 +28,9 @@ def events(models, arm, in_step: bool) -> pd.DataFrame:
     trunk, mtp = models
     w = Wave(LiveTarget(trunk, graphs=True), MTPProposer(trunk, mtp, arm.row_space, arm.refeed), arm,
              tiny_docs(n=4, turns=3, chunk=12), G, fingerprint_rows=fingerprint_rows)
-    assert w.fingerprints.in_step
+    assert w.probe.in_step
     if not in_step:
-        w.fingerprints.mode = "snapshot"    # the same static-shape step, its rows snapshotted instead
+        w.probe.mode = "snapshot"    # the same static-shape step, its rows snapshotted instead
     return w.run().events.table().to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
 
 

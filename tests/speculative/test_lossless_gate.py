@@ -1,17 +1,17 @@
-"""The lossless gate (gate.py): the teacher-forced check equals a target-only greedy replay; fp32 arbitration of every
-divergence, passing a near-tie within what the run's dtype can resolve and failing a clear margin;
-a bug injected into the loop fails the gate in bf16 as in fp32; the bf16 error bound holds."""
+"""The lossless gate (lossless_gate.py): the teacher-forced check equals a target-only greedy replay;
+fp32 arbitration of every divergence, passing a near-tie within what the run's dtype can resolve and
+failing a clear margin; a bug injected into the loop fails the gate in bf16 as in fp32; the bf16 error bound holds."""
 import copy
 
 import numpy as np
 import pytest
 import torch
 
-import atlas_ab.speculative.gate as gate_module
+import atlas_ab.speculative.lossless_gate as gate_module
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.proposers.mtp_head import MTPProposer
-from atlas_ab.speculative.gate import Arbiter, check, teacher_forced, trunk_in
 from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.lossless_gate import Arbiter, check, teacher_forced, trunk_in
 from atlas_ab.speculative.precision import FORWARD_ERROR, UNIT_ROUNDOFF, NearTieBound, forward_error, resolution
 from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.speculative.trajectory import greedy
@@ -47,7 +47,7 @@ def test_teacher_forcing_a_greedy_text_finds_the_greedy_tokens(models, monkeypat
     forced = teacher_forced(trunk, docs, gen, G, group=2)       # two forwards: a group of 2, then 1
     assert np.array_equal(forced.tokens, np.array(gen))
     # a token budget below two texts: one sequence a forward, the same answer
-    monkeypatch.setattr("atlas_ab.speculative.gate.GATE_TOKENS", len(forced.history[0]) + 1)
+    monkeypatch.setattr("atlas_ab.speculative.lossless_gate.GATE_TOKENS", len(forced.history[0]) + 1)
     one = teacher_forced(trunk, docs, gen, G)
     assert np.array_equal(one.tokens, forced.tokens) and np.allclose(one.margins, forced.margins, atol=1e-5)
     at = traj.gen_start[:, :, None] - 1 + np.arange(G)                        # [S, turns, G]
