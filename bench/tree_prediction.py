@@ -25,8 +25,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from atlas_ab.analysis.coverage import topk_coverage
-from atlas_ab.analysis.tree_prediction import predict_tree
+from atlas_ab.analysis.tree import predict_tree, topk_coverage
 from atlas_ab.config.structured import WorkloadConfig
 from atlas_ab.config.tree import parse_tree
 from atlas_ab.proposers.mtp_head import MTPProposer

@@ -148,7 +148,7 @@ def test_python_m_and_no_torch(seeds_runs):
     errors = [l for l in r.stderr.splitlines() if not l.startswith("import time:")]
     assert errors == [f"{ERR}/nonexistent/run: run directory does not exist"]
     assert h.returncode == 0 and "fingerprints" in h.stdout
-    assert "atlas_ab.analysis.plots" in imported and "statsmodels" in imported  # every verb's module loaded
+    assert "atlas_ab.analysis.report.plots" in imported and "statsmodels" in imported  # every verb's module loaded
     assert "torch" not in imported
 
 

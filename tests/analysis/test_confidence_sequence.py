@@ -6,14 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from atlas_ab.analysis.confidence_sequence import (
-    asymptotic_cs,
-    capitals,
-    hedged_capital,
-    hedged_cs,
-    mixture_radius,
-    plugin_bets,
-)
+from atlas_ab.analysis.stats import asymptotic_cs, hedged_cs, mixture_radius
+from atlas_ab.analysis.stats.confidence_sequence import capitals, hedged_capital, plugin_bets
 
 # confseq.betting.hedged_cs(x, alpha, breaks, running_intersection=True) at github.com/gostevehoward/confseq
 # commit 70b1ef3, printed by `python scripts/confseq_literals.py confseq/src` (pasted, not recomputed)

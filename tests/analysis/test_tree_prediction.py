@@ -10,8 +10,7 @@ import pytest
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.__main__ import main as cli_main
-from atlas_ab.analysis.coverage import topk_coverage
-from atlas_ab.analysis.tree_prediction import predict_tree, rank_table
+from atlas_ab.analysis.tree import predict_tree, rank_table, topk_coverage
 from atlas_ab.config.tree import linear, parse_tree
 from tests.helpers.synth import write_run
 

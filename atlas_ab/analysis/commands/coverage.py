@@ -3,9 +3,7 @@ from __future__ import annotations
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli
-from atlas_ab.analysis.coverage import topk_coverage
-from atlas_ab.analysis.tree_check import tree_check
-from atlas_ab.analysis.tree_prediction import predict_tree
+from atlas_ab.analysis.tree import predict_tree, topk_coverage, tree_check
 from atlas_ab.config.tree import parse_tree
 
 

@@ -7,8 +7,8 @@ from atlas_ab.analysis import cli
 
 
 def run(args) -> int:
-    from atlas_ab.analysis.gate import Margin, gate
-    from atlas_ab.analysis.unit_runs import load_units
+    from atlas_ab.analysis.ci_gate import Margin, gate
+    from atlas_ab.analysis.runs import load_units
 
     margin = Margin.parse(args.max_drop)
     baseline, candidate = (load_units(p, allow_incomplete=args.allow_incomplete) for p in (args.baseline,

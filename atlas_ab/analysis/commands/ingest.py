@@ -16,17 +16,23 @@ def run_ingest(args) -> int:
 
 
 def run_export(args) -> int:
-    from atlas_ab.analysis.export import export
+    from atlas_ab.analysis.runs import export
 
     res = export(args.run, args.format, args.out, allow_incomplete=args.allow_incomplete)
     return cli.emit(args, res.to_dict(), res.summary())
 
 
 def run_pairs(args) -> int:
-    from atlas_ab.analysis.code_check import check_code, code_json, top_lines
-    from atlas_ab.analysis.completion_match import check_texts, without_units
-    from atlas_ab.analysis.load import check_provenance
-    from atlas_ab.analysis.unit_runs import load_units, pairs
+    from atlas_ab.analysis.comparison import pairs
+    from atlas_ab.analysis.runs import (
+        check_code,
+        check_provenance,
+        check_texts,
+        code_json,
+        load_units,
+        top_lines,
+        without_units,
+    )
 
     a, b = (load_units(p, args.allow_incomplete) for p in (args.run_a, args.run_b))
     mismatches = check_provenance([a, b], args.allow_mismatch) + check_code([a, b], args.allow_mismatch)
@@ -43,7 +49,7 @@ def run_pairs(args) -> int:
 
 
 def register(subparsers) -> None:
-    from atlas_ab.analysis.export import FORMATS
+    from atlas_ab.analysis.runs import FORMATS
     from atlas_ab.ingest import SOURCES
 
     p = subparsers.add_parser("ingest", help="engine telemetry (vLLM, SGLang, TensorRT-LLM, llama.cpp, "

@@ -4,7 +4,8 @@ from __future__ import annotations
 import math
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis import cli, sizing
+from atlas_ab.analysis import cli
+from atlas_ab.analysis.stats import sizing
 
 #: each flag's valid range, in the words the refusal prints
 RANGES = {
