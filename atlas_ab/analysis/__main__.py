@@ -15,8 +15,9 @@ from atlas_ab import AtlasError
 from atlas_ab.analysis.cli import PROG
 from atlas_ab.errors import closed_stdout, one_line
 
-SUBCOMMANDS = ["compare", "report", "mcnemar", "power", "fingerprints", "coverage", "ingest", "claims", "gate",
-               "ladder"]
+#: every verb, in --help's order; each is the module atlas_ab.analysis.commands.<verb>
+SUBCOMMANDS = ["compare", "report", "mcnemar", "power", "fingerprints", "coverage", "ingest", "export", "pairs",
+               "claims", "gate", "ladder"]
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
