@@ -128,7 +128,7 @@ class Throughput:
 
 
 def throughput(run: Run, clusters: tuple | None = None) -> Throughput:
-    """`clusters`: (doc_id -> cluster map or None, unit), default the run's own (load.Run.clusters)."""
+    """`clusters`: (doc_id -> cluster map or None, unit), default the run's own (runs.Run.clusters)."""
     full = timed(run)
     s = full.steps[full.steps["step_ms"].notna()]
     warm = full.steps["warmup_ms"].dropna() if "warmup_ms" in full.steps.columns else pd.Series([], dtype=float)

@@ -1,5 +1,5 @@
 """A sequential study: every arm runs wave by wave in lockstep, the study's locked registrations are
-judged after each look (analysis/sequential.py, an always-valid confidence sequence), and an arm
+judged after each look (analysis/sequential/judge.py, an always-valid confidence sequence), and an arm
 stops when every registration naming it has decided or its budget has ended.
 
 One job drives every arm (`python -m atlas_ab -m +study=NAME`: the study sweeps no arm), in one

@@ -1,4 +1,4 @@
-"""The confidence sequences (analysis/confidence_sequence.py): confseq's numbers on literal inputs,
+"""The confidence sequences (analysis/stats/confidence_sequence.py): confseq's numbers on literal inputs,
 hand-computed bets and capital, the normal-mixture radius by hand, and a seeded simulation of the
 guarantee (valid at every look at once) and of the saving (stopping well before a fixed n)."""
 import math

@@ -1,4 +1,4 @@
-"""The exact-probability metrics of sampled runs: p{i}_expected and alpha1 (analysis/metrics.py)."""
+"""The exact-probability metrics of sampled runs: p{i}_expected and alpha1 (analysis/metrics/)."""
 import math
 
 import numpy as np

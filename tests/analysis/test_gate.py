@@ -1,4 +1,4 @@
-"""The acceptance regression gate (analysis/gate.py, `analysis gate`): decisions and exit codes on
+"""The acceptance regression gate (analysis/ci_gate.py, `analysis gate`): decisions and exit codes on
 the ingested engine files shipped in tests/fixtures/gate, pairing, the margin, refusals, the pooled
 ratio's sequence by hand, and its level under A/A data."""
 import json

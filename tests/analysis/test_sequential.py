@@ -1,4 +1,4 @@
-"""Sequential judging (analysis/sequential.py): the decision rule, the looks, the clusters' order,
+"""Sequential judging (analysis/sequential/judge.py): the decision rule, the looks, the clusters' order,
 and agreement with the fixed-n judge on what both compute."""
 import json
 

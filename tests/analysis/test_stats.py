@@ -140,7 +140,7 @@ def test_a_relative_difference_carries_both_arms_uncertainty():
 
 def test_json_keys_outlive_the_code_names():
     """In code a standard error is `se` and the bootstrap draws `n_boot`; report.json, read by
-    outside checkers, keeps `sd`, `sd_kind`, `cluster_sd` and `B` (analysis/keys.py)."""
+    outside checkers, keeps `sd`, `sd_kind`, `cluster_sd` and `B` (analysis/stats/keys.py)."""
     from atlas_ab.analysis.stats import solve
 
     off = cell_counts(steps_from_counts(OFF_COUNTS, seed=0), "refeed_off")

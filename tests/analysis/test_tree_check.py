@@ -1,4 +1,4 @@
-"""The tree check (analysis/tree_check.py): a tree's per-position prediction from a SHADOW_TOPK
+"""The tree check (analysis/tree/check.py): a tree's per-position prediction from a SHADOW_TOPK
 run against the tree arm at matched positions, and the assumption past a branch, on literal
 tables worked by hand."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`coverage RUN --tree SPEC`: a static tree's acceptance predicted from the conditional top-k
-coverage (analysis/tree_prediction.py), checked on a literal table by hand."""
+coverage (analysis/tree/prediction.py), checked on a literal table by hand."""
 from __future__ import annotations
 
 import json

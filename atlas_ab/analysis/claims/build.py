@@ -3,7 +3,7 @@ locked pre-registrations, on every model the study ran, in one Markdown report.
 
 Input: the run directories of the claims sweeps (`+study=claims`, `+study=claims_conf`), for one
 or more models. Runs are grouped by model (manifest `model.hash`); each group's locked
-pre-registrations are judged (criteria.py), and the descriptive panels the questions need are
+pre-registrations are judged (criteria/), and the descriptive panels the questions need are
 drawn from the same runs: per-depth acceptance by arm, acceptance by turn, acceptance by
 chain-confidence bin and the DRAFT_CONF costs, SHADOW_TOPK's top-k coverage by depth, the
 fingerprint table of the REFEED arm. Deterministic: no timestamps, seeded bootstraps, so

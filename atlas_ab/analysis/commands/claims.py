@@ -1,4 +1,4 @@
-"""`claims RUN... --out DIR`: the claims study's report (analysis/claims.py)."""
+"""`claims RUN... --out DIR`: the claims study's report (analysis/claims/)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,5 @@
 """`gate BASELINE CANDIDATE --metric p1 --max-drop 0.01`: the acceptance regression gate
-(analysis/gate.py). Exit 0: no regression beyond the margin; 1: a regression; 3: not decided yet;
+(analysis/ci_gate.py). Exit 0: no regression beyond the margin; 1: a regression; 3: not decided yet;
 2: bad input (one line on stderr)."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`ladder RUNS... --out DIR`: which K to serve at each batch width (analysis/ladder.py), written as
-the engines' configs (analysis/ladder_configs.py) with its figures."""
+"""`ladder RUNS... --out DIR`: which K to serve at each batch width (analysis/ladder/fitting.py), written as
+the engines' configs (analysis/ladder/configs.py) with its figures."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -80,7 +80,7 @@ def _figures(res, out: Path) -> dict:
 
 
 def _engine(args, paths) -> int:
-    """The same table from an engine's own acceptance and latency (analysis/ladder_engine.py)."""
+    """The same table from an engine's own acceptance and latency (analysis/ladder/engine.py)."""
     from atlas_ab.analysis.ladder import engine_inputs, fit, write_configs
 
     acc, times, notes = engine_inputs(paths)

@@ -1,4 +1,4 @@
-"""`power`: steps per arm to show an effect, and what a given n would show (see sizing.py)."""
+"""`power`: steps per arm to show an effect, and what a given n would show (see stats/sizing.py)."""
 from __future__ import annotations
 
 import math

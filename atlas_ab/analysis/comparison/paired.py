@@ -256,7 +256,7 @@ def paired_difference(control: Run, treatment: Run, metric: str, n_boot: int = 2
                       unpaired=None, clusters: tuple | None = None) -> PairedDifference:
     """The paired difference of `metric` between two runs (see PairedDifference). `unpaired`: the
     unpaired stats.Difference of the same metric, for the sd pairing saved; `clusters`: (doc_id ->
-    cluster map or None, unit), default the control run's own (load.Run.clusters)."""
+    cluster map or None, unit), default the control run's own (runs.Run.clusters)."""
     mp = matched_pairs(control, treatment, metric, clusters)
     ya, yb, sums = mp.control, mp.treatment, mp.sums
     d = yb - ya

@@ -176,7 +176,7 @@ def exact_difference(control: UnitRun, treatment: UnitRun, metric: str, n_boot: 
 @dataclass(frozen=True)
 class UnitComparison:
     """Two runs at their per-unit grain: treatment - control of every metric both grains make
-    exact (report.py renders it beside comparison.Comparison, the step runs' result)."""
+    exact (report/ renders it beside comparison.Comparison, the step runs' result)."""
 
     control: str
     treatment: str

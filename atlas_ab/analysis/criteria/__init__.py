@@ -11,9 +11,10 @@ Verdicts, in this order:
                    observed sd, is below 0.8: the run could not have shown it (a null is no evidence)
 A MET result needs no power check: the threshold was crossed. Every comparison of arms also
 gets a sensitivity line: the same rule on the other estimand, and whether it would decide
-differently. The estimates come from the library: `stats.compare` (binomial / cluster /
-bootstrap sd), `paired.paired_difference` (the paired sd), `economics.throughput_difference`,
-`paired.oracle_probe` (McNemar) and `fingerprints.fingerprint_table`.
+differently. The estimates come from the library: `metrics.compare` (binomial / cluster /
+bootstrap sd), `comparison.paired_difference` (the paired sd), `economics.throughput_difference`,
+`comparison.oracle_probe` (McNemar) and `fingerprints.fingerprint_table`.
+
 Modules: verdict (what a judgement says), measure (the data it is judged on), rules (each kind's
 decision), kinds (judge: the kind a registration names).
 """

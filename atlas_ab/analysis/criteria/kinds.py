@@ -118,7 +118,7 @@ JUDGES = {"difference": judge_difference, "equivalence": judge_equivalence, "max
 
 
 def _refuse_without_steps(pr: Prereg, runs: list) -> None:
-    """One line for what a run without a step table (units.UnitRun) cannot be judged on: a
+    """One line for what a run without a step table (runs.UnitRun) cannot be judged on: a
     question other than a difference, a metric its grain does not make exact, a registered sd
     it lacks, a turn class."""
     if all(r.has_steps for r in runs if r.arm in pr.arms):
@@ -148,14 +148,15 @@ def _refuse_without_steps(pr: Prereg, runs: list) -> None:
 
 def judge(pr: Prereg, runs: list[AnyRun], n_boot: int = 2000, seed: int = 0) -> Judgement:
     """The verdict of a pre-registration on the runs (each arm it names must be among them once;
-    runs without a step table, units.UnitRun, are judged on what their grain makes exact)."""
+    runs without a step table, runs.UnitRun, are judged on what their grain makes exact)."""
     _refuse_without_steps(pr, runs)
     return JUDGES[pr.kind](pr, runs, n_boot, seed)
 
 
 def evaluate(pr: Prereg, diff: Difference) -> Verdict:
     """A `difference` pre-registration judged on a measured whole-arm stats.Difference (runs
-    without a step table: ingest/counts.py): the registered sd, the registered counts per arm."""
+    without a step table: an engine run's counts table, ingest/tables.py): the registered sd, the
+    registered counts per arm."""
     spec = pr.spec
     if pr.kind != "difference" or spec.estimand != Estimand.whole_arm or spec.relative:
         raise AtlasError(f"{pr.path}: runs without a step table are judged on an absolute whole-arm difference "

@@ -1,4 +1,4 @@
-"""The one Markdown table writer of the reports (report.py, claims.py)."""
+"""The one Markdown table writer of the reports (report/, claims/)."""
 from __future__ import annotations
 
 

@@ -1,6 +1,6 @@
 """The run type every judgement takes: what a loaded run is, whatever its grain.
 
-A step run (load.Run) holds one row per step; a unit run (units.UnitRun) holds per-unit counts
+A step run (load.Run) holds one row per step; a unit run (unit_runs.UnitRun) holds per-unit counts
 (an engine run ingested at the request or counter grain, or a step run reduced to its units).
 Both derive from AnyRun and answer what their grain can give through its methods, so the
 analysis asks a run instead of looking for its attributes. Both also carry `path`, `arm`,

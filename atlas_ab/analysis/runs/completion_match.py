@@ -79,12 +79,12 @@ def _keep(df: pd.DataFrame, keys) -> pd.Series:
 
 
 def without_steps(run, keys):
-    """A step run (analysis.load.Run) without the steps of the (doc_id, turn) in `keys`."""
+    """A step run (runs.Run) without the steps of the (doc_id, turn) in `keys`."""
     return replace(run, steps=run.steps[_keep(run.steps, keys)].reset_index(drop=True)) if keys else run
 
 
 def without_units(run, keys):
-    """A per-unit run (analysis.unit_runs.UnitRun) without the units of the (doc_id, turn) in `keys`."""
+    """A per-unit run (runs.UnitRun) without the units of the (doc_id, turn) in `keys`."""
     if not keys:
         return run
     t = run.units.table

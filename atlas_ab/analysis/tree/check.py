@@ -1,10 +1,10 @@
 """`coverage SHADOW --tree SPEC --realized TREE_RUN`: a tree's prediction tested against the tree arm.
 
-tree_prediction.py predicts, from a SHADOW_TOPK run of the linear chain, what a static tree would
+prediction.py predicts, from a SHADOW_TOPK run of the linear chain, what a static tree would
 accept, over the whole arm. This module checks that prediction where it can be checked exactly:
 position by position, and at the branches where its one assumption is made.
 
-Terms (config/tree.py for the tree's; tree_prediction.py for q_i and THE ASSUMPTION):
+Terms (config/tree.py for the tree's; prediction.py for q_i and THE ASSUMPTION):
   matched position  a (doc_id, turn, position) where both runs start a verify step. Greedy runs of
                     one target share its trajectory, so their positions align; where they step,
                     they need not
@@ -211,7 +211,7 @@ def branch_rows(tree_steps: pd.DataFrame, tree: TreeSpec, q: list[np.ndarray], n
 
 
 def tree_check(shadow, tree_run, cov: Coverage, tree: TreeSpec) -> TreeCheck:
-    """The check of the module docstring: `shadow` a SHADOW_TOPK run of the chain (load.Run with
+    """The check of the module docstring: `shadow` a SHADOW_TOPK run of the chain (runs.Run with
     topk_ids, target and position), `tree_run` the tree arm (with tree_path and position), `cov`
     the shadow's coverage (coverage.topk_coverage)."""
     D = tree.max_depth
