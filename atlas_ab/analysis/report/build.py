@@ -116,9 +116,8 @@ def build_report(runs: list[AnyRun], out: Path, prereg: str | Path | None = None
         figs["difference"] = plots.difference_figure(difference_items(judged, comps), out / "difference.png")
     for j in judged:
         if j.sequential is not None:
-            from atlas_ab.analysis.sequential import path_figure
-            figs[f"sequential_{j.prereg.name}"] = path_figure(j.sequential, j.prereg.name,
-                                                              out / sequential_png(j.prereg))
+            figs[f"sequential_{j.prereg.name}"] = _sequential_path(plots, j.sequential, j.prereg.name,
+                                                                   out / sequential_png(j.prereg))
     if steps:
         figs.update({"depth": plots.depth_figure(cells, out / "depth.png"),
                      "histogram": plots.histogram_figure(arms, out / "histogram.png"),
@@ -196,3 +195,10 @@ def build_report(runs: list[AnyRun], out: Path, prereg: str | Path | None = None
     return Report(path=path, judged=tuple(judged), comparisons=tuple(comps), data=data)
 
 
+def _sequential_path(plots, v, name: str, path: Path) -> Path:
+    """A sequential registration's path over its looks (v: sequential.SequentialView)."""
+    r = v.result
+    sv = (v.record or {}).get("saving") or {}
+    return plots.sequential_figure(v.looks, path, min_effect=r.min_effect, direction=r.direction,
+                                   decided_at=r.decided_at, title=f"{name}: {r.metric}, {r.decision}",
+                                   budget=sv.get("documents_budget"))

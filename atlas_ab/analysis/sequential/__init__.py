@@ -26,7 +26,6 @@ PUBLIC = {
     "SequentialView":   "atlas_ab.analysis.sequential.report_view",
     "record_of":        "atlas_ab.analysis.sequential.report_view",
     "view":             "atlas_ab.analysis.sequential.report_view",
-    "path_figure":      "atlas_ab.analysis.sequential.report_view",
 }
 
 

@@ -12,7 +12,6 @@ Terms:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from atlas_ab.analysis.sequential.judge import SequentialResult, decisive_look, judge_sequential, saving_words
 from atlas_ab.config.prereg import Prereg
@@ -82,11 +81,3 @@ def view(pr: Prereg, runs) -> SequentialView:
     return SequentialView(res, rec, looks)
 
 
-def path_figure(v: SequentialView, name: str, path: Path) -> Path:
-    from atlas_ab.analysis.report import plots  # matplotlib: imported when a figure is drawn
-
-    r = v.result
-    sv = (v.record or {}).get("saving") or {}
-    budget = sv.get("documents_budget")
-    return plots.sequential_figure(v.looks, path, min_effect=r.min_effect, direction=r.direction,
-                                   decided_at=r.decided_at, title=f"{name}: {r.metric}, {r.decision}", budget=budget)
