@@ -15,7 +15,7 @@ differently. The estimates come from the library: `metrics.compare` (binomial / 
 bootstrap sd), `comparison.paired_difference` (the paired sd), `economics.throughput_difference`,
 `comparison.oracle_probe` (McNemar) and `fingerprints.fingerprint_table`.
 
-Modules: verdict (what a judgement says), measure (the data it is judged on), rules (each kind's
+Modules: verdict (what a judgement says), measured (the data it is judged on), rules (each kind's
 decision), kinds (judge: the kind a registration names).
 """
 import importlib
