@@ -1,5 +1,5 @@
 """The claims report: the reference engine's claims settled on every model the study ran (build),
-from the runs grouped by model with their workload facts (workload).
+from the runs grouped by model with their workload facts (groups).
 """
 import importlib
 
@@ -9,12 +9,12 @@ PUBLIC = {
     "REFERENCE":      "atlas_ab.analysis.claims.build",
     "OPTIONAL":       "atlas_ab.analysis.claims.build",
     "build_claims":   "atlas_ab.analysis.claims.build",
-    "ModelRuns":      "atlas_ab.analysis.claims.workload",
-    "temperature":    "atlas_ab.analysis.claims.workload",
-    "group_by_model": "atlas_ab.analysis.claims.workload",
-    "workload_facts": "atlas_ab.analysis.claims.workload",
-    "facts_table":    "atlas_ab.analysis.claims.workload",
-    "check_findings": "atlas_ab.analysis.claims.workload",
+    "ModelRuns":      "atlas_ab.analysis.claims.groups",
+    "temperature":    "atlas_ab.analysis.claims.groups",
+    "group_by_model": "atlas_ab.analysis.claims.groups",
+    "workload_facts": "atlas_ab.analysis.claims.groups",
+    "facts_table":    "atlas_ab.analysis.claims.groups",
+    "check_findings": "atlas_ab.analysis.claims.groups",
 }
 
 

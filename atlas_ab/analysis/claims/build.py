@@ -16,7 +16,7 @@ from pathlib import Path
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli, criteria
-from atlas_ab.analysis.claims.workload import ModelRuns, facts_table, group_by_model, temperature, workload_facts
+from atlas_ab.analysis.claims.groups import ModelRuns, facts_table, group_by_model, temperature, workload_facts
 from atlas_ab.analysis.metrics import arm_metrics, rates, realized
 from atlas_ab.analysis.report.markdown import table as _table
 from atlas_ab.analysis.runs import Run, code_of

@@ -1,5 +1,5 @@
 """The K ladder: which K to serve at each batch width (fit), its inputs from our live runs (live)
-or from engine telemetry (engine), and the configs engines read (configs).
+or from engine telemetry (collected), and the configs engines read (configs).
 """
 import importlib
 
@@ -18,8 +18,8 @@ PUBLIC = {
     "acceptance_from": "atlas_ab.analysis.ladder.live",
     "times_from":      "atlas_ab.analysis.ladder.live",
     "model_of":        "atlas_ab.analysis.ladder.live",
-    "is_collected":    "atlas_ab.analysis.ladder.engine",
-    "engine_inputs":   "atlas_ab.analysis.ladder.engine",
+    "is_collected":    "atlas_ab.analysis.ladder.collected",
+    "engine_inputs":   "atlas_ab.analysis.ladder.collected",
     "ranges":          "atlas_ab.analysis.ladder.configs",
     "vllm_config":     "atlas_ab.analysis.ladder.configs",
     "trtllm_config":   "atlas_ab.analysis.ladder.configs",

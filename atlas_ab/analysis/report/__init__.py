@@ -1,5 +1,5 @@
 """`report RUN...`: the Markdown report of runs (build), the pre-registrations it judges (judged), its
-tables (tables, sections, markdown) and figures (plots: the one module that imports matplotlib,
+tables (step_tables, sections, markdown) and figures (plots: the one module that imports matplotlib,
 imported only where a figure is drawn: by the report, the claims report and the ladder verb).
 """
 import importlib

@@ -44,7 +44,7 @@ from atlas_ab.analysis.report.sections import (
     unit_figure_table,
     verdict_lines,
 )
-from atlas_ab.analysis.report.tables import (
+from atlas_ab.analysis.report.step_tables import (
     UNCERTAINTY,
     class_deltas,
     class_table,
