@@ -1,7 +1,8 @@
 """Loaded runs and what they are: the run type every judgement takes (base.AnyRun), a step run
-(load.Run) and a unit run (unit_runs.UnitRun), the directories a command line names, and what
-says whether runs may be compared (provenance, the code that made them, their completion texts).
-A run written out as vLLM's (export) is here too: it reads one run and knows nothing else.
+(load.Run) and a unit run (unit_runs.UnitRun), the directories a command line names (run_dirs),
+and what says whether runs may be compared (provenance, the code that made them, their
+completion texts).
+A run written out as vLLM's (vllm_export) is here too: it reads one run and knows nothing else.
 """
 import importlib
 
