@@ -121,6 +121,34 @@ def test_each_public_name_resolves_and_no_submodule_shadows_it(package):
         assert hasattr(importlib.import_module(where), name), f"{package}.{name}: not in {where}"
 
 
+#: The analysis' packages and top-level modules in import order (README, "What flows where"): each
+#: imports only those before it, deferred imports inside functions included.
+ORDER = ("stats", "metrics", "runs", "cli", "comparison", "tree", "economics", "fingerprints", "criteria",
+         "sequential", "report", "claims", "ladder", "ci_gate", "commands", "__main__")
+
+
+def _part(path: Path) -> str:
+    rel = path.relative_to(ANALYSIS).parts
+    return rel[0] if len(rel) > 1 else path.stem
+
+
+def test_the_analysis_imports_in_one_direction():
+    assert {_part(p) for p in _sources(ANALYSIS)} - {"__init__"} == set(ORDER)
+    back = []
+    for path in _sources(ANALYSIS):
+        me = _part(path)
+        if me == "__init__":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and \
+                    (node.module or "").startswith("atlas_ab.analysis"):
+                parts = node.module.split(".")
+                for there in [parts[2]] if len(parts) > 2 else [a.name for a in node.names]:
+                    if there != me and ORDER.index(there) > ORDER.index(me):
+                        back.append(f"{_rel(path)}:{node.lineno} imports {there}")
+    assert back == []
+
+
 def test_the_cli_lists_every_verb_and_each_verb_is_its_module():
     from atlas_ab.analysis.__main__ import SUBCOMMANDS
 
