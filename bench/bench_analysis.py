@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the checkout: its tests/helpers write the runs
 
 from atlas_ab.analysis.comparison import compare_runs  # noqa: E402
-from atlas_ab.analysis.load import load_run  # noqa: E402
 from atlas_ab.analysis.metrics import arm_metrics, cell_counts  # noqa: E402
+from atlas_ab.analysis.runs import load_run  # noqa: E402
 from tests.helpers.synth import simulate_steps, write_run  # noqa: E402
 
 

@@ -219,7 +219,7 @@ class Sizing:
 
 
 def study_size(prereg: str, p: float, power: float, icc: Optional[float], m: Optional[float]) -> Sizing:
-    from atlas_ab.analysis import sizing
+    from atlas_ab.analysis.stats import sizing
     from atlas_ab.config.paths import resolve_path
     from atlas_ab.config.prereg import Decides, load_prereg
 
@@ -242,7 +242,7 @@ def study_size(prereg: str, p: float, power: float, icc: Optional[float], m: Opt
 
 def read_engine(run: Path) -> tuple[dict, list[EngineRequest]]:
     """The collector's manifest and its raw answers, the file checked against the manifest's sha256."""
-    from atlas_ab.analysis.load import read_manifest
+    from atlas_ab.analysis.runs import read_manifest
     from atlas_ab.atomic import sha256_file
 
     m = read_manifest(run)          # a run not complete (or stopped) is refused there
@@ -284,7 +284,7 @@ def _vllm_request(rec: dict) -> EngineRequest:
 
 def read_ours(run: Path):
     """Our run (load_run: shards checked against the manifest) and its manifest."""
-    from atlas_ab.analysis.load import load_run
+    from atlas_ab.analysis.runs import load_run
 
     r = load_run(run, columns=("committed",))
     if r.manifest is None or not r.manifest.get("timings"):

@@ -8,7 +8,7 @@ proposes), both through speculative/tree_step.py's decode: each turn of each doc
 from its full context (the previous turns' chunks and generations; a fresh drafter state per
 turn, unlike the runner, which keeps the drafter's rows across turns), once as the linear K-chain
 logging the drafter's top-4 per depth, and once per tree. The chain's steps give the coverage and
-the prediction (analysis/tree_prediction.py); each tree's steps give the realized reach per depth
+the prediction (analysis/tree/prediction.py); each tree's steps give the realized reach per depth
 (the share of its steps whose accepted path reaches depth i) and tokens per verify step
 (accepted + 1, not cut at the turn's end, as the prediction counts them). Both arms commit the
 same text (greedy, lossless), so they pair by document: the realized difference carries a
@@ -25,8 +25,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from atlas_ab.analysis.coverage import topk_coverage
-from atlas_ab.analysis.tree_prediction import predict_tree
+from atlas_ab.analysis.tree import predict_tree, topk_coverage
 from atlas_ab.config.structured import WorkloadConfig
 from atlas_ab.config.tree import parse_tree
 from atlas_ab.proposers.mtp_head import MTPProposer

@@ -4,12 +4,18 @@ Reads only the telemetry contract (docs/telemetry.md) and never imports torch; t
 never imports this package (the definitions both need are telemetry/acceptance.py and
 config/prereg.py). CLI: `python -m atlas_ab.analysis {compare,report,mcnemar,power,...}`.
 
-Modules (each result a frozen dataclass with summary()/to_dict()):
-  load.load_run(path) -> Run                         validated steps DataFrame + manifest
-  metrics.cell_counts / arm_metrics / doc_sums        counts per (doc, turn, k, accept_len) and every figure
-  stats.compare(cells_a, cells_b, metric) -> Difference   binomial/delta, cluster, bootstrap sds
-  paired.mcnemar / oracle_probe / between_runs / paired_difference
-  sizing.solve(p, delta, threshold_sd=|alpha=, ...) -> PowerResult
-  criteria.judge(prereg, runs) -> Judgement           every verdict kind (config/prereg.py parses them)
-  report.build_report(runs, out, prereg) -> Report
+Grouped by question; each package's __init__ lists its public names (PUBLIC), each result is a
+frozen dataclass with summary()/to_dict(), and each layer imports only those before it:
+  stats/       estimates from per-cluster sums, knowing no run: Rate, Difference, estimate,
+               compare_sums, the cluster sandwich and bootstrap, McNemar, sizing.solve,
+               confidence sequences
+  metrics/     count tables and figures: cell_counts, doc_sums, compare(cells_a, cells_b, metric),
+               the per-unit table (Units), arm_metrics
+  runs/        loaded runs: AnyRun (what a grain gives), load_run -> Run, load_units -> UnitRun,
+               provenance and code checks, expand (the run directories a command line names)
+  comparison/  two runs: compare_runs, paired_difference, oracle_probe, the per-unit figures
+  criteria/    judge(prereg, runs) -> Judgement: every verdict kind (config/prereg.py parses them)
+  report/      build_report(runs, out, prereg) -> Report, and plots (the one matplotlib module)
+  claims/, ladder/, tree/, sequential/, ci_gate.py, economics.py, fingerprints.py: one question each
+  commands/    one module per CLI verb (__main__.SUBCOMMANDS lists them)
 """

@@ -15,8 +15,16 @@ from atlas_ab import AtlasError
 from atlas_ab.analysis.cli import PROG
 from atlas_ab.errors import closed_stdout, one_line
 
-SUBCOMMANDS = ["compare", "report", "mcnemar", "power", "fingerprints", "coverage", "ingest", "claims", "gate",
-               "ladder", "throughput"]
+#: every verb, in --help's order; each is the module atlas_ab.analysis.commands.<verb>, or
+#: commands.<group>.<verb> for the verbs of a group (GROUPS)
+SUBCOMMANDS = ["compare", "report", "mcnemar", "power", "fingerprints", "coverage", "ingest", "export", "pairs",
+               "claims", "gate", "ladder", "throughput"]
+GROUPS = {"ingest": "telemetry", "export": "telemetry"}     # engine telemetry in and out of the contract
+
+
+def verb_module(verb: str) -> str:
+    group = GROUPS.get(verb)
+    return f"atlas_ab.analysis.commands.{group + '.' if group else ''}{verb}"
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -25,7 +33,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                                      description="Acceptance A/B analysis of atlas_ab runs (docs/telemetry.md).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMANDS if only is None else [only]:
-        importlib.import_module(f"atlas_ab.analysis.commands.{name}").register(sub)
+        importlib.import_module(verb_module(name)).register(sub)
     return parser
 
 

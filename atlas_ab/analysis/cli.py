@@ -5,13 +5,10 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from atlas_ab import AtlasError
-
 if TYPE_CHECKING:
-    from atlas_ab.analysis.load import Run
+    from atlas_ab.analysis.runs import Run
 
 PROG = "atlas_ab.analysis"
 
@@ -44,45 +41,19 @@ def add_boot_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
 
 
-def is_run(path: Path) -> bool:
-    return (path / "manifest.json").is_file() or (path / "steps").is_dir()
-
-
-def expand(paths) -> list[Path]:
-    """The run directories named: a sweep's directory stands for its jobs' runs, and what a shell
-    glob over a sweep also matches (multirun.yaml, the locked prereg/ copies) is skipped with a
-    note. A path that does not exist stays, so that loading it names it."""
-    out = []
-    for given in map(Path, paths):
-        if given.is_dir() and not is_run(given):
-            jobs = sorted((d for d in given.iterdir() if d.is_dir() and is_run(d)),
-                          key=lambda d: (len(d.name), d.name))
-            if jobs:
-                out += jobs
-                continue
-        if given.exists() and not (given.is_dir() and is_run(given)):
-            warn(f"skipped {given}: not a run directory")
-            continue
-        out.append(given)
-    if not out:
-        raise AtlasError(f"no run directory among {', '.join(map(str, paths))}")
-    return out
-
-
 def load_runs(paths, args, columns=(), optional=(), per_unit: bool = False) -> tuple[list[Run], list[str]]:
     """Load runs, print their warnings, and check they measured the same thing. `per_unit`: each
     as its per-unit table (units.load_units), as runs without a step table are read."""
     # here, not at the top: verbs that load no run (power) need no pandas or pyarrow
-    from atlas_ab.analysis.code_check import check_code
-    from atlas_ab.analysis.load import check_provenance, load_run, unchecked_provenance
+    from atlas_ab.analysis.runs import check_code, check_provenance, expand, load_run, unchecked_provenance
 
     if per_unit:
-        from atlas_ab.analysis.unit_runs import load_units
+        from atlas_ab.analysis.runs import load_units
 
-        runs = [load_units(p, allow_incomplete=args.allow_incomplete) for p in expand(paths)]
+        runs = [load_units(p, allow_incomplete=args.allow_incomplete) for p in expand(paths, warn)]
     else:
         runs = [load_run(p, columns=columns, optional=optional, allow_incomplete=args.allow_incomplete)
-                for p in expand(paths)]
+                for p in expand(paths, warn)]
     for r in runs:
         for w in r.warnings:
             warn(w)

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis.load import Run, load_run
+from atlas_ab.analysis.runs import Run, load_run
 from atlas_ab.analysis.stats import few_clusters, ratio_difference_se
 
 BINS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0 + 1e-9)
@@ -69,13 +69,13 @@ def outliers(path, steps: pd.DataFrame) -> None:
 def one_loop(runs: list[Run]) -> None:
     """Refuse step times from different loops: a run-ahead chunk's steps share its mean time, a
     step-by-step step has its own, and the host's part differs (run/engine.py RunInfo.loop)."""
-    loops = {r.path: _loop_of(r.manifest or {}) for r in runs}
+    loops = {r.path: loop_of(r.manifest or {}) for r in runs}
     if len(set(loops.values())) > 1:
         raise AtlasError("step times from different loops: " + ", ".join(f"{p} ({v})" for p, v in loops.items())
                          + "; compare runs made with one runner.run_ahead and runner.fuse_bookkeeping setting")
 
 
-def _loop_of(manifest: dict) -> str:
+def loop_of(manifest: dict) -> str:
     """The loop a run's steps were timed in: step_by_step | run_ahead, '+ fused' where its
     bookkeeping ran compiled (manifests before that field: not)."""
     return manifest.get("loop", "step_by_step") + (" + fused" if manifest.get("fused") else "")
@@ -128,7 +128,7 @@ class Throughput:
 
 
 def throughput(run: Run, clusters: tuple | None = None) -> Throughput:
-    """`clusters`: (doc_id -> cluster map or None, unit), default the run's own (load.Run.clusters)."""
+    """`clusters`: (doc_id -> cluster map or None, unit), default the run's own (runs.Run.clusters)."""
     full = timed(run)
     s = full.steps[full.steps["step_ms"].notna()]
     warm = full.steps["warmup_ms"].dropna() if "warmup_ms" in full.steps.columns else pd.Series([], dtype=float)

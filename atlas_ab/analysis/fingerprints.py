@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli
-from atlas_ab.analysis.load import open_run, read_shards
+from atlas_ab.analysis.runs import open_run, read_shards
 from atlas_ab.proposers.rowspace import rope_of
 from atlas_ab.telemetry.schema import EVENT_KINDS, EVENT_NAMES, ROW_SPACES
 

@@ -49,7 +49,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from atlas_ab.config.structured import _RANGES, DRAFT_POLICIES, HANDOFF_CHOICES, MAX_TEMPERATURE, ArmConfig
+from atlas_ab.config.structured import DRAFT_POLICIES, HANDOFF_CHOICES, MAX_TEMPERATURE, RANGES, ArmConfig
 
 # ----------------------------------------------------------------------------
 # Rust `str::parse` grammars (no whitespace, ASCII digits only, no underscores).
@@ -183,7 +183,7 @@ class Lever:
 
 
 LEVERS: tuple[Lever, ...] = (
-    Lever("num_drafts", int, _RANGES["num_drafts"], "ATLAS_MTP_NUM_DRAFTS", env_num_drafts, str, True,
+    Lever("num_drafts", int, RANGES["num_drafts"], "ATLAS_MTP_NUM_DRAFTS", env_num_drafts, str, True,
           "K: drafts proposed per verify step"),
     Lever("drafter_prefill", bool, None, "ATLAS_MTP_DRAFTER_PREFILL", env_switch, _fmt_bool, False,
           "prefill the drafter's own KV over each turn's new context"),
@@ -191,14 +191,14 @@ LEVERS: tuple[Lever, ...] = (
           "ring serial-step hiddens, batch-feed the drafter's gap rows before a propose"),
     Lever("refeed", bool, None, "ATLAS_MTP_REFEED_ACCEPTED", env_switch, _fmt_bool, False,
           "rebuild accepted draft rows from the target's true hiddens (requires catchup)"),
-    Lever("refeed_shift", int, _RANGES["refeed_shift"], "ATLAS_MTP_REFEED_SHIFT", env_refeed_shift, str, False,
+    Lever("refeed_shift", int, RANGES["refeed_shift"], "ATLAS_MTP_REFEED_SHIFT", env_refeed_shift, str, False,
           "mapping validation: shift every re-fed ring label by this much"),
     Lever("ring_prefill", bool, None, "ATLAS_MTP_RING_PREFILL", env_switch, _fmt_bool, True,
           "ring the turn prefill's last hidden, so the catch-up rebuilds the first propose's row 0 after a "
           "full rejection (requires catchup)"),
-    Lever("draft_conf", float, _RANGES["draft_conf"], "ATLAS_MTP_DRAFT_CONF", env_draft_conf, _fmt_float, False,
+    Lever("draft_conf", float, RANGES["draft_conf"], "ATLAS_MTP_DRAFT_CONF", env_draft_conf, _fmt_float, False,
           "tau: drop the drafts when the chain's min top-1 prob is below it (0 = off)"),
-    Lever("shadow_topk", int, _RANGES["shadow_topk"], "ATLAS_MTP_SHADOW_TOPK", env_shadow_topk, str, False,
+    Lever("shadow_topk", int, RANGES["shadow_topk"], "ATLAS_MTP_SHADOW_TOPK", env_shadow_topk, str, False,
           "log the drafter's top-k ids/probs per depth (0 = off; observational)"),
     Lever("oracle_p2", bool, None, "ATLAS_MTP_ORACLE_P2", env_switch, _fmt_bool, False,
           "probe draft 2 recomputed from the target's true hidden (observational)"),
@@ -213,7 +213,7 @@ LEVERS: tuple[Lever, ...] = (
           "the proposer: the MTP head or a separate draft model"),
     Lever("row_space", str, ("compact", "dense"), None, None, None, False,
           "drafter row space: compact (Qwen MtpHead) or dense (GLM-5.3 head)"),
-    Lever("ring_size", int, _RANGES["ring_size"], None, None, None, True,
+    Lever("ring_size", int, RANGES["ring_size"], None, None, None, True,
           "per-sequence catch-up ring capacity (labels)"),
     Lever("draft_policy", str, DRAFT_POLICIES, None, None, None, True,
           "under a sampled workload: drafts drawn from the drafter's q (verified by min(1, p/q)) or its "

@@ -1,6 +1,6 @@
 """Pre-registrations: a YAML file fixing the decision before the data exist (parse, validate,
 hash, lock). The run side locks them through this module, so it needs yaml, hashlib and
-OmegaConf only; judging them against runs is analysis/criteria.py.
+OmegaConf only; judging them against runs is analysis/criteria/.
 
 One typed structure per kind (`KINDS`); the type is the validation: a missing field, a field
 of another kind, a wrong type or an unknown value is one line naming the field, and the value
@@ -134,7 +134,7 @@ SEQUENTIAL_METHODS = ("hedged_capital", "asymptotic")
 @dataclass
 class Sequential:
     """A sequential study: judge after each look with an always-valid confidence sequence
-    (analysis/sequential.py) and stop when it decides or the budget ends.
+    (analysis/sequential/judge.py) and stop when it decides or the budget ends.
       method       hedged_capital: the betting CS of Waudby-Smith & Ramdas (JRSS-B 2024), exact at
                    every n; asymptotic: the asymptotic CS of Waudby-Smith et al. (Ann. Statist. 2024),
                    valid as the clusters grow, tighter when the differences fill little of their range

@@ -176,7 +176,7 @@ DRAFT_POLICIES = ("sampled", "greedy")
 #: The largest sampling temperature accepted (past it the target is ~uniform: a typo, not a study).
 MAX_TEMPERATURE = 10.0
 
-_RANGES = {
+RANGES = {
     "num_drafts": (1, 8),
     "refeed_shift": (-4, 4),
     "draft_conf": (0.0, 0.99),
@@ -198,7 +198,7 @@ def validate_arm(arm: ArmConfig) -> ArmConfig:
     """Strict check of an arm (the Hydra path). One-line AtlasError on the first problem."""
     where = f"arm {arm.name!r}"
     plain = arm.num_drafts == 0 and not isinstance(arm.num_drafts, bool)
-    for key, (lo, hi) in _RANGES.items():
+    for key, (lo, hi) in RANGES.items():
         if not (plain and key == "num_drafts"):
             _number(where, key, getattr(arm, key), lo, hi, integer=key != "draft_conf")
     if plain:

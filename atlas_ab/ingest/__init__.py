@@ -5,8 +5,8 @@ and what it makes exact recorded in the manifest (`telemetry`, see telemetry/gra
   ingest(source, files, out) -> IngestResult      python -m atlas_ab.analysis ingest SOURCE FILE... --out RUN
 
 Only reads engine files and writes the telemetry contract (steps/, counts/, events/ and the
-manifest's `telemetry`): the analysis reads those like any run (analysis/unit_runs.py); ours out as
-vLLM's is analysis/export.py. Torch-free, and it imports nothing of the analysis.
+manifest's `telemetry`): the analysis reads those like any run (analysis/runs/unit_runs.py); ours out as
+vLLM's is analysis/runs/vllm_export.py. Torch-free, and it imports nothing of the analysis.
 """
 from __future__ import annotations
 

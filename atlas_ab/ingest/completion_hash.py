@@ -3,7 +3,7 @@ decoded the same text (under greedy decoding both arms do; a sampling server doe
 
 The text is what the answer carries: `choices[0].message.content` or `choices[0].text`, or
 a stream's deltas joined (the collector's stored `reply` is the same extraction). Its
-sha256 is the counts table's `completion_sha256`; `analysis/completion_match.py` compares them.
+sha256 is the counts table's `completion_sha256`; `analysis/runs/completion_match.py` compares them.
 """
 from __future__ import annotations
 

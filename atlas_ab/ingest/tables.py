@@ -5,7 +5,7 @@
            per-request histograms expanded (step order arbitrary, no position).
   counts/  always: one row per unit, what the source reported and the per-depth counts that
            follow from it, derived here once (telemetry/schema.py COUNT_COLUMNS). The analysis
-           reads it as the per-unit table of every run (analysis/metrics.py `Units`).
+           reads it as the per-unit table of every run (analysis/metrics/units.py `Units`).
 
 Requests with no verify step are missing, not rate 0 (vLLM reports 1.0 / 0.0 for them):
 they are dropped from both tables and counted in the notes.

@@ -159,7 +159,7 @@ def structured(request: dict | None) -> bool | None:
 
 
 def _zero_steps(u: Unit, request: dict | None = None) -> None:
-    """Separate verify steps without a draft (k = 0) from the others; see units.py. Without
+    """Separate verify steps without a draft (k = 0) from the others; see engine_units.py. Without
     structured output no step can lose all its drafts."""
     if u.steps_k is not None:
         zero = sum(k == 0 for k in u.steps_k)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from atlas_ab import AtlasError
 from atlas_ab.config.paths import resolve_path
-from atlas_ab.config.structured import _RANGES
+from atlas_ab.config.structured import RANGES
 
 #: The estimate's margin for what it leaves out (allocator fragmentation, CUDA-graph pools, workspaces).
 HEADROOM = 1.3
@@ -73,7 +73,7 @@ def check_grid(c, available: tuple[int, str] | None = None) -> None:
     """Refuse a ladder grid (c: session.Configs) that cannot run whole; `available` for tests."""
     s, w, r = c.study, c.workload, c.runner
     where = f"study {s.name!r}"
-    k_hi = _RANGES["num_drafts"][1]
+    k_hi = RANGES["num_drafts"][1]
     if s.k_max > k_hi:
         raise AtlasError(f"{where}: k_max={s.k_max} is beyond the {c.arm.proposer} proposer's maximum K={k_hi} "
                          "(arm.num_drafts)")

@@ -33,13 +33,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from atlas_ab.config.structured import _RANGES
+from atlas_ab.config.structured import RANGES
 from atlas_ab.runtime.batch import ragged_window
 from atlas_ab.runtime.graphs import StepGraphs
 
 #: A verify at a turn's last step looks up to K-1 tokens past the turn's end, so the stored
 #: continuation covers the largest K an arm may have (every arm of a sweep shares it).
-EXTEND = _RANGES["num_drafts"][1]
+EXTEND = RANGES["num_drafts"][1]
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """A sequential study: every arm runs wave by wave in lockstep, the study's locked registrations are
-judged after each look (analysis/sequential.py, an always-valid confidence sequence), and an arm
+judged after each look (analysis/sequential/judge.py, an always-valid confidence sequence), and an arm
 stops when every registration naming it has decided or its budget has ended.
 
 One job drives every arm (`python -m atlas_ab -m +study=NAME`: the study sweeps no arm), in one
@@ -118,7 +118,7 @@ def default_judge(prereg, runs, *, looks=None, final=False):
 
 def load_seen(run_dir: Path, docs: list[int]):
     """The arm's run as the analysis reads it, cut to the documents a look has seen."""
-    from atlas_ab.analysis.load import load_run
+    from atlas_ab.analysis.runs import load_run
     run = load_run(run_dir, optional=("oracle_hit2", "position"), allow_incomplete=True)
     keep = run.steps["doc_id"].isin(docs)
     return dataclasses.replace(run, steps=run.steps[keep].reset_index(drop=True))
@@ -313,7 +313,7 @@ class SequentialStudy:
         """Verify steps (k >= 1, on the registered turns, as the fixed-n judge counts them) each arm
         ran up to the stop against the fixed-n registration's `min_n_per_arm` (the registration keeps
         its fixed-n question's minimum), and the waves not run."""
-        from atlas_ab.analysis.load import load_run
+        from atlas_ab.analysis.runs import load_run
 
         docs = {d for w in self.sessions[q.arms[0]].waves[:q.closed_at] for d in w}
         turns = getattr(q.prereg.spec.turns, "value", q.prereg.spec.turns)

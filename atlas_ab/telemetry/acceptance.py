@@ -7,10 +7,10 @@ Every metric is "mean of y over the steps in its denominator":
   draft_acceptance_rate   accepted over drafted tokens: y = accept_len over steps with k >= 1,
               each step weighing k in the denominator (`weight`; what engines report)
 Sampled runs add the exact-probability metrics p{i}_expected and alpha1, whose y is a probability
-read from the steps' accept_prob / alpha1 columns (analysis/metrics.py, `row_values`); their
+read from the steps' accept_prob / alpha1 columns (analysis/metrics/cells.py, `row_values`); their
 names are parsed here, their values computed there.
 `denominator`, `outcome` and `weight` are that table, the one definition the run side (its summary and
-progress line) and the analysis (analysis/metrics.py, analysis/paired.py) both use. numpy only:
+progress line) and the analysis (analysis/metrics/, analysis/comparison/paired.py) both use. numpy only:
 the run side imports this module, never the analysis.
 """
 from __future__ import annotations

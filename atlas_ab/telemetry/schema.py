@@ -121,7 +121,7 @@ EVENT_COLUMNS: tuple[Column, ...] = (
 
 #: The per-unit table (`counts/`): one row per request, per (doc_id, turn) of a step run, or the
 #: one `global` row of counters. Every metric is a ratio of sums of these over units, so the
-#: analysis of step runs and engine runs reads this one table (analysis/metrics.py `Units`);
+#: analysis of step runs and engine runs reads this one table (analysis/metrics/units.py `Units`);
 #: the derived per-depth counts are written once, where the source's numbers are read.
 _L64 = pa.list_(pa.int64())
 COUNT_COLUMNS: tuple[Column, ...] = (

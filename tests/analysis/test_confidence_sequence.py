@@ -1,4 +1,4 @@
-"""The confidence sequences (analysis/confidence_sequence.py): confseq's numbers on literal inputs,
+"""The confidence sequences (analysis/stats/confidence_sequence.py): confseq's numbers on literal inputs,
 hand-computed bets and capital, the normal-mixture radius by hand, and a seeded simulation of the
 guarantee (valid at every look at once) and of the saving (stopping well before a fixed n)."""
 import math
@@ -6,14 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from atlas_ab.analysis.confidence_sequence import (
-    asymptotic_cs,
-    capitals,
-    hedged_capital,
-    hedged_cs,
-    mixture_radius,
-    plugin_bets,
-)
+from atlas_ab.analysis.stats import asymptotic_cs, hedged_cs, mixture_radius
+from atlas_ab.analysis.stats.confidence_sequence import capitals, hedged_capital, plugin_bets
 
 # confseq.betting.hedged_cs(x, alpha, breaks, running_intersection=True) at github.com/gostevehoward/confseq
 # commit 70b1ef3, printed by `python scripts/confseq_literals.py confseq/src` (pasted, not recomputed)

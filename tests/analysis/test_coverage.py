@@ -9,8 +9,8 @@ import pytest
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.__main__ import main as cli_main
-from atlas_ab.analysis.coverage import topk_coverage
 from atlas_ab.analysis.metrics import cell_counts, rates
+from atlas_ab.analysis.tree import topk_coverage
 from tests.helpers.synth import write_run
 
 

@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 from atlas_ab import AtlasError
+from atlas_ab.analysis.comparison import paired_difference
 from atlas_ab.analysis.criteria import judge
-from atlas_ab.analysis.load import load_run
-from atlas_ab.analysis.paired import paired_difference
+from atlas_ab.analysis.runs import load_run
 from atlas_ab.config.prereg import load_prereg
 from tests.helpers import synth
 
@@ -52,7 +52,7 @@ def test_pairing_saves_sd_against_independent_arms_not_against_document_pairing(
     not, and pairing their steps removes most of that sd. The cluster sd of the unpaired
     difference already pairs the arms by document (one cluster in both), so with every step
     matched it and the paired sd agree: pairing by position adds nothing beyond that."""
-    from atlas_ab.analysis.stats import compare
+    from atlas_ab.analysis.metrics import compare
 
     ctl, trt = _pair_runs(tmp_path, shared=0.9)
     unpaired = compare(ctl.cells(), trt.cells(), "p2_uncond", n_boot=0)

@@ -89,8 +89,7 @@ def test_a_run_written_before_shard_hashes_loads_with_one_warning(tmp_path, caps
 def test_an_engine_runs_counts_shard_is_checked_too(tmp_path):
     """Per-request counts (an ingested engine run) are read through the same check."""
     from atlas_ab import AtlasError
-    from atlas_ab.analysis.export import export
-    from atlas_ab.analysis.unit_runs import load_units
+    from atlas_ab.analysis.runs import export, load_units
     from atlas_ab.ingest import ingest
     from tests.helpers.engine_fixtures import greedy_positions
 

@@ -8,7 +8,7 @@ import pytest
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.economics import confidence_bins, economics, throughput, throughput_difference, timed
-from atlas_ab.analysis.load import load_run
+from atlas_ab.analysis.runs import load_run
 from tests.helpers import synth
 
 

@@ -1,4 +1,4 @@
-"""The exact-probability metrics of sampled runs: p{i}_expected and alpha1 (analysis/metrics.py)."""
+"""The exact-probability metrics of sampled runs: p{i}_expected and alpha1 (analysis/metrics/)."""
 import math
 
 import numpy as np
@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis.metrics import cell_counts, doc_sums, parse_metric, rates, realized, row_values
-from atlas_ab.analysis.stats import compare
+from atlas_ab.analysis.metrics import cell_counts, compare, doc_sums, rates, realized, row_values
+from atlas_ab.telemetry.acceptance import parse_metric
 
 NAN = float("nan")
 

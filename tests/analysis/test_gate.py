@@ -1,4 +1,4 @@
-"""The acceptance regression gate (analysis/gate.py, `analysis gate`): decisions and exit codes on
+"""The acceptance regression gate (analysis/ci_gate.py, `analysis gate`): decisions and exit codes on
 the ingested engine files shipped in tests/fixtures/gate, pairing, the margin, refusals, the pooled
 ratio's sequence by hand, and its level under A/A data."""
 import json
@@ -10,9 +10,9 @@ import pytest
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.__main__ import main
-from atlas_ab.analysis.confidence_sequence import mixture_radius
-from atlas_ab.analysis.gate import Margin, _ratio_cs, gate
-from atlas_ab.analysis.unit_runs import load_units
+from atlas_ab.analysis.ci_gate import Margin, _ratio_cs, gate
+from atlas_ab.analysis.runs import load_units
+from atlas_ab.analysis.stats import mixture_radius
 from atlas_ab.ingest import ingest
 from tests.helpers import gate_files
 from tests.helpers.engine_fixtures import greedy_positions
@@ -71,7 +71,7 @@ def test_json_and_the_numbers_behind_the_line(runs, capsys):
     assert d["estimate"] == pytest.approx(d["candidate_value"] - d["baseline_value"], abs=1e-12)
     assert d["lower"] < d["estimate"] < d["upper"] < -d["margin"]
     # the pooled values are the runs' own p1 (accepted-at-depth-1 over verify steps with k >= 1)
-    from atlas_ab.analysis.unit_runs import figure
+    from atlas_ab.analysis.comparison import figure
 
     assert d["baseline_value"] == pytest.approx(figure(load_units(runs["vllm_baseline"]), "p1").value, abs=1e-12)
 
@@ -157,7 +157,7 @@ def test_under_aa_requests_the_gate_sequences_keep_the_level():
     """300 A/A replicates of 200 paired requests (each 10..50 verify steps, its own rate from
     Beta(7, 3) shared by both runs): the pooled sequence (asymptotic) and the per-request one
     (hedged, on every tenth replicate) exclude the true difference 0 at most alpha + its MC error."""
-    from atlas_ab.analysis.gate import _bounded_cs
+    from atlas_ab.analysis.ci_gate import _bounded_cs
 
     alpha, reps, T = 0.05, 300, 200
     rng = np.random.default_rng(42)

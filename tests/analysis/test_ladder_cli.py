@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from atlas_ab.analysis.__main__ import main
-from atlas_ab.analysis.ladder_configs import ranges, trtllm_config, vllm_config
+from atlas_ab.analysis.ladder import ranges, trtllm_config, vllm_config
 from tests.helpers.synth import simulate_steps, write_run
 
 N_DOCS, TURNS, PER = 16, 2, 12
@@ -113,8 +113,8 @@ def test_acceptance_comes_from_the_widest_width_that_has_every_k(sweep):
     (B=4 here), not pooled over widths (that would count a document once per width, and mix cluster
     units where narrow workloads cluster by document and wide ones by source file)."""
     from atlas_ab import AtlasError
-    from atlas_ab.analysis.ladder_runs import acceptance_from
-    from atlas_ab.analysis.load import load_run
+    from atlas_ab.analysis.ladder import acceptance_from
+    from atlas_ab.analysis.runs import load_run
     runs = {p.name: load_run(p) for p in sweep}
     acc, unit, width = acceptance_from(list(runs.values()))
     assert width == 4 and unit == "document" and sorted(acc) == [1, 2]
@@ -127,8 +127,8 @@ def test_acceptance_comes_from_the_widest_width_that_has_every_k(sweep):
 
 def test_a_second_acceptance_run_of_one_cell_is_refused(sweep):
     from atlas_ab import AtlasError
-    from atlas_ab.analysis.ladder_runs import acceptance_from
-    from atlas_ab.analysis.load import load_run
+    from atlas_ab.analysis.ladder import acceptance_from
+    from atlas_ab.analysis.runs import load_run
     run = load_run(sweep[1])
     with pytest.raises(AtlasError, match="a second acceptance run at batch width 1 K=1"):
         acceptance_from([run, run])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from atlas_ab.analysis.ladder import acceptance_of, fit
-from atlas_ab.analysis.ladder_configs import write_configs
+from atlas_ab.analysis.ladder import write_configs
 from atlas_ab.collect.client import http
 from atlas_ab.engines.vllm.__main__ import build_parser, speculative_config
 from tests.helpers.vllm_engine import ROOT, served

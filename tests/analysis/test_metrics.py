@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis.metrics import arm_metrics, cell_counts, doc_sums, histogram, parse_metric, rates, require_depth
+from atlas_ab.analysis.metrics import arm_metrics, cell_counts, doc_sums, histogram, rates, require_depth
+from atlas_ab.telemetry.acceptance import parse_metric
 
 
 def table(rows):

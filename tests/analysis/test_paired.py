@@ -6,8 +6,9 @@ import pandas as pd
 import pytest
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis.load import Run
-from atlas_ab.analysis.paired import between_runs, mcnemar, oracle_probe
+from atlas_ab.analysis.comparison import between_runs, oracle_probe
+from atlas_ab.analysis.runs import Run
+from atlas_ab.analysis.stats import mcnemar
 
 
 def pairs(a, b, c, d):

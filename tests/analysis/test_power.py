@@ -6,8 +6,7 @@ import pytest
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.criteria import evaluate
-from atlas_ab.analysis.sizing import design_effect, power_at, solve
-from atlas_ab.analysis.stats import difference, rate
+from atlas_ab.analysis.stats import design_effect, difference, power_at, rate, solve
 from atlas_ab.config.prereg import load_prereg
 
 SHIPPED = Path(__file__).parents[2] / "analysis/prereg/refeed_p2_uncond.yaml"

@@ -1,4 +1,4 @@
-"""Random effects over replicates and the ratio interval (analysis/replicates.py): golden values on literal
+"""Random effects over replicates and the ratio interval (analysis/stats/replicates.py): golden values on literal
 tables worked by hand, statsmodels' DerSimonian-Laird where it clips nothing, and the refusals."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis.replicates import log_ratio, random_effects, welch_df
+from atlas_ab.analysis.stats.replicates import log_ratio, random_effects, welch_df
 
 
 def test_golden_random_effects_by_hand():

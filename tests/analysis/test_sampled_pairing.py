@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis.load import Run
-from atlas_ab.analysis.paired import between_runs, paired_difference
+from atlas_ab.analysis.comparison import between_runs, paired_difference
+from atlas_ab.analysis.runs import Run
 
 
 def run(name, temperature, mode="live", traj=None):

@@ -1,4 +1,4 @@
-"""Sequential judging (analysis/sequential.py): the decision rule, the looks, the clusters' order,
+"""Sequential judging (analysis/sequential/judge.py): the decision rule, the looks, the clusters' order,
 and agreement with the fixed-n judge on what both compute."""
 import json
 
@@ -7,8 +7,7 @@ import pytest
 import yaml
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis.confidence_sequence import hedged_cs
-from atlas_ab.analysis.load import load_run
+from atlas_ab.analysis.runs import load_run
 from atlas_ab.analysis.sequential import (
     MET,
     NOT_MET,
@@ -20,6 +19,7 @@ from atlas_ab.analysis.sequential import (
     judge_sequential,
     sequence,
 )
+from atlas_ab.analysis.stats import hedged_cs
 from atlas_ab.config.prereg import load_prereg
 from tests.helpers.synth import simulate_steps, write_run
 

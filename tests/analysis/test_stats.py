@@ -5,10 +5,8 @@ import numpy as np
 import pytest
 from statsmodels.regression.linear_model import OLS
 
-from atlas_ab.analysis import cluster
-from atlas_ab.analysis.metrics import cell_counts, doc_sums
-from atlas_ab.analysis.sizing import se_at
-from atlas_ab.analysis.stats import compare, difference, format_delta, rate
+from atlas_ab.analysis.metrics import cell_counts, compare, doc_sums
+from atlas_ab.analysis.stats import cluster, difference, format_delta, rate, se_at
 from tests.helpers.synth import simulate_steps, steps_from_counts
 
 # speculative.rs.txt, POWERED A/B (2026-07-21, dgx2), nd = 2 so every verify step has k = 2.
@@ -142,8 +140,8 @@ def test_a_relative_difference_carries_both_arms_uncertainty():
 
 def test_json_keys_outlive_the_code_names():
     """In code a standard error is `se` and the bootstrap draws `n_boot`; report.json, read by
-    outside checkers, keeps `sd`, `sd_kind`, `cluster_sd` and `B` (analysis/keys.py)."""
-    from atlas_ab.analysis.sizing import solve
+    outside checkers, keeps `sd`, `sd_kind`, `cluster_sd` and `B` (analysis/stats/keys.py)."""
+    from atlas_ab.analysis.stats import solve
 
     off = cell_counts(steps_from_counts(OFF_COUNTS, seed=0), "refeed_off")
     on = cell_counts(steps_from_counts(ON_COUNTS, seed=1), "refeed_on")

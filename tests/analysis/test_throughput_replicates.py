@@ -1,4 +1,4 @@
-"""Tokens/s of arms timed in replicate runs (analysis/throughput_replicates.py): each run's economics.throughput
+"""Tokens/s of arms timed in replicate runs (analysis/ladder/throughput.py): each run's economics.throughput
 pooled by random effects, the ratio by replicates.log_ratio, and one run per arm marked "not a verdict"."""
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.economics import throughput
-from atlas_ab.analysis.load import load_run
-from atlas_ab.analysis.replicates import SINGLE, log_ratio, random_effects
-from atlas_ab.analysis.throughput_replicates import throughput_ratio
+from atlas_ab.analysis.runs import load_run
+from atlas_ab.analysis.stats.replicates import SINGLE, log_ratio, random_effects
+from atlas_ab.analysis.ladder.throughput import throughput_ratio
 from tests.helpers import synth
 
 

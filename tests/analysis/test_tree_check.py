@@ -1,4 +1,4 @@
-"""The tree check (analysis/tree_check.py): a tree's per-position prediction from a SHADOW_TOPK
+"""The tree check (analysis/tree/check.py): a tree's per-position prediction from a SHADOW_TOPK
 run against the tree arm at matched positions, and the assumption past a branch, on literal
 tables worked by hand."""
 from __future__ import annotations
@@ -10,8 +10,7 @@ import pandas as pd
 import pytest
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis.coverage import topk_coverage
-from atlas_ab.analysis.tree_check import node_probability, observed_ranks, tree_check
+from atlas_ab.analysis.tree import node_probability, observed_ranks, topk_coverage, tree_check
 from atlas_ab.config.tree import parse_tree
 
 TREE = parse_tree("topk:2,1")     # nodes 1 (0,), 2 (1,), 3 (0, 0), 4 (1, 0)

@@ -1,5 +1,5 @@
 """`coverage RUN --tree SPEC`: a static tree's acceptance predicted from the conditional top-k
-coverage (analysis/tree_prediction.py), checked on a literal table by hand."""
+coverage (analysis/tree/prediction.py), checked on a literal table by hand."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,7 @@ import pytest
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.__main__ import main as cli_main
-from atlas_ab.analysis.coverage import topk_coverage
-from atlas_ab.analysis.tree_prediction import predict_tree, rank_table
+from atlas_ab.analysis.tree import predict_tree, rank_table, topk_coverage
 from atlas_ab.config.tree import linear, parse_tree
 from tests.helpers.synth import write_run
 

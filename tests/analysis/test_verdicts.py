@@ -15,8 +15,8 @@ import pytest
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.__main__ import main as analysis_main
-from atlas_ab.analysis.load import load_run
 from atlas_ab.analysis.report import build_report
+from atlas_ab.analysis.runs import load_run
 from atlas_ab.config.hydra_schema import check_keys
 from atlas_ab.config.paths import PACKAGE_ROOT
 from atlas_ab.errors import one_line
@@ -243,7 +243,7 @@ def _one_doc_runs(tmp_path):
 
 
 def test_one_document_gives_no_clustered_sd_and_no_verdict_from_it(tmp_path):
-    from atlas_ab.analysis.stats import compare
+    from atlas_ab.analysis.metrics import compare
 
     runs = _one_doc_runs(tmp_path)
     d = compare(runs[0].cells(), runs[1].cells(), "p2_uncond", n_boot=500)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from atlas_ab.analysis.__main__ import main
-from atlas_ab.analysis.load import load_run
+from atlas_ab.analysis.runs import load_run
 from tests.helpers.engine_fixtures import (
     llamacpp_response,
     sglang_meta,

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from atlas_ab.analysis.__main__ import main as analysis
-from atlas_ab.analysis.load import load_run
-from atlas_ab.analysis.unit_runs import figure, load_units
+from atlas_ab.analysis.comparison import figure
+from atlas_ab.analysis.runs import load_run, load_units
 from atlas_ab.collect.cli import main as collect
 from tests.helpers.engine_fixtures import FakeEngine, reply_for
 

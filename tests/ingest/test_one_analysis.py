@@ -8,11 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from atlas_ab.analysis.export import export
-from atlas_ab.analysis.load import load_run
-from atlas_ab.analysis.metrics import doc_sums
-from atlas_ab.analysis.stats import compare, estimate
-from atlas_ab.analysis.unit_runs import figure, load_units
+from atlas_ab.analysis.comparison import figure
+from atlas_ab.analysis.metrics import compare, doc_sums
+from atlas_ab.analysis.runs import export, load_run, load_units
+from atlas_ab.analysis.stats import estimate
 from atlas_ab.ingest import ingest
 from tests.helpers.engine_fixtures import greedy_positions
 from tests.helpers.synth import simulate_steps, write_run
@@ -34,8 +33,8 @@ def test_ingest_imports_no_analysis():
     # and the analysis reads runs, engine runs included, without the ingest (only the CLI verb
     # `ingest` calls into it)
     analysis = ("import sys\n"
-                "import atlas_ab.analysis.unit_runs, atlas_ab.analysis.export\n"
-                "import atlas_ab.analysis.report, atlas_ab.analysis.criteria\n"
+                "import atlas_ab.analysis.runs.unit_runs, atlas_ab.analysis.runs.vllm_export\n"
+                "import atlas_ab.analysis.report.build, atlas_ab.analysis.criteria.kinds\n"
                 "print(','.join(sorted(m for m in sys.modules if m.startswith('atlas_ab.ingest'))))\n")
     # two fresh interpreters, side by side (neither waits on the other's imports)
     with ThreadPoolExecutor(2) as pool:

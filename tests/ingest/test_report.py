@@ -66,9 +66,8 @@ def test_turn_class_preregistration_refused_without_steps(tmp_path, capsys):
 def test_one_build_report_for_every_grain(tmp_path):
     """report.build_report renders runs without a step table itself: the exact figures, the
     verdict by the one judge, and each per-step section as a row saying why the grain lacks it."""
-    from atlas_ab.analysis.load import load_run
     from atlas_ab.analysis.report import build_report
-    from atlas_ab.analysis.unit_runs import load_units
+    from atlas_ab.analysis.runs import load_run, load_units
     from tests.helpers.synth import simulate_steps, write_run
 
     (tmp_path / "off.prom").write_text(vllm_prom(2000, 4000, 2500, [1500, 1000]))

@@ -5,13 +5,10 @@ import pytest
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.__main__ import main
-from atlas_ab.analysis.comparison import compare_runs
-from atlas_ab.analysis.export import export
-from atlas_ab.analysis.load import load_run
+from atlas_ab.analysis.comparison import between_runs, compare_runs, figure
 from atlas_ab.analysis.metrics import cell_counts, doc_sums
-from atlas_ab.analysis.paired import between_runs
+from atlas_ab.analysis.runs import export, load_run, load_units
 from atlas_ab.analysis.stats import estimate
-from atlas_ab.analysis.unit_runs import figure, load_units
 from atlas_ab.ingest import ingest
 from tests.helpers.engine_fixtures import greedy_positions
 from tests.helpers.synth import simulate_steps, write_run

@@ -8,8 +8,8 @@ import pytest
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.__main__ import main
-from atlas_ab.analysis.load import load_run
-from atlas_ab.analysis.unit_runs import exact_difference, figure, load_units
+from atlas_ab.analysis.comparison import exact_difference, figure
+from atlas_ab.analysis.runs import load_run, load_units
 from atlas_ab.ingest import ingest
 from tests.helpers.engine_fixtures import (
     llamacpp_response,

@@ -238,7 +238,7 @@ def test_a_disk_that_fills_up_fails_the_run_and_resume_completes_it(tmp_path):
 
 
 def test_resume_of_a_complete_run_rebuilds_a_missing_shard(tmp_path, capsys):
-    from atlas_ab.analysis.load import load_run
+    from atlas_ab.analysis.runs import load_run
 
     d = tmp_path / "r"
     args = [*faults.FAKE, "+arm=refeed_on", "runner.batch_width=1"]

@@ -145,7 +145,7 @@ def test_complete_run_manifest(tmp_path):
 
 
 def test_the_analysis_reads_the_run(tmp_path):
-    from atlas_ab.analysis import load
+    from atlas_ab.analysis.runs import load
     run(cfg_of(*BASE, "+arm=baseline"), tmp_path / "r")
     r = load.load_run(tmp_path / "r")
     assert r.status == "complete"
@@ -183,7 +183,7 @@ def test_crash_then_resume_equals_uninterrupted(tmp_path, monkeypatch):
 def test_a_session_runs_waves_up_to_a_cap_stops_and_a_resume_completes_it(tmp_path):
     """What a study driver uses: open, waves up to a cap, stop (`stopped`, final for the analysis),
     and a resume of that run continues from its stored waves to the steps of an uninterrupted run."""
-    from atlas_ab.analysis.load import load_run
+    from atlas_ab.analysis.runs import load_run
     from atlas_ab.run.session import Job, RunSession
 
     full = tmp_path / "full"
@@ -216,7 +216,7 @@ def test_a_failed_lossless_gate_fails_the_run_loudly(tmp_path, monkeypatch):
         run(cfg_of(*BASE, "+arm=baseline"), d)
     m = manifest(d)
     assert m["status"] == "failed" and m["gate"]["passed"] is False
-    from atlas_ab.analysis.load import load_run
+    from atlas_ab.analysis.runs import load_run
     with pytest.raises(AtlasError):
         load_run(d)                       # the analysis refuses it unless --allow-incomplete
 

@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 import torch
 
-from atlas_ab.analysis.coverage import topk_coverage
 from atlas_ab.analysis.fingerprints import fingerprint_table
+from atlas_ab.analysis.tree import topk_coverage
 from atlas_ab.config.structured import ArmConfig
 from atlas_ab.speculative.replay_check import compare_live, replay_gate
 from atlas_ab.speculative.targets import UNKNOWN

@@ -103,8 +103,8 @@ def test_the_study_stops_both_arms_at_the_look_that_decides(tmp_path, monkeypatc
     assert f"seq_test: MET at look {at} of {at}, after {4 * stop} documents ({stop} waves)" in text
     assert f"{12 - stop} of 12 waves not run" in text
     # the report re-judges the stored runs at the recorded looks: the same decision, and its path
-    from atlas_ab.analysis.load import load_run
     from atlas_ab.analysis.report import build_report
+    from atlas_ab.analysis.runs import load_run
     runs = [load_run(d / "0_catchup_on", optional=("position",)), load_run(d / "1_refeed_on", optional=("position",))]
     rep = build_report(runs, tmp_path / "rep", n_boot=0)
     j = rep.judged[0]

@@ -15,7 +15,7 @@ def test_docs_tables_are_the_schema():
 
 
 def test_writer_and_reader_share_the_schema():
-    from atlas_ab.analysis import load
+    from atlas_ab.analysis.runs import load
     from atlas_ab.telemetry import events, step_blocks
 
     assert step_blocks.STEP_SCHEMA is schema.STEP_SCHEMA

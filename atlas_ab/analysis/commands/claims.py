@@ -1,18 +1,18 @@
-"""`claims RUN... --out DIR`: the claims study's report (analysis/claims.py)."""
+"""`claims RUN... --out DIR`: the claims study's report (analysis/claims/)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from atlas_ab.analysis import cli
 from atlas_ab.analysis.claims import OPTIONAL, build_claims, check_findings
-from atlas_ab.analysis.code_check import check_code
-from atlas_ab.analysis.load import load_run
+from atlas_ab.analysis.runs import check_code, expand, load_run
 
 
 def run(args) -> int:
     # one model per group: build_claims checks that each group measured one workload (the models
     # themselves differ by design, so the cross-run provenance check of load_runs does not apply)
-    runs = [load_run(p, optional=OPTIONAL, allow_incomplete=args.allow_incomplete) for p in cli.expand(args.runs)]
+    runs = [load_run(p, optional=OPTIONAL, allow_incomplete=args.allow_incomplete)
+            for p in expand(args.runs, cli.warn)]
     for r in runs:
         for w in r.warnings:
             cli.warn(w)

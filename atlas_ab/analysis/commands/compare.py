@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 from atlas_ab.analysis import cli
-from atlas_ab.analysis.code_check import code_header, code_json
 from atlas_ab.analysis.comparison import compare_runs
-from atlas_ab.analysis.load import check_distinct
+from atlas_ab.analysis.runs import check_distinct, code_header, code_json
 
 
 def run(args) -> int:

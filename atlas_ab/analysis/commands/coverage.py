@@ -3,9 +3,7 @@ from __future__ import annotations
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis import cli
-from atlas_ab.analysis.coverage import topk_coverage
-from atlas_ab.analysis.tree_check import tree_check
-from atlas_ab.analysis.tree_prediction import predict_tree
+from atlas_ab.analysis.tree import predict_tree, topk_coverage, tree_check
 from atlas_ab.config.tree import parse_tree
 
 
@@ -17,7 +15,7 @@ def register(subparsers) -> None:
     p.add_argument("--linear-k", type=int, metavar="K", help="the linear chain --tree is compared with "
                    "(default: the tree's depth)")
     p.add_argument("--realized", metavar="TREE_RUN", help="with --tree: test the prediction against the tree arm's "
-                   "run, position by position and past its branches (analysis/tree_check.py)")
+                   "run, position by position and past its branches (analysis/tree/check.py)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     cli.add_run_flags(p, mismatch=False)
     p.set_defaults(func=run)

@@ -1,5 +1,5 @@
 """`gate BASELINE CANDIDATE --metric p1 --max-drop 0.01`: the acceptance regression gate
-(analysis/gate.py). Exit 0: no regression beyond the margin; 1: a regression; 3: not decided yet;
+(analysis/ci_gate.py). Exit 0: no regression beyond the margin; 1: a regression; 3: not decided yet;
 2: bad input (one line on stderr)."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from atlas_ab.analysis import cli
 
 
 def run(args) -> int:
-    from atlas_ab.analysis.gate import Margin, gate
-    from atlas_ab.analysis.unit_runs import load_units
+    from atlas_ab.analysis.ci_gate import Margin, gate
+    from atlas_ab.analysis.runs import load_units
 
     margin = Margin.parse(args.max_drop)
     baseline, candidate = (load_units(p, allow_incomplete=args.allow_incomplete) for p in (args.baseline,

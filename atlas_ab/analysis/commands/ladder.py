@@ -1,5 +1,5 @@
-"""`ladder RUNS... --out DIR`: which K to serve at each batch width (analysis/ladder.py), written as
-the engines' configs (analysis/ladder_configs.py) with its figures."""
+"""`ladder RUNS... --out DIR`: which K to serve at each batch width (analysis/ladder/fitting.py), written as
+the engines' configs (analysis/ladder/configs.py) with its figures."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,21 +9,19 @@ from atlas_ab.analysis import cli
 
 
 def run(args) -> int:
-    from atlas_ab.analysis.ladder import fit
-    from atlas_ab.analysis.ladder_configs import write_configs
-    from atlas_ab.analysis.ladder_runs import acceptance_from, model_of, times_from
-    from atlas_ab.analysis.load import load_run
+    from atlas_ab.analysis.ladder import acceptance_from, fit, model_of, times_from, write_configs
+    from atlas_ab.analysis.runs import expand, load_run
 
     def load(paths):
-        runs = [load_run(p, allow_incomplete=args.allow_incomplete) for p in cli.expand(paths)]
+        runs = [load_run(p, allow_incomplete=args.allow_incomplete) for p in expand(paths, cli.warn)]
         for r in runs:
             for w in r.warnings:
                 cli.warn(w)
         return runs
 
-    from atlas_ab.analysis.ladder_engine import is_collected
+    from atlas_ab.analysis.ladder import is_collected
 
-    paths = cli.expand(args.runs)
+    paths = expand(args.runs, cli.warn)
     collected = [is_collected(p) for p in paths]
     if any(collected):
         if not all(collected) or args.acceptance:
@@ -74,7 +72,7 @@ def _finish(res, out: Path, files: dict, args) -> int:
 def _figures(res, out: Path) -> dict:
     """The two figures; none, said once, where matplotlib is missing (the GPU machine)."""
     try:
-        from atlas_ab.analysis import plots
+        from atlas_ab.analysis.report import plots
     except ImportError as e:
         cli.warn(f"no figures: {e}")
         return {}
@@ -83,10 +81,8 @@ def _figures(res, out: Path) -> dict:
 
 
 def _engine(args, paths) -> int:
-    """The same table from an engine's own acceptance and latency (analysis/ladder_engine.py)."""
-    from atlas_ab.analysis.ladder import fit
-    from atlas_ab.analysis.ladder_configs import write_configs
-    from atlas_ab.analysis.ladder_engine import engine_inputs
+    """The same table from an engine's own acceptance and latency (analysis/ladder/engine.py)."""
+    from atlas_ab.analysis.ladder import engine_inputs, fit, write_configs
 
     acc, times, notes = engine_inputs(paths)
     res = fit(acc, times, n_boot=args.bootstrap, seed=args.seed, method=args.method, require_plain=False)

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis import cli, paired
-from atlas_ab.analysis.code_check import code_json, top_lines
-from atlas_ab.analysis.completion_match import check_texts, without_steps
-from atlas_ab.analysis.load import check_distinct
+from atlas_ab.analysis import cli
+from atlas_ab.analysis.comparison import paired
+from atlas_ab.analysis.runs import check_distinct, check_texts, code_json, top_lines, without_steps
 
 
 def run(args) -> int:

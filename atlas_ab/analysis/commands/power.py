@@ -1,10 +1,11 @@
-"""`power`: steps per arm to show an effect, and what a given n would show (see sizing.py)."""
+"""`power`: steps per arm to show an effect, and what a given n would show (see stats/sizing.py)."""
 from __future__ import annotations
 
 import math
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis import cli, sizing
+from atlas_ab.analysis import cli
+from atlas_ab.analysis.stats import sizing
 
 #: each flag's valid range, in the words the refusal prints
 RANGES = {

@@ -7,9 +7,9 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
-from atlas_ab.analysis import cli, unit_runs
-from atlas_ab.analysis.code_check import code_header, warning_lines
+from atlas_ab.analysis import cli
 from atlas_ab.analysis.report import build_report
+from atlas_ab.analysis.runs import code_header, expand, needs_units, warning_lines
 from atlas_ab.config.paths import resolve_path
 
 NO_VERDICT = 1
@@ -18,9 +18,9 @@ NO_VERDICT = 1
 def run(args) -> int:
     out = Path(args.out) if args.out else Path("analysis/reports") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     prereg = resolve_path(args.prereg) if args.prereg else None
-    paths = cli.expand(args.runs)
+    paths = expand(args.runs, cli.warn)
     # a run without a step table is read at its per-unit grain, and so is every run beside it
-    per_unit = any(unit_runs.needs_units(p, args.allow_incomplete) for p in paths)
+    per_unit = any(needs_units(p, args.allow_incomplete) for p in paths)
     runs, mismatches = cli.load_runs(paths, args, optional=("oracle_hit2", "position"), per_unit=per_unit)
     rep = build_report(runs, out, prereg=prereg, n_boot=args.bootstrap, seed=args.seed, mismatches=tuple(mismatches),
                        evaluate_edited=args.evaluate_edited, allow_ungated=args.allow_ungated,

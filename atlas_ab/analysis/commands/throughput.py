@@ -1,5 +1,5 @@
 """`throughput --control RUN... --treatment RUN...`: one arm's tokens/s over another's, each arm's runs its
-replicates, pooled by random effects (analysis/throughput_replicates.py); one run an arm is marked
+replicates, pooled by random effects (analysis/ladder/throughput.py); one run an arm is marked
 "single replicate: not a verdict"."""
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from atlas_ab.analysis import cli
 
 
 def run(args) -> int:
-    from atlas_ab.analysis.load import load_run
-    from atlas_ab.analysis.throughput_replicates import throughput_ratio
+    from atlas_ab.analysis.ladder import throughput_ratio
+    from atlas_ab.analysis.runs import expand, load_run
 
     def load(paths):
-        runs = [load_run(p, allow_incomplete=args.allow_incomplete) for p in cli.expand(paths)]
+        runs = [load_run(p, allow_incomplete=args.allow_incomplete) for p in expand(paths, cli.warn)]
         for r in runs:
             for w in r.warnings:
                 cli.warn(w)

@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "status":
             for f in sorted(server.STATE_ROOT.glob("*/server.json")):
                 st = json.loads(f.read_text())
-                alive = server._alive(int(st["pid"]))
+                alive = server.alive(int(st["pid"]))
                 print(f"{st['url']}  pid {st['pid']}  {'alive' if alive else 'gone'}  log {st['log']}")
         return 0
     except AtlasError as e:

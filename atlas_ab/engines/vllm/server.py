@@ -91,7 +91,7 @@ def _get(url: str, timeout: float = 2.0):
         return r.status, r.read()
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, PermissionError):
@@ -169,7 +169,7 @@ def _terminate(pid: int, grace: float = 20.0) -> None:
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
-        if not _alive(pid):
+        if not alive(pid):
             break
         time.sleep(0.2)
     try:
