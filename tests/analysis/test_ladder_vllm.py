@@ -7,8 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from atlas_ab.analysis.ladder import acceptance_of, fit
-from atlas_ab.analysis.ladder import write_configs
+from atlas_ab.analysis.ladder import acceptance_of, fit, write_configs
 from atlas_ab.collect.client import http
 from atlas_ab.engines.vllm.__main__ import build_parser, speculative_config
 from tests.helpers.vllm_engine import ROOT, served
@@ -23,7 +22,8 @@ FIXTURE = ROOT / "tests" / "fixtures" / "vllm_0.32" / "detailed" / "responses.js
 
 
 def ladder_config(tmp_path):
-    acc = {1: acceptance_of(1, DOCS, np.array([1, 1, 1, 0] * 12)), 2: acceptance_of(2, DOCS, np.array([2, 2, 1, 2] * 12))}
+    acc = {1: acceptance_of(1, DOCS, np.array([1, 1, 1, 0] * 12)),
+           2: acceptance_of(2, DOCS, np.array([2, 2, 1, 2] * 12))}
     res = fit(acc, {c: np.array(t) for c, t in TIMES.items()}, n_boot=0)
     assert res.ladder == {1: 1, 4: 2}
     # one timing job per cell: a single-replicate ladder, written only with the flag (its note beside the file)

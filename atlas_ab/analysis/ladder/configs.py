@@ -35,6 +35,7 @@ import math
 from pathlib import Path
 
 from atlas_ab.analysis.ladder.fitting import LadderResult
+from atlas_ab.analysis.stats.replicates import SINGLE
 from atlas_ab.atomic import write_json
 
 FILES = {"vllm": "vllm_speculative_config.json", "trtllm": "trtllm_extra_llm_api_options.yaml",

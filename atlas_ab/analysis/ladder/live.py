@@ -104,7 +104,7 @@ def acceptance_from(runs: list[Run]) -> tuple[dict[int, Acceptance], str, int | 
             raise AtlasError(f"{r.path}: a second acceptance run at batch width {b} K={k}" + _replicate_words(i))
         if k:
             seen[(b, k, i)] = r
-    for (b, k, i), r in sorted(seen.items(), key=lambda kv: kv[0]):
+    for (b, k, _i), r in sorted(seen.items(), key=lambda kv: kv[0]):
         cells.setdefault((b, k), r)      # the cell's first replicate: greedy acceptance is the same in each
     Ks = sorted({k for _, k in cells})
     common = [b for b in sorted({b for b, _ in cells}) if all((b, k) in cells for k in Ks)]
