@@ -8,8 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from atlas_ab.analysis.ladder import SINGLE, acceptance_of, fit
-from atlas_ab.analysis.ladder import ALLOW_SINGLE, FILES, SINGLE_NOTE, write_configs
+from atlas_ab.analysis.ladder import ALLOW_SINGLE, FILES, SINGLE, SINGLE_NOTE, acceptance_of, fit, write_configs
 
 # Ten documents, two K=1 verify steps each accepting (0, 1): E_1 = 1.5 in every cluster, so its se is 0 and the
 # simulation below tests the timing half alone.

@@ -44,8 +44,8 @@ import numpy as np
 import pandas as pd
 
 from atlas_ab import AtlasError
-from atlas_ab.analysis.stats.replicates import SINGLE, Z95, log_ratio, random_effects, relative_part
 from atlas_ab.analysis.stats import few_clusters
+from atlas_ab.analysis.stats.replicates import SINGLE, Z95, log_ratio, random_effects, relative_part
 
 METHODS = ("delta", "bootstrap")
 #: the fewest replicates per cell a bootstrap over replicates may decide from (3 replicates give 10 draws)

@@ -17,7 +17,15 @@ from dataclasses import dataclass
 from atlas_ab import AtlasError
 from atlas_ab.analysis.economics import one_loop, throughput
 from atlas_ab.analysis.runs import Run
-from atlas_ab.analysis.stats.replicates import SINGLE, Z95, LogRatio, RandomEffects, log_ratio, random_effects, relative_part
+from atlas_ab.analysis.stats.replicates import (
+    SINGLE,
+    Z95,
+    LogRatio,
+    RandomEffects,
+    log_ratio,
+    random_effects,
+    relative_part,
+)
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,7 @@ import sys
 from pathlib import Path
 
 from atlas_ab import AtlasError
-from atlas_ab.engines.vllm import export as exp
-from atlas_ab.engines.vllm import server
+from atlas_ab.engines.vllm import export as exp, server
 
 PROG = "atlas_ab.engines.vllm"
 METHODS = ("mtp", "ngram", "suffix", "draft_model")
