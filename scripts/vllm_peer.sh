@@ -2,7 +2,7 @@
 # vLLM beside our runner on this CPU, the same model, documents and K, in one run: vLLM serves the
 # shipped model exported as MiMo with its MTP method (python -m atlas_ab.engines.vllm), the collector
 # sends the default workload (--token-ids --ignore-eos, every document in flight), then our runner runs
-# +arm=prefill_refeed (vLLM's drafter schedule) over the same export and documents, and
+# +arm=vllm_mtp (vLLM's drafter schedule) over the same export and documents, and
 # bench/bench_peer.py prints committed tokens per work second and seconds to a powered REFEED verdict
 # of each, side by side; the comparison request by request goes to compare.txt.
 #
@@ -36,7 +36,7 @@ python -m atlas_ab.collect --url "http://127.0.0.1:$PORT/v1" --arm vllm_mtp_k$K 
 engine_wall=$(since "$t")
 python -m atlas_ab.engines.vllm stop --port "$PORT" >/dev/null
 t=$(now)
-python -m atlas_ab model=path "model.path=$EXPORT" +arm=prefill_refeed "arm.num_drafts=$K" "runner.batch_width=$N" \
+python -m atlas_ab model=path "model.path=$EXPORT" +arm=vllm_mtp "arm.num_drafts=$K" "runner.batch_width=$N" \
   "runner.threads=$THREADS" runner.progress=false hydra.run.dir="$W/ours" "${OVR[@]}" > ours.txt
 ours_wall=$(since "$t")
 python "$REPO/bench/bench_peer.py" --engine engine --ours ours --label "vLLM 0.32 CPU (mtp, K=$K)" \

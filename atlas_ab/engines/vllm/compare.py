@@ -2,8 +2,8 @@
 
     python -m atlas_ab.engines.vllm.compare OUR_RUN VLLM_RUN [--hf MODEL_DIR] [--json]
 
-OUR_RUN is our runner on the same documents (best: on the exported MiMo directory, the drafter
-vLLM runs; `+arm=prefill_refeed` is vLLM's schedule), VLLM_RUN the collector's run against
+OUR_RUN is our runner on the same documents (on the exported MiMo directory with `+arm=vllm_mtp`,
+vLLM's drafter and its schedule: then every step agrees), VLLM_RUN the collector's run against
 `python -m atlas_ab.engines.vllm serve` with `--token-ids --ignore-eos` (both sides see the same
 tokens; a reply is G tokens). A request is one (doc_id, turn).
 
