@@ -63,7 +63,9 @@ def pack(out: Path, name: str, events: str, max_mib: float, dirs: list[Path]) ->
 
 
 def bundle(out: Path, max_files: int, max_mib: float) -> int:
-    files = sorted((p for p in out.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)
+    # every file under out counts, in folders too: the device returns files, not folders (a ladder's
+    # five files under ladder_default/ made nine with four at the top, and the ninth did not come back)
+    files = sorted((p for p in out.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
     limit, n = max_mib * 2**20, 0
     while len(files) > max_files:
         group, size = [], 0
@@ -80,11 +82,14 @@ def bundle(out: Path, max_files: int, max_mib: float) -> int:
         path = out / f"bundle_{n}.tar"
         with tarfile.open(path, "w") as tar:
             for p in group:
-                tar.add(p, arcname=p.name)
+                tar.add(p, arcname=str(p.relative_to(out)))
         for p in group:
             p.unlink()
-        print(f"{path.name}: {', '.join(p.name for p in group)}")
+        print(f"{path.name}: {', '.join(str(p.relative_to(out)) for p in group)}")
         files = sorted(files + [path], key=lambda p: p.stat().st_size)
+    for d in sorted((d for d in out.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
+        if not any(d.iterdir()):       # a folder whose files all went into bundles
+            d.rmdir()
     return 0
 
 

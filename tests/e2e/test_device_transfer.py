@@ -46,6 +46,21 @@ def test_bundle_fits_a_folder_into_the_files_allowed(tmp_path):
     assert sorted(bundled + [f for f in files if not f.startswith("bundle_")]) == [f"f{i:02d}.txt" for i in range(11)]
 
 
+def test_bundle_counts_the_files_inside_folders(tmp_path):
+    # four files at the top and five in a folder: nine files, one more than the device returns
+    for i in range(4):
+        (tmp_path / f"top{i}.txt").write_text("x" * (i + 1))
+    (tmp_path / "ladder").mkdir()
+    for i in range(5):
+        (tmp_path / "ladder" / f"in{i}.txt").write_text("y" * (i + 10))
+    assert device_transfer.main(["bundle", str(tmp_path)]) == 0
+    left = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(left) <= 8
+    names = [str(p.relative_to(tmp_path)) for p in left if not p.name.startswith("bundle_")]
+    names += [n for p in left if p.name.startswith("bundle_") for n in tarfile.open(p).getnames()]
+    assert sorted(names) == sorted([f"top{i}.txt" for i in range(4)] + [f"ladder/in{i}.txt" for i in range(5)])
+
+
 def test_bundle_refuses_what_cannot_fit(tmp_path, capsys):
     for i in range(3):
         (tmp_path / f"f{i}.bin").write_bytes(b"z" * 2048)
