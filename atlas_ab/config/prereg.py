@@ -129,6 +129,8 @@ class _Question:
 
 
 SEQUENTIAL_METHODS = ("hedged_capital", "asymptotic")
+#: the kinds a `sequential:` block may judge (analysis/sequential/judge.py)
+SEQUENTIAL_KINDS = ("difference", "noninferiority")
 
 
 @dataclass
@@ -205,9 +207,10 @@ class _Compared(_Question):
                              else "a whole-arm sd (decides: binomial, cluster or bootstrap), not the paired one"))
         if self.primary_metric == THROUGHPUT and (self.decides != Decides.cluster or self.KIND != "difference"):
             raise Invalid("decides", f"{THROUGHPUT} is judged as a difference of whole arms on the cluster sd")
-        if self.sequential is not None and (self.KIND != "difference" or self.primary_metric == THROUGHPUT):
+        if self.sequential is not None and (self.KIND not in SEQUENTIAL_KINDS or self.primary_metric == THROUGHPUT):
             raise Invalid("sequential", "a sequential study judges a difference of an acceptance metric, not "
-                          + (THROUGHPUT if self.primary_metric == THROUGHPUT else f"kind: {self.KIND}"))
+                          + (THROUGHPUT if self.primary_metric == THROUGHPUT else
+                             f"kind: {self.KIND} (the kinds it judges: {', '.join(SEQUENTIAL_KINDS)})"))
 
     @property
     def se_words(self) -> str:
@@ -283,6 +286,34 @@ class EquivalenceSpec(_Compared):
 
 
 @dataclass
+class NoninferioritySpec(_Compared):
+    """The treatment is no worse than the control by more than `margin` (the metric's units), in the
+    `direction` that is better (increase: treatment - control >= -margin; decrease: <= +margin), shown
+    by the one-sided bound at threshold_sd of the registered sd (1.6449: a one-sided 5% level)."""
+    KIND: ClassVar[str] = "noninferiority"
+    direction: Direction = MISSING
+    margin: float = MISSING
+    arms: Arms = MISSING
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _finite_positive("margin", self.margin)
+        _two_arms(self.arms)
+
+    @property
+    def arm_names(self) -> tuple[str, ...]:
+        return self.arms.control, self.arms.treatment
+
+    def criterion(self) -> str:
+        t, c = self.arms.treatment, self.arms.control
+        bound = f">= -{self.margin:g} (higher is better)" if self.direction == Direction.increase else \
+            f"<= +{self.margin:g} (lower is better)"
+        seq = "" if self.sequential is None else f"; {self.sequential.words()}"
+        return (f"{self.primary_metric}{self._where()}: {t} - {c} {bound} at {self.threshold_sd:g} sd, one-sided "
+                f"({self._rule()}), {self._counts()}{seq}")
+
+
+@dataclass
 class MaximumSpec(_Compared):
     """The `best` arm is above every one of `others` by >= threshold_sd sd (and, with
     `fingerprints`, its fingerprint table reads 100%)."""
@@ -346,8 +377,9 @@ def _two_arms(arms: Arms) -> None:
         raise Invalid("arms", f"control and treatment are the same arm {arms.control!r}: nothing to compare")
 
 
-Spec = Union[DifferenceSpec, EquivalenceSpec, MaximumSpec, OracleSpec]
-KINDS: dict[str, type] = {c.KIND: c for c in (DifferenceSpec, EquivalenceSpec, MaximumSpec, OracleSpec)}
+Spec = Union[DifferenceSpec, EquivalenceSpec, NoninferioritySpec, MaximumSpec, OracleSpec]
+KINDS: dict[str, type] = {c.KIND: c for c in (DifferenceSpec, EquivalenceSpec, NoninferioritySpec, MaximumSpec,
+                                              OracleSpec)}
 
 
 @dataclass(frozen=True)

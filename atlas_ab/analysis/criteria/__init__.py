@@ -8,8 +8,10 @@ Verdicts, in this order:
   NOT INFORMATIVE  the arms gave identical outcomes at every step the estimand compares (IDENTICAL)
   MET / NOT MET    the kind's rule (RULES) on the registered estimand with the registered sd
   UNDERPOWERED     not met, and the power to detect min_effect at the threshold, given the
-                   observed sd, is below 0.8: the run could not have shown it (a null is no evidence)
-A MET result needs no power check: the threshold was crossed. Every comparison of arms also
+                   observed sd, is below 0.8: the run could not have shown it (a null is no evidence);
+                   for a non-inferiority, the power to show it were the arms equal
+A MET result needs no power check: the threshold was crossed (nor does a non-inferiority shown
+worse than its margin). Every comparison of arms also
 gets a sensitivity line: the same rule on the other estimand, and whether it would decide
 differently. The estimates come from the library: `metrics.compare` (binomial / cluster /
 bootstrap sd), `comparison.paired_difference` (the paired sd), `economics.throughput_difference`,
@@ -35,18 +37,21 @@ PUBLIC = {
     "Judgement":           "atlas_ab.analysis.criteria.verdict",
     "changed":             "atlas_ab.analysis.criteria.verdict",
     "unlocked":            "atlas_ab.analysis.criteria.verdict",
+    "power_words":         "atlas_ab.analysis.criteria.verdict",
     "Measured":            "atlas_ab.analysis.criteria.measured",
     "measure":             "atlas_ab.analysis.criteria.measured",
     "effect_of":           "atlas_ab.analysis.criteria.measured",
     "MIN_POWER":           "atlas_ab.analysis.criteria.rules",
     "difference_verdict":  "atlas_ab.analysis.criteria.rules",
     "equivalence_verdict": "atlas_ab.analysis.criteria.rules",
+    "noninferiority_verdict": "atlas_ab.analysis.criteria.rules",
     "maximum_verdict":     "atlas_ab.analysis.criteria.rules",
     "sensitivity_of":      "atlas_ab.analysis.criteria.rules",
     "panel":               "atlas_ab.analysis.criteria.rules",
     "arm_run":             "atlas_ab.analysis.criteria.kinds",
     "judge_difference":    "atlas_ab.analysis.criteria.kinds",
     "judge_equivalence":   "atlas_ab.analysis.criteria.kinds",
+    "judge_noninferiority": "atlas_ab.analysis.criteria.kinds",
     "judge_maximum":       "atlas_ab.analysis.criteria.kinds",
     "fingerprints_of":     "atlas_ab.analysis.criteria.kinds",
     "judge_oracle":        "atlas_ab.analysis.criteria.kinds",

@@ -1,4 +1,5 @@
-"""The kinds of pre-registration judged on runs (difference, equivalence, maximum, oracle), and
+"""The kinds of pre-registration judged on runs (difference, equivalence, noninferiority, maximum,
+oracle), and
 `judge`, which picks the registration's kind; `evaluate` judges a difference on a measured one."""
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from atlas_ab.analysis.criteria.rules import (
     difference_verdict,
     equivalence_verdict,
     maximum_verdict,
+    noninferiority_verdict,
     panel,
     sensitivity_of,
 )
@@ -56,6 +58,12 @@ def judge_difference(pr: Prereg, runs: list[AnyRun], n_boot: int, seed: int) -> 
 
 def judge_equivalence(pr: Prereg, runs: list[AnyRun], n_boot: int, seed: int) -> Judgement:
     return _judge_pair(pr, runs, n_boot, seed, equivalence_verdict, " (equivalence)", margin=pr.spec.margin)
+
+
+def judge_noninferiority(pr: Prereg, runs: list[AnyRun], n_boot: int, seed: int) -> Judgement:
+    # the figure's dashed line: the margin as a signed minimum effect (-margin, in the better direction)
+    return _judge_pair(pr, runs, n_boot, seed, noninferiority_verdict, " (non-inferiority)",
+                       min_effect=-pr.spec.margin, direction=pr.spec.direction.value)
 
 
 def judge_maximum(pr: Prereg, runs: list[AnyRun], n_boot: int, seed: int) -> Judgement:
@@ -113,8 +121,8 @@ def judge_oracle(pr: Prereg, runs: list[AnyRun], n_boot: int, seed: int) -> Judg
         verdict=v.status, threshold_sd=spec.threshold_sd),))
 
 
-JUDGES = {"difference": judge_difference, "equivalence": judge_equivalence, "maximum": judge_maximum,
-          "oracle": judge_oracle}
+JUDGES = {"difference": judge_difference, "equivalence": judge_equivalence,
+          "noninferiority": judge_noninferiority, "maximum": judge_maximum, "oracle": judge_oracle}
 
 
 def _refuse_without_steps(pr: Prereg, runs: list) -> None:

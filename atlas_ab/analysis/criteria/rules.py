@@ -111,6 +111,43 @@ def equivalence_verdict(pr: Prereg, spec, m: Measured) -> Verdict:
                    f"{spec.margin:g}", **common)
 
 
+def noninferiority_verdict(pr: Prereg, spec, m: Measured) -> Verdict:
+    """The one-sided rule. With effect = treatment - control in the better direction and t = threshold_sd:
+    MET when its lower bound effect - t sd >= -margin (at the boundary: shown, as a difference's z >= t);
+    NOT MET when its upper bound effect + t sd < -margin (shown worse than the margin), or when neither
+    and the power to show non-inferiority were the arms equal, Phi(margin / sd - t), is >= MIN_POWER;
+    UNDERPOWERED when neither and that power is below it. A decision needs no power check."""
+    delta, se, why = effect_of(spec, m, spec.estimand, spec.decides)
+    sign = 1.0 if spec.direction == Direction.increase else -1.0
+    effect = sign * delta
+    z = effect / se if se else (math.copysign(math.inf, effect) if se == 0 and effect else float("nan"))
+    power = None if se is None else (1.0 if se == 0 else power_at(spec.margin, se, spec.threshold_sd))
+    common = _common(pr, spec, m, delta, se, z, power)
+    early = _not_judgeable(spec, m, se, why, common, "a non-inferiority that could not have failed is no "
+                           "evidence that the treatment costs nothing")
+    if early:
+        return early
+    t, c, k = spec.arms.treatment, spec.arms.control, spec.threshold_sd
+    lower, upper = effect - k * se, effect + k * se
+    # the bound in the metric's units: delta - t sd against -margin (increase), delta + t sd against +margin
+    near, far, op, edge = ((delta - k * se, delta + k * se, "-", -spec.margin) if sign > 0 else
+                           (delta + k * se, delta - k * se, "+", spec.margin))
+    bound = f"{delta:+.4f} {op} {k:g} x {se:.4f} = {near:+.4f}"
+    if lower >= -spec.margin:
+        return Verdict("MET", f"{spec.primary_metric} moved {delta:+.4f}; its one-sided bound {bound} is within the "
+                       f"margin {edge:+g}: {t} is no worse than {c} by more than {spec.margin:g}", **common)
+    if upper < -spec.margin:
+        return Verdict("NOT MET", f"{spec.primary_metric} moved {delta:+.4f}; even its other bound {delta:+.4f} "
+                       f"{'+' if sign > 0 else '-'} {k:g} x {se:.4f} = {far:+.4f} is past the margin {edge:+g}: {t} is "
+                       f"worse than {c} by more than {spec.margin:g}", **common)
+    if power < MIN_POWER:
+        return Verdict("UNDERPOWERED", f"not shown: the one-sided bound {bound} is past the margin {edge:+g}, and "
+                       f"the power to show non-inferiority were the arms equal is {power:.2f} < {MIN_POWER} given "
+                       f"the observed {spec.decides.value} sd {se:.4f}", **common)
+    return Verdict("NOT MET", f"not shown: the one-sided bound {bound} is past the margin {edge:+g} (the power to "
+                   f"show non-inferiority were the arms equal was {power:.2f})", **common)
+
+
 def _other(spec):
     """The spec with the other estimand (and its natural sd), or None and why."""
     est = (Estimand.whole_arm if spec.estimand == Estimand.matched_positions else Estimand.matched_positions)

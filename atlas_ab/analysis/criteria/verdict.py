@@ -14,6 +14,10 @@ RULES = {
                   "control's value with relative: true) and >= threshold_sd of the registered sd",
     "equivalence": "MET when abs(delta) + threshold_sd x sd <= margin; UNDERPOWERED when threshold_sd x sd "
                    "alone exceeds the margin",
+    "noninferiority": "MET when the one-sided bound of treatment - control in the registered (better) direction, "
+                      "delta - threshold_sd x sd, is >= -margin; NOT MET when its other bound, delta + threshold_sd "
+                      "x sd, is < -margin (shown worse than the margin), or neither and the power to show it were "
+                      "the arms equal is >= 0.8; else UNDERPOWERED",
     "maximum": "MET when best is above each of the others by >= threshold_sd of the registered sd (and its "
                "fingerprint table reads 100% with fingerprints: true)",
     "oracle": "MET when the probe's McNemar z >= threshold_sd (oracle better) and it recovers >= min_share of "
@@ -42,6 +46,7 @@ ESTIMANDS = {
     "difference": "`estimand`: matched positions (decided on the paired sd) or whole arm (the binomial, cluster "
                   "or bootstrap sd); by default the one its `decides` implies",
     "equivalence": "as difference",
+    "noninferiority": "as difference",
     "maximum": "as difference, for each best - other comparison",
     "oracle": "within the arm: the real draft 2 vs the oracle's on the same probed step (steps that accepted "
               "draft 1 with k >= 2)",
@@ -52,6 +57,7 @@ CLUSTER_UNITS = {
     "difference": "`cluster`: source file (default: the workload's doc_cluster map; a workload with one document "
                   "per file clusters by document) or document; the binomial sd is not clustered",
     "equivalence": "as difference",
+    "noninferiority": "as difference",
     "maximum": "as difference",
     "oracle": "none: McNemar's test on the probed steps",
 }
@@ -67,6 +73,13 @@ def verdict_table() -> str:
         rows.append(f"| `{kind}` | {ESTIMANDS[kind]} | {unit if kind in ('difference', 'oracle') else 'as difference'}"
                     f" | {CLUSTER_UNITS[kind]} | {RULES[kind]} |")
     return "\n".join(rows)
+
+
+def power_words(pr: Prereg) -> str:
+    """What a two-arm verdict's power is the power to do, in the report's words."""
+    if pr.kind == "noninferiority":
+        return f"show non-inferiority (margin {pr.spec.margin:g}) were the arms equal"
+    return f"detect the minimum effect ({pr.spec.min_effect:g})"
 
 
 @dataclass(frozen=True)
@@ -92,8 +105,10 @@ class Verdict:
         return f"{format_delta(self.delta, self.z)} with the {self.se_kind} sd {self.se:.4f}{over}"
 
     def observed(self) -> str:
+        what = ("show non-inferiority were the arms equal" if self.prereg.kind == "noninferiority" else
+                "detect the minimum effect")
         power = ("" if self.power_at_min_effect is None or self.se is None
-                 else f"; power to detect the minimum effect {self.power_at_min_effect:.2f}")
+                 else f"; power to {what} {self.power_at_min_effect:.2f}")
         return f"observed {self.measured()}{power}"
 
     def summary(self) -> str:

@@ -201,4 +201,5 @@ def _sequential_path(plots, v, name: str, path: Path) -> Path:
     sv = (v.record or {}).get("saving") or {}
     return plots.sequential_figure(v.looks, path, min_effect=r.min_effect, direction=r.direction,
                                    decided_at=r.decided_at, title=f"{name}: {r.metric}, {r.decision}",
-                                   budget=sv.get("documents_budget"))
+                                   budget=sv.get("documents_budget"),
+                                   line="minimum effect" if r.margin is None else "margin")

@@ -203,11 +203,11 @@ def coverage_figure(cov, path: Path) -> Path:
 
 
 def sequential_figure(looks: list[dict], path: Path, *, min_effect: float, direction: str, decided_at: int | None,
-                      title: str, budget: float | None = None) -> Path:
+                      title: str, budget: float | None = None, line: str = "minimum effect") -> Path:
     """A sequential study's path: the estimate and its confidence sequence at each look against the
     documents seen (clusters where no study recorded them), zero and the signed minimum effect as
-    lines, the look that decided marked, and (`budget`: the documents its budget allowed) what it
-    did not need to run shaded."""
+    lines (`line` names it: a non-inferiority's is its margin), the look that decided marked, and
+    (`budget`: the documents its budget allowed) what it did not need to run shaded."""
     x = np.array([lk.get("documents") or lk["n_clusters"] for lk in looks], dtype=float)
     words = "documents seen" if all(lk.get("documents") for lk in looks) else "clusters seen"
     est = np.array([lk["estimate"] for lk in looks])
@@ -217,7 +217,7 @@ def sequential_figure(looks: list[dict], path: Path, *, min_effect: float, direc
                     label="confidence sequence")
     ax.plot(x, est, "o-", color="tab:blue", markersize=3, label="estimate (cluster mean)")
     m = min_effect if direction == "increase" else -min_effect
-    ax.axhline(m, color="black", linestyle="--", linewidth=1, label=f"minimum effect {m:+g}")
+    ax.axhline(m, color="black", linestyle="--", linewidth=1, label=f"{line} {m:+g}")
     ax.axhline(0.0, color="grey", linewidth=1)
     if decided_at:
         lk = looks[decided_at - 1]

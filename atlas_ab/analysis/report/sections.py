@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from atlas_ab.analysis.comparison import Comparison, UnitComparison
-from atlas_ab.analysis.criteria import DifferenceItem
+from atlas_ab.analysis.criteria import DifferenceItem, power_words
 from atlas_ab.analysis.metrics import Cells
 from atlas_ab.analysis.report.judged import Judged
 from atlas_ab.analysis.report.markdown import table as _table
@@ -38,8 +38,8 @@ def verdict_lines(j: Judged) -> list[str]:
         return lines + j.sequential.lines() + ["", f"![sequential path]({sequential_png(pr)})"]
     lines.append(f"- observed: {v.measured()}")
     if v.se is not None and v.power_at_min_effect is not None:
-        lines.append(f"- power to detect the minimum effect ({pr.spec.min_effect:g}) at {pr.spec.threshold_sd:g} sd "
-                     f"given that sd: {v.power_at_min_effect:.2f}")
+        lines.append(f"- power to {power_words(pr)} at {pr.spec.threshold_sd:g} sd given that sd: "
+                     f"{v.power_at_min_effect:.2f}")
     if j.judgement.sensitivity is not None:
         lines.append(f"- {j.judgement.sensitivity.line(v)}")
     # the pairing behind a matched-positions estimand (whole-arm ones show it in the sensitivity line)

@@ -1,5 +1,5 @@
-"""Sequential judging of a `difference` registration: its confidence sequence at every look
-(judge), and the report's view of it (report_view; study/sequential.py runs the looks).
+"""Sequential judging of a `difference` or `noninferiority` registration: its confidence sequence at
+every look (judge), and the report's view of it (report_view; study/sequential.py runs the looks).
 """
 import importlib
 

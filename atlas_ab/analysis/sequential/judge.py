@@ -1,5 +1,5 @@
-"""Sequential judging of a `difference` registration: an always-valid confidence sequence for
-treatment - control over clusters taken in the workload's order, evaluated at every look.
+"""Sequential judging of a `difference` or `noninferiority` registration: an always-valid confidence
+sequence for treatment - control over clusters taken in the workload's order, evaluated at every look.
 
 Terms:
   cluster difference  d_g = the treatment's value of the metric on cluster g minus the control's
@@ -17,6 +17,10 @@ Terms:
   decision            MET when the CS lies at or above min_effect in the registered direction;
                       NOT MET when it lies below min_effect (the effect is shown smaller than what
                       was worth registering); else UNDECIDED, and UNDERPOWERED once the budget ends.
+                      A non-inferiority is the same rule at min_effect = -margin: MET when the CS
+                      lies at or above -margin in the better direction (no worse than the margin),
+                      NOT MET when it lies below (worse than the margin). The CS is two-sided at
+                      alpha, so each one-sided statement holds at alpha (conservatively).
 
 The CS is confidence_sequence.hedged_cs on (d + R) / 2R, valid at all looks at once (Ville's
 inequality), so looking after every wave and stopping at the first decision keeps the level.
@@ -32,7 +36,7 @@ import numpy as np
 from atlas_ab import AtlasError
 from atlas_ab.analysis.metrics import doc_sums
 from atlas_ab.analysis.stats import DocSums, asymptotic_cs, hedged_cs
-from atlas_ab.config.prereg import Estimand, Prereg, load_prereg
+from atlas_ab.config.prereg import SEQUENTIAL_KINDS, Estimand, Prereg, load_prereg
 from atlas_ab.telemetry.acceptance import parse_metric
 
 METHODS = {"hedged_capital": "hedged-capital confidence sequence (Waudby-Smith & Ramdas, JRSS-B 2024) over "
@@ -83,15 +87,23 @@ class SequentialResult:
     decided_at: int | None
     cluster_unit: str = "document"
     skipped: int = 0       # clusters with no difference (an arm without a step in the denominator)
+    margin: float | None = None   # a non-inferiority's margin (min_effect is then -margin); None: a difference
 
     @property
     def decided_look(self) -> Look | None:
         return None if self.decided_at is None else self.looks[self.decided_at - 1]
 
+    def claim(self) -> str:
+        """'p1 up by >= 0.01', or a non-inferiority's 'p1: treatment - control >= -0.01'."""
+        if self.margin is not None:
+            bound = f">= -{self.margin:g}" if self.direction == "increase" else f"<= +{self.margin:g}"
+            return f"{self.metric}: treatment - control {bound} (non-inferiority)"
+        word = "up" if self.direction == "increase" else "down"
+        return f"{self.metric} {word} by >= {self.min_effect:g}"
+
     def summary(self) -> str:
         last = self.decided_look or self.looks[-1]
-        word = "up" if self.direction == "increase" else "down"
-        return (f"{self.decision}: {self.metric} {word} by >= {self.min_effect:g}; after {last.n_clusters} "
+        return (f"{self.decision}: {self.claim()}; after {last.n_clusters} "
                 f"{self.cluster_unit}s (look {last.index} of {len(self.looks)}) the cluster-mean difference is "
                 f"{last.estimate:+.4f}, {1 - self.alpha:.0%} confidence sequence [{last.lower:+.4f}, "
                 f"{last.upper:+.4f}] (pooled {last.pooled:+.4f}; estimand: the cluster mean of "
@@ -112,6 +124,8 @@ class SequentialResult:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["looks"] = [lk.to_dict() for lk in self.looks]
+        if self.margin is None:          # a difference's record keeps the keys it always had
+            del d["margin"]
         return d
 
 
@@ -288,8 +302,8 @@ def _load(run_dirs) -> list:
 
 
 def judge_sequential(prereg, run_dirs, *, looks=None, final: bool = False) -> SequentialResult:
-    """The sequential judgement of a `difference` registration with a `sequential:` block (a
-    Prereg or its file) on the arms' runs (directories, or runs already loaded): the sequence at
+    """The sequential judgement of a `difference` or `noninferiority` registration with a
+    `sequential:` block (a Prereg or its file) on the arms' runs (directories, or runs already loaded): the sequence at
     each look (cumulative cluster counts in document order; None: after every cluster). The
     runs may be incomplete (a study between waves). final: the budget has ended, so a last look
     that has not decided is UNDERPOWERED (as it is when the last look reaches max_clusters)."""
@@ -298,8 +312,10 @@ def judge_sequential(prereg, run_dirs, *, looks=None, final: bool = False) -> Se
     pr = prereg if isinstance(prereg, Prereg) else load_prereg(Path(prereg))
     spec = pr.spec
     seq = getattr(spec, "sequential", None)
-    if pr.kind != "difference" or seq is None:
+    if pr.kind not in SEQUENTIAL_KINDS or seq is None:
         raise AtlasError(f"{pr.path}: no sequential: block (a fixed-n registration is judged by `report`)")
+    margin = spec.margin if pr.kind == "noninferiority" else None
+    bound = spec.min_effect if margin is None else -margin      # the line the sequence must clear
     runs = _load(run_dirs)
     control = arm_run(runs, spec.arms.control, "control", pr)
     treatment = arm_run(runs, spec.arms.treatment, "treatment", pr)
@@ -308,11 +324,11 @@ def judge_sequential(prereg, run_dirs, *, looks=None, final: bool = False) -> Se
     at = schedule(len(c.ids), looks)
     final = final or (seq.max_clusters is not None and int(at[-1]) >= seq.max_clusters)
     path, decision, decided_at = judge_path(c.d, (c.ya, c.na, c.yb, c.nb), c.steps, R=R, alpha=seq.alpha,
-                                            min_effect=spec.min_effect, direction=spec.direction.value,
+                                            min_effect=bound, direction=spec.direction.value,
                                             looks=at, final=final, method=seq.method, t_opt=seq.max_clusters)
-    return SequentialResult(seq.method, seq.alpha, spec.estimand.value, spec.primary_metric, spec.min_effect,
+    return SequentialResult(seq.method, seq.alpha, spec.estimand.value, spec.primary_metric, bound,
                             spec.direction.value, path, decision, decided_at, cluster_unit=c.unit,
-                            skipped=c.skipped)
+                            skipped=c.skipped, margin=margin)
 
 
 __all__ = ["Look", "SequentialResult", "judge_sequential", "decide", "sequence", "judge_path", "clusters_of"]
