@@ -1,7 +1,7 @@
 """The claims report: the reference engine's claims settled on every model the study ran (build),
 from the runs grouped by model with their workload facts (groups).
 """
-import importlib
+from atlas_ab.analysis.lazy import exports
 
 #: each public name and the module that defines it, imported on first use (a verb loads only what it
 #: uses: `power` no regression library, `compare` no plotting one)
@@ -17,12 +17,4 @@ PUBLIC = {
     "check_findings": "atlas_ab.analysis.claims.groups",
 }
 
-
-def __getattr__(name: str):
-    if name in PUBLIC:
-        return getattr(importlib.import_module(PUBLIC[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(PUBLIC)
+__getattr__, __dir__ = exports(__name__, PUBLIC)

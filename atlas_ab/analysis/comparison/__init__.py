@@ -2,7 +2,7 @@
 position and the ORACLE_P2 probe (paired), and what each grain gives, compared or paired request
 by request (per_unit).
 """
-import importlib
+from atlas_ab.analysis.lazy import exports
 
 #: each public name and the module that defines it, imported on first use (a verb loads only what it
 #: uses: `power` no regression library, `compare` no plotting one)
@@ -31,12 +31,4 @@ PUBLIC = {
     "pairs":             "atlas_ab.analysis.comparison.per_unit",
 }
 
-
-def __getattr__(name: str):
-    if name in PUBLIC:
-        return getattr(importlib.import_module(PUBLIC[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(PUBLIC)
+__getattr__, __dir__ = exports(__name__, PUBLIC)

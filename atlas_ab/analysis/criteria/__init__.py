@@ -20,7 +20,7 @@ bootstrap sd), `comparison.paired_difference` (the paired sd), `economics.throug
 Modules: verdict (what a judgement says), measured (the data it is judged on), rules (each kind's
 decision), kinds (judge: the kind a registration names).
 """
-import importlib
+from atlas_ab.analysis.lazy import exports
 
 #: each public name and the module that defines it, imported on first use (a verb loads only what it
 #: uses: `power` no regression library, `compare` no plotting one)
@@ -60,12 +60,4 @@ PUBLIC = {
     "evaluate":            "atlas_ab.analysis.criteria.kinds",
 }
 
-
-def __getattr__(name: str):
-    if name in PUBLIC:
-        return getattr(importlib.import_module(PUBLIC[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(PUBLIC)
+__getattr__, __dir__ = exports(__name__, PUBLIC)

@@ -2,7 +2,7 @@
 or from engine telemetry (collected), and the configs engines read (configs); tokens per second of
 arms timed in several jobs, one over another, by the ladder's interval (throughput).
 """
-import importlib
+from atlas_ab.analysis.lazy import exports
 
 #: each public name and the module that defines it, imported on first use (a verb loads only what it
 #: uses: `power` no regression library, `compare` no plotting one)
@@ -35,12 +35,4 @@ PUBLIC = {
     "throughput_ratio": "atlas_ab.analysis.ladder.throughput",
 }
 
-
-def __getattr__(name: str):
-    if name in PUBLIC:
-        return getattr(importlib.import_module(PUBLIC[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(PUBLIC)
+__getattr__, __dir__ = exports(__name__, PUBLIC)

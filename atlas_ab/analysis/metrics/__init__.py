@@ -5,7 +5,7 @@
   arm     every figure of one arm: per turn class, per turn, the acceptance-length histogram
 They know no run (runs/ makes the counts) and estimate nothing themselves (stats/ does).
 """
-import importlib
+from atlas_ab.analysis.lazy import exports
 
 #: each public name and the module that defines it, imported on first use (a verb loads only what it
 #: uses: `power` no regression library, `compare` no plotting one)
@@ -47,12 +47,4 @@ PUBLIC = {
     "TURN_CLASSES":      "atlas_ab.telemetry.schema",
 }
 
-
-def __getattr__(name: str):
-    if name in PUBLIC:
-        return getattr(importlib.import_module(PUBLIC[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(PUBLIC)
+__getattr__, __dir__ = exports(__name__, PUBLIC)

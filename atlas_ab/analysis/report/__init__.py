@@ -2,7 +2,7 @@
 tables (step_tables, sections, markdown) and figures (plots: the one module that imports matplotlib,
 imported only where a figure is drawn: by the report, the claims report and the ladder verb).
 """
-import importlib
+from atlas_ab.analysis.lazy import exports
 
 #: each public name and the module that defines it, imported on first use (a verb loads only what it
 #: uses: `power` no regression library, `compare` no plotting one)
@@ -14,12 +14,4 @@ PUBLIC = {
     "judge_registered": "atlas_ab.analysis.report.judged",
 }
 
-
-def __getattr__(name: str):
-    if name in PUBLIC:
-        return getattr(importlib.import_module(PUBLIC[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(PUBLIC)
+__getattr__, __dir__ = exports(__name__, PUBLIC)

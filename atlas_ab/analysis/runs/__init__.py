@@ -4,7 +4,7 @@ and what says whether runs may be compared (provenance, the code that made them,
 completion texts).
 A run written out as vLLM's (vllm_export) is here too: it reads one run and knows nothing else.
 """
-import importlib
+from atlas_ab.analysis.lazy import exports
 
 #: each public name and the module that defines it, imported on first use (a verb loads only what it
 #: uses: `power` no regression library, `compare` no plotting one)
@@ -49,12 +49,4 @@ PUBLIC = {
     "spec_object":           "atlas_ab.analysis.runs.vllm_export",
 }
 
-
-def __getattr__(name: str):
-    if name in PUBLIC:
-        return getattr(importlib.import_module(PUBLIC[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(PUBLIC)
+__getattr__, __dir__ = exports(__name__, PUBLIC)

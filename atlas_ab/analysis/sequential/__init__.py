@@ -1,7 +1,7 @@
 """Sequential judging of a `difference` or `noninferiority` registration: its confidence sequence at
 every look (judge), and the report's view of it (report_view; study/sequential.py runs the looks).
 """
-import importlib
+from atlas_ab.analysis.lazy import exports
 
 #: each public name and the module that defines it, imported on first use (a verb loads only what it
 #: uses: `power` no regression library, `compare` no plotting one)
@@ -28,12 +28,4 @@ PUBLIC = {
     "view":             "atlas_ab.analysis.sequential.report_view",
 }
 
-
-def __getattr__(name: str):
-    if name in PUBLIC:
-        return getattr(importlib.import_module(PUBLIC[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(PUBLIC)
+__getattr__, __dir__ = exports(__name__, PUBLIC)

@@ -10,7 +10,7 @@ run or a table of steps; analysis/metrics makes the sums, the questions above it
   replicates           random effects over replicate jobs (DerSimonian-Laird, Hartung-Knapp) and ratio intervals
   keys                 the JSON keys every result's to_dict writes
 """
-import importlib
+from atlas_ab.analysis.lazy import exports
 
 #: each public name and the module that defines it, imported on first use (a verb loads only what it
 #: uses: `power` no regression library, `compare` no plotting one)
@@ -54,12 +54,4 @@ PUBLIC = {
     "fields_dict":             "atlas_ab.analysis.stats.keys",
 }
 
-
-def __getattr__(name: str):
-    if name in PUBLIC:
-        return getattr(importlib.import_module(PUBLIC[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(PUBLIC)
+__getattr__, __dir__ = exports(__name__, PUBLIC)

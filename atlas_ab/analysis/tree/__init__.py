@@ -1,7 +1,7 @@
 """Draft trees: per-depth top-k coverage of a SHADOW_TOPK run (coverage), what a static tree would
 accept predicted from it (prediction), and that prediction tested against the tree arm (check).
 """
-import importlib
+from atlas_ab.analysis.lazy import exports
 
 #: each public name and the module that defines it, imported on first use (a verb loads only what it
 #: uses: `power` no regression library, `compare` no plotting one)
@@ -23,12 +23,4 @@ PUBLIC = {
     "tree_check":       "atlas_ab.analysis.tree.check",
 }
 
-
-def __getattr__(name: str):
-    if name in PUBLIC:
-        return getattr(importlib.import_module(PUBLIC[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(PUBLIC)
+__getattr__, __dir__ = exports(__name__, PUBLIC)
