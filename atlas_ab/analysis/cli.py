@@ -41,6 +41,19 @@ def add_boot_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
 
 
+def load_each(paths, allow_incomplete: bool = False) -> list[Run]:
+    """Load the runs `paths` name (a sweep stands for its jobs), printing their warnings; unlike
+    load_runs, no provenance check across them: the verbs whose runs differ on purpose (a ladder's
+    widths and K, an arm's replicate jobs) compare what they need themselves."""
+    from atlas_ab.analysis.runs import expand, load_run
+
+    runs = [load_run(p, allow_incomplete=allow_incomplete) for p in expand(paths, warn)]
+    for r in runs:
+        for w in r.warnings:
+            warn(w)
+    return runs
+
+
 def load_runs(paths, args, columns=(), optional=(), per_unit: bool = False) -> tuple[list[Run], list[str]]:
     """Load runs, print their warnings, and check they measured the same thing. `per_unit`: each
     as its per-unit table (units.load_units), as runs without a step table are read."""

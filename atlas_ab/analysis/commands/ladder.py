@@ -10,14 +10,10 @@ from atlas_ab.analysis import cli
 
 def run(args) -> int:
     from atlas_ab.analysis.ladder import acceptance_from, fit, model_of, times_from, write_configs
-    from atlas_ab.analysis.runs import expand, load_run
+    from atlas_ab.analysis.runs import expand
 
     def load(paths):
-        runs = [load_run(p, allow_incomplete=args.allow_incomplete) for p in expand(paths, cli.warn)]
-        for r in runs:
-            for w in r.warnings:
-                cli.warn(w)
-        return runs
+        return cli.load_each(paths, args.allow_incomplete)
 
     from atlas_ab.analysis.ladder import is_collected
 

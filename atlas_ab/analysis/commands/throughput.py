@@ -8,14 +8,8 @@ from atlas_ab.analysis import cli
 
 def run(args) -> int:
     from atlas_ab.analysis.ladder import throughput_ratio
-    from atlas_ab.analysis.runs import expand, load_run
-
     def load(paths):
-        runs = [load_run(p, allow_incomplete=args.allow_incomplete) for p in expand(paths, cli.warn)]
-        for r in runs:
-            for w in r.warnings:
-                cli.warn(w)
-        return runs
+        return cli.load_each(paths, args.allow_incomplete)
 
     res = throughput_ratio(load(args.control), load(args.treatment))
     return cli.emit(args, res.to_dict(), res.summary())
