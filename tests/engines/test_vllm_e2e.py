@@ -65,15 +65,27 @@ def _replies(run: Path) -> dict:
     return out
 
 
+# A completion may leave transformers' only at a near-tie of two fp32 paths (vLLM's CPU kernels, torch's),
+# where transformers' top-1 led its top-2 by less than this (logits; 128 of 128 equal on this project's CPU,
+# docs/ingest.md; the llama.cpp test's bound, whose two paths were up to 0.0068 apart)
+NEAR_TIE = 0.01
+
+
 def test_both_arms_commit_transformers_greedy_text(arms):
-    from atlas_ab.engines.reference import transformers_greedy
+    from atlas_ab.engines.reference import first_difference, transformers_greedy
     _, mtp, ngram = arms
     a, b = _replies(mtp), _replies(ngram)
     assert a.keys() == b.keys() and len(a) == 128
-    assert all(a[k] == b[k] for k in a), "the two drafters committed different text: not lossless"
-    hf, _ = transformers_greedy(ROOT / "atlas_ab/models/default", {k: p for k, (p, _) in a.items()},
-                                {k: len(r) for k, (_, r) in a.items()})
-    assert {k: r for k, (_, r) in a.items()} == hf
+    hf, margin = transformers_greedy(ROOT / "atlas_ab/models/default", {k: p for k, (p, _) in a.items()},
+                                     {k: len(r) for k, (_, r) in a.items()})
+    for run in (a, b):
+        for k, (prompt, reply) in run.items():
+            at = first_difference(reply, hf[k]) if prompt == a[k][0] else None
+            assert at is None or margin[k][at] < NEAR_TIE, (k, at, margin[k][at])
+    # same prompt, same text: greedy is lossless whatever drafts (a turn after a near-tie has another prompt)
+    same = [k for k in a if a[k][0] == b[k][0]]
+    assert all(a[k][1] == b[k][1] or first_difference(a[k][1], hf[k]) is not None
+               or first_difference(b[k][1], hf[k]) is not None for k in same)
 
 
 def test_report_judges_the_registration(arms):
