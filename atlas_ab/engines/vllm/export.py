@@ -41,16 +41,21 @@ TOKENIZER_CONFIG = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "
                     "model_max_length": 4096}
 
 
-def _qwen2_trunk(src: Transformer, args) -> Transformer:
-    """The Qwen2 trunk computing `src`'s function: same weights, zero q/k/v biases."""
-    dst = Transformer(args)
-    missing, unexpected = dst.load_state_dict(src.state_dict(), strict=False)
+def _with_zero_qkv_bias(dst: torch.nn.Module, state: dict, what: str) -> torch.nn.Module:
+    """`dst` loaded from `state`, whose only missing tensors must be q/k/v biases (Qwen2 has them,
+    a Llama has none): they are zeroed, which computes the same function."""
+    missing, unexpected = dst.load_state_dict(state, strict=False)
     if unexpected or any(not k.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias")) for k in missing):
-        raise AtlasError(f"trunk does not map onto Qwen2: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        raise AtlasError(f"{what} does not map: missing {missing[:3]}, unexpected {unexpected[:3]}")
     with torch.no_grad():
         for k in missing:
             dst.get_parameter(k).zero_()
     return dst
+
+
+def _qwen2_trunk(src: Transformer, args) -> Transformer:
+    """The Qwen2 trunk computing `src`'s function: same weights, zero q/k/v biases."""
+    return _with_zero_qkv_bias(Transformer(args), src.state_dict(), "trunk onto Qwen2")
 
 
 def _mimo_mtp(src: MTPModule, args) -> MTPModule:
@@ -62,13 +67,7 @@ def _mimo_mtp(src: MTPModule, args) -> MTPModule:
     H = w.shape[0]
     halves = (w[:, H:], w[:, :H]) if not src.hidden_first else (w[:, :H], w[:, H:])
     state["eh_proj.weight"] = torch.cat(halves, dim=1)            # [H, 2H], hidden half first
-    missing, unexpected = dst.load_state_dict(state, strict=False)
-    if unexpected or any(not k.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias")) for k in missing):
-        raise AtlasError(f"MTP layer does not map onto MiMo: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    with torch.no_grad():
-        for k in missing:
-            dst.get_parameter(k).zero_()
-    return dst
+    return _with_zero_qkv_bias(dst, state, "MTP layer onto MiMo")
 
 
 def export(src_dir, out_dir) -> dict:
@@ -96,10 +95,10 @@ def export(src_dir, out_dir) -> dict:
     tok.mkdir(exist_ok=True)
     (tok / "tokenizer.json").write_bytes((out / "tokenizer.json").read_bytes())
     (tok / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2) + "\n")
-    h = checkpoint.file_hash([out / "config.json", out / "model.safetensors"])
-    info = {"path": str(out), "hash": h, "source": str(src_dir), "source_hash": ck.hash}
-    (out / EXPORT_JSON).write_text(json.dumps(info, indent=2) + "\n")
-    return info
+    info = {"hash": checkpoint.file_hash([out / "config.json", out / "model.safetensors"]), "source": str(src_dir),
+            "source_hash": ck.hash}
+    (out / EXPORT_JSON).write_text(json.dumps(info, indent=2) + "\n")   # the folder holding it is the path
+    return {"path": str(out), **info}
 
 
 def exported(src_dir, root) -> dict:
@@ -109,20 +108,17 @@ def exported(src_dir, root) -> dict:
     import tempfile
     src_hash = checkpoint.file_hash(_source_files(src_dir))
     out = Path(root) / src_hash.split(":")[-1][:16]
-    if (out / EXPORT_JSON).is_file():
-        return json.loads((out / EXPORT_JSON).read_text())
-    Path(root).mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=root))
-    try:
-        info = export(src_dir, tmp)
-        if out.exists():          # an export that never wrote its EXPORT_JSON: incomplete, replaced
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    info = {**info, "path": str(out)}
-    (out / EXPORT_JSON).write_text(json.dumps(info, indent=2) + "\n")
-    return info
+    if not (out / EXPORT_JSON).is_file():
+        Path(root).mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=root))
+        try:
+            export(src_dir, tmp)
+            if out.exists():          # an export that never wrote its EXPORT_JSON: incomplete, replaced
+                shutil.rmtree(out)
+            os.replace(tmp, out)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return {**json.loads((out / EXPORT_JSON).read_text()), "path": str(out)}
 
 
 def _source_files(src_dir) -> list[Path]:
