@@ -148,24 +148,14 @@ def engine_side(run: Path) -> dict:
 
 
 def reference(m: dict):
-    """Our target's greedy tokens and margins for the run's documents, fp32 on the CPU."""
-    import torch
-
-    from atlas_ab.config.structured import SamplingConfig, WorkloadConfig
-    from atlas_ab.runtime.checkpoint import load
-    from atlas_ab.speculative.trajectory import greedy
-    from atlas_ab.workload.documents import build_workload
-    model = Path(m["model"]["path"])
-    cfg = dict(m["config"]["workload"])
-    cfg["sampling"] = SamplingConfig(**(cfg.get("sampling") or {}))
-    wl = build_workload(WorkloadConfig(**cfg), model / "tokenizer.json")
-    if wl.hash != m["workload"]["hash"]:
-        fail(f"the workload rebuilt here ({wl.hash}) is not the run's ({m['workload']['hash']})")
-    trunk = load(model, device="cpu", dtype=torch.float32).trunk.eval()
-    traj = greedy(trunk, wl.docs, wl.gen_tokens)
-    gen, marg = traj.generated(), traj.turn_margins()
-    return ({(int(d), t): gen[b][t] for b, d in enumerate(traj.doc_ids) for t in range(len(gen[b]))},
-            {(int(d), t): [x[0] for x in marg[b][t]] for b, d in enumerate(traj.doc_ids) for t in range(len(gen[b]))})
+    """Our target's greedy tokens and margins for the run's documents, fp32 on the CPU
+    (atlas_ab/engines/reference.py, which the vLLM comparison reads too)."""
+    from atlas_ab import AtlasError
+    from atlas_ab.engines.reference import ours
+    try:
+        return ours(m)
+    except AtlasError as e:
+        fail(str(e))
 
 
 def compare(ours: Path, engine: Path) -> Comparison:
