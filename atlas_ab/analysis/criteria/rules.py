@@ -40,12 +40,18 @@ def _short(spec, counts: dict, m: Measured | None = None, names: tuple = ()) -> 
     return None
 
 
+def _directed(spec, m: Measured) -> tuple[float, float | None, str | None, float, float]:
+    """(delta, its sd, why not, the effect in the registered better direction, its z) of the estimand
+    `spec` names, on the sd it registers: what the difference and non-inferiority rules both start from."""
+    delta, se, why = effect_of(spec, m, spec.estimand, spec.decides)
+    effect = (1.0 if spec.direction == Direction.increase else -1.0) * delta
+    z = effect / se if se else (math.copysign(math.inf, effect) if se == 0 and effect else float("nan"))
+    return delta, se, why, effect, z
+
+
 def difference_verdict(pr: Prereg, spec, m: Measured) -> Verdict:
     """The difference rule on the estimand `spec` names (the registered one, or the sensitivity's)."""
-    delta, se, why = effect_of(spec, m, spec.estimand, spec.decides)
-    sign = 1.0 if spec.direction == Direction.increase else -1.0
-    effect = sign * delta
-    z = effect / se if se else (math.copysign(math.inf, effect) if se == 0 and effect else float("nan"))
+    delta, se, why, effect, z = _directed(spec, m)
     power = None if se is None else (1.0 if se == 0 else power_at(spec.min_effect, se, spec.threshold_sd))
     common = _common(pr, spec, m, delta, se, z, power)
     early = _not_judgeable(spec, m, se, why, common, "the data cannot tell a lever that does nothing from arms "
@@ -117,10 +123,7 @@ def noninferiority_verdict(pr: Prereg, spec, m: Measured) -> Verdict:
     NOT MET when its upper bound effect + t sd < -margin (shown worse than the margin), or when neither
     and the power to show non-inferiority were the arms equal, Phi(margin / sd - t), is >= MIN_POWER;
     UNDERPOWERED when neither and that power is below it. A decision needs no power check."""
-    delta, se, why = effect_of(spec, m, spec.estimand, spec.decides)
-    sign = 1.0 if spec.direction == Direction.increase else -1.0
-    effect = sign * delta
-    z = effect / se if se else (math.copysign(math.inf, effect) if se == 0 and effect else float("nan"))
+    delta, se, why, effect, z = _directed(spec, m)
     power = None if se is None else (1.0 if se == 0 else power_at(spec.margin, se, spec.threshold_sd))
     common = _common(pr, spec, m, delta, se, z, power)
     early = _not_judgeable(spec, m, se, why, common, "a non-inferiority that could not have failed is no "
@@ -128,9 +131,10 @@ def noninferiority_verdict(pr: Prereg, spec, m: Measured) -> Verdict:
     if early:
         return early
     t, c, k = spec.arms.treatment, spec.arms.control, spec.threshold_sd
+    up = spec.direction == Direction.increase
     lower, upper = effect - k * se, effect + k * se
     # the bound in the metric's units: delta - t sd against -margin (increase), delta + t sd against +margin
-    near, far, op, edge = ((delta - k * se, delta + k * se, "-", -spec.margin) if sign > 0 else
+    near, far, op, edge = ((delta - k * se, delta + k * se, "-", -spec.margin) if up else
                            (delta + k * se, delta - k * se, "+", spec.margin))
     bound = f"{delta:+.4f} {op} {k:g} x {se:.4f} = {near:+.4f}"
     if lower >= -spec.margin:
@@ -138,7 +142,7 @@ def noninferiority_verdict(pr: Prereg, spec, m: Measured) -> Verdict:
                        f"margin {edge:+g}: {t} is no worse than {c} by more than {spec.margin:g}", **common)
     if upper < -spec.margin:
         return Verdict("NOT MET", f"{spec.primary_metric} moved {delta:+.4f}; even its other bound {delta:+.4f} "
-                       f"{'+' if sign > 0 else '-'} {k:g} x {se:.4f} = {far:+.4f} is past the margin {edge:+g}: {t} is "
+                       f"{'+' if up else '-'} {k:g} x {se:.4f} = {far:+.4f} is past the margin {edge:+g}: {t} is "
                        f"worse than {c} by more than {spec.margin:g}", **common)
     if power < MIN_POWER:
         return Verdict("UNDERPOWERED", f"not shown: the one-sided bound {bound} is past the margin {edge:+g}, and "
