@@ -49,7 +49,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from atlas_ab.config.structured import DRAFT_POLICIES, HANDOFF_CHOICES, MAX_TEMPERATURE, RANGES, ArmConfig
+from atlas_ab.config.structured import DRAFT_POLICIES, HANDOFF_CHOICES, MAX_TEMPERATURE, PROPOSERS, RANGES, ArmConfig
 
 # ----------------------------------------------------------------------------
 # Rust `str::parse` grammars (no whitespace, ASCII digits only, no underscores).
@@ -209,7 +209,7 @@ LEVERS: tuple[Lever, ...] = (
           "or pre / post the trunk's final norm"),
     Lever("recycle_norm", str, HANDOFF_CHOICES, "ATLAS_MTP_RECYCLE_NORM", env_handoff, str, True,
           "the drafter's own hidden for drafts 2+: as declared, or pre / post the MTP layer's final norm"),
-    Lever("proposer", str, ("mtp", "draft_model"), None, None, None, False,
+    Lever("proposer", str, PROPOSERS, None, None, None, False,
           "the proposer: the MTP head or a separate draft model"),
     Lever("row_space", str, ("compact", "dense"), None, None, None, False,
           "drafter row space: compact (Qwen MtpHead) or dense (GLM-5.3 head)"),

@@ -19,6 +19,9 @@ from typing import List, Optional
 from atlas_ab import AtlasError
 from atlas_ab.telemetry.schema import ROW_SPACES
 
+#: The drafter families (`arm.proposer`); each has a builder in proposers/registry.py.
+PROPOSERS = ("mtp", "draft_model")
+
 #: live: the target verifies every step; replay: a stored target trajectory stands in for it.
 RUN_MODES = ("live", "replay")
 
@@ -26,7 +29,7 @@ RUN_MODES = ("live", "replay")
 @dataclass
 class ArmConfig:
     name: str = "baseline"
-    proposer: str = "mtp"            # mtp | draft_model
+    proposer: str = "mtp"            # the drafter family: one of PROPOSERS
     num_drafts: int = 2              # K
     row_space: str = "compact"       # compact (Qwen MtpHead) | dense (GLM-5.3 head)
     drafter_prefill: bool = False    # DRAFTER_PREFILL: prefill the drafter on every turn
@@ -203,8 +206,8 @@ def validate_arm(arm: ArmConfig) -> ArmConfig:
             _number(where, key, getattr(arm, key), lo, hi, integer=key != "draft_conf")
     if plain:
         validate_plain(arm)
-    if arm.proposer not in ("mtp", "draft_model"):
-        raise AtlasError(f"{where}: proposer={arm.proposer!r} must be 'mtp' or 'draft_model'")
+    if arm.proposer not in PROPOSERS:
+        raise AtlasError(f"{where}: proposer={arm.proposer!r} is not a drafter family; one of {', '.join(PROPOSERS)}")
     if arm.row_space not in ROW_SPACES:
         raise AtlasError(f"{where}: row_space={arm.row_space!r} must be one of {', '.join(ROW_SPACES)}")
     if arm.refeed and not arm.catchup:

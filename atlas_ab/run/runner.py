@@ -32,6 +32,7 @@ from atlas_ab.config.structured import (
     validate_run,
 )
 from atlas_ab.proposers.capabilities import require
+from atlas_ab.proposers.registry import n_params
 from atlas_ab.run.engine import RunInfo, WaveResult
 from atlas_ab.run.store import aggregate_gate
 from atlas_ab.runtime import compile_cache
@@ -63,10 +64,6 @@ def resolve_dtype(spec: str, device: torch.device) -> torch.dtype:
         return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[spec]
     except KeyError:
         raise AtlasError(f"runner.dtype={spec!r} must be auto, float32, bfloat16 or float16") from None
-
-
-def n_params(module) -> int:
-    return sum(p.numel() for p in module.parameters()) if module is not None else 0
 
 
 class Runner:
@@ -102,7 +99,6 @@ class Runner:
         if ck.tokenizer_path is None:
             raise AtlasError(f"{path}: no tokenizer.json in the checkpoint directory")
         self.trunk = ck.trunk.eval()
-        self.handoff = None
         self.proposer = self._proposer(ck, model)
         require(self.proposer, self.arm)    # the arm's capabilities (proposers/capabilities.py), before any wave
         self.workload = build_workload(workload, ck.tokenizer_path)
@@ -175,27 +171,12 @@ class Runner:
         return self.trajectories.ensure(len(self.waves), build)
 
     def _proposer(self, ck, model: ModelConfig):
-        self._draft_info = None
-        if self.arm.proposer == "mtp":
-            from atlas_ab.proposers.mtp_head import MTPProposer
-            from atlas_ab.runtime.layouts import handoff_in_effect
-            if ck.mtp is None:
-                raise AtlasError(f"{ck.path}: the checkpoint has no MTP module (num_nextn_predict_layers = 0)")
-            # HANDOFF_NORM / RECYCLE_NORM: the checkpoint's declaration unless the arm overrides it
-            self.handoff = handoff_in_effect(ck.layout, self.arm.handoff_norm, self.arm.recycle_norm)
-            log.info("MTP layout %s: declared handoff_norm=%s recycle_norm=%s (%s); running %s", ck.layout.name,
-                     ck.layout.handoff_norm, ck.layout.recycle_norm, ck.layout.source, self.handoff["in_effect"])
-            return MTPProposer(self.trunk, ck.mtp.eval(), self.arm.row_space, self.arm.refeed,
-                               **self.handoff["in_effect"])
-        from atlas_ab.proposers.draft_model import DraftModelProposer
-        from atlas_ab.runtime import checkpoint
-        if not model.draft_path:
-            raise AtlasError("arm proposer=draft_model needs model.draft_path")
-        draft = resolve_path(model.draft_path)
-        dck = checkpoint.load(draft, self.device, self.dtype)
-        self._draft_info = {"path": draft, "hash": dck.hash, "architecture": dck.args.as_dict(),
-                            "params": n_params(dck.trunk)}
-        return DraftModelProposer(dck.trunk.eval())
+        """The arm's drafter family, built by its registered builder (proposers/registry.py)."""
+        from atlas_ab.proposers.registry import Target, build
+
+        built = build(Target(ck, model, self.arm, self.device, self.dtype))
+        self.handoff, self._draft_info = built.manifest.get("handoff"), built.manifest.get("draft")
+        return built.proposer
 
     def docs_of(self, wave: int):
         return [self._docs[i] for i in self.waves[wave]]

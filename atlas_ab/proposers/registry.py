@@ -1,0 +1,86 @@
+"""Drafter families by name: `arm.proposer` picks one, and its builder here makes it from the loaded target.
+
+A family is one module under proposers/ and one `@register` builder below; the runner calls
+`build` and never names a family itself. Each builder imports its module lazily, so a run loads
+only the family it runs. The names are `config.structured.PROPOSERS` (the config validates an arm
+before any of this loads); `tests/run/test_registry.py` keeps the two lists equal.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from atlas_ab.errors import AtlasError
+
+log = logging.getLogger(__name__)
+
+
+def n_params(module) -> int:
+    return sum(p.numel() for p in module.parameters()) if module is not None else 0
+
+
+@dataclass
+class Target:
+    """What a builder may read: the loaded checkpoint (its trunk, MTP module, layout), the run's
+    model config, its arm, device and dtype."""
+    ck: Any
+    model: Any         # config.structured.ModelConfig
+    arm: Any           # config.structured.ArmConfig
+    device: Any
+    dtype: Any
+
+
+@dataclass
+class Built:
+    proposer: Any                 # a proposers.base.DraftProposer
+    #: what the run's manifest records of this drafter (model.handoff, model.draft)
+    manifest: dict = field(default_factory=dict)
+
+
+BUILDERS: dict[str, Callable[[Target], Built]] = {}
+
+
+def register(name: str):
+    def add(fn: Callable[[Target], Built]):
+        BUILDERS[name] = fn
+        return fn
+    return add
+
+
+def build(target: Target) -> Built:
+    fn = BUILDERS.get(target.arm.proposer)
+    if fn is None:   # the config refuses an unknown family first; this is a family without a builder
+        raise AtlasError(f"arm proposer={target.arm.proposer!r}: no builder registered "
+                         f"(families: {', '.join(sorted(BUILDERS))})")
+    return fn(target)
+
+
+@register("mtp")
+def _mtp(t: Target) -> Built:
+    from atlas_ab.proposers.mtp_head import MTPProposer
+    from atlas_ab.runtime.layouts import handoff_in_effect
+
+    ck = t.ck
+    if ck.mtp is None:
+        raise AtlasError(f"{ck.path}: the checkpoint has no MTP module (num_nextn_predict_layers = 0)")
+    # HANDOFF_NORM / RECYCLE_NORM: the checkpoint's declaration unless the arm overrides it
+    handoff = handoff_in_effect(ck.layout, t.arm.handoff_norm, t.arm.recycle_norm)
+    log.info("MTP layout %s: declared handoff_norm=%s recycle_norm=%s (%s); running %s", ck.layout.name,
+             ck.layout.handoff_norm, ck.layout.recycle_norm, ck.layout.source, handoff["in_effect"])
+    return Built(MTPProposer(ck.trunk.eval(), ck.mtp.eval(), t.arm.row_space, t.arm.refeed,
+                             **handoff["in_effect"]), {"handoff": handoff})
+
+
+@register("draft_model")
+def _draft_model(t: Target) -> Built:
+    from atlas_ab.config.paths import resolve_path
+    from atlas_ab.proposers.draft_model import DraftModelProposer
+    from atlas_ab.runtime import checkpoint
+
+    if not t.model.draft_path:
+        raise AtlasError("arm proposer=draft_model needs model.draft_path")
+    draft = resolve_path(t.model.draft_path)
+    dck = checkpoint.load(draft, t.device, t.dtype)
+    info = {"path": draft, "hash": dck.hash, "architecture": dck.args.as_dict(), "params": n_params(dck.trunk)}
+    return Built(DraftModelProposer(dck.trunk.eval()), {"draft": info})
