@@ -8,6 +8,9 @@ Torch-free; Hydra is imported only when the exception might be one of its own.
 """
 from __future__ import annotations
 
+import argparse
+import sys
+from functools import partial
 from typing import Optional
 
 from atlas_ab import AtlasError
@@ -85,3 +88,23 @@ def closed_stdout() -> int:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     return 0
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Bad arguments are one line, `NAME: error: ...` and exit 2, as every other refusal (no usage block)."""
+
+    def __init__(self, *args, error_name: str = "", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.error_name = error_name or self.prog
+
+    def error(self, message: str):
+        print(f"{self.error_name}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def one_line_parser(name: str, **kwargs) -> OneLineParser:
+    """A top-level parser named `python -m NAME` whose errors, and its subcommands' (`add_subparsers(
+    parser_class=p.subparser_class)`), start with NAME."""
+    p = OneLineParser(prog=f"python -m {name}", error_name=name, **kwargs)
+    p.subparser_class = partial(OneLineParser, error_name=name)
+    return p

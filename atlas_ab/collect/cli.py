@@ -30,14 +30,7 @@ from pathlib import Path
 from atlas_ab import AtlasError
 from atlas_ab.collect.client import ENGINES, PROG, RETRIES, TIMEOUT_S
 from atlas_ab.collect.collector import collect
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """Bad arguments are one line, as every other refusal here (no usage block)."""
-
-    def error(self, message: str):
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
+from atlas_ab.errors import one_line_parser
 
 
 def _number(kind, low: float, inclusive: bool, what: str):
@@ -58,7 +51,7 @@ SECONDS = _number(float, 0.0, False, "a number of seconds > 0")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[0])
+    p = one_line_parser(PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--url", required=True, help="the server's OpenAI base URL, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--arm", required=True, help="the arm's name (the lever setting the server runs)")
     p.add_argument("--out", help="run directory (default runs/collect/<arm>)")

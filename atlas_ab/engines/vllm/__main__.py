@@ -20,16 +20,13 @@ from pathlib import Path
 
 from atlas_ab import AtlasError
 from atlas_ab.engines.vllm import export as exp, server
+from atlas_ab.errors import one_line_parser
 
 PROG = "atlas_ab.engines.vllm"
 METHODS = ("mtp", "ngram", "suffix", "draft_model")
 MODELS = {"default": "atlas_ab/models/default", "draft": "atlas_ab/models/draft"}
 
 
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str):
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
 
 
 def model_dir(name: str) -> Path:
@@ -79,8 +76,8 @@ def speculative_config(args) -> dict | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=OneLineParser)
+    p = one_line_parser(PROG, description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=p.subparser_class)
     s = sub.add_parser("serve", help="export and serve a model with speculative decoding")
     s.add_argument("--model", default="default", help="shipped model name (default, draft) or checkpoint dir")
     s.add_argument("--served-name", default=None, help="the name /v1/models reports (default: --model's name)")
