@@ -10,6 +10,7 @@ from atlas_ab.analysis import cli
 
 def run(args) -> int:
     from atlas_ab.analysis.ladder import acceptance_from, fit, model_of, times_from, write_configs
+    from atlas_ab.analysis.ladder.machines import on_machines
     from atlas_ab.analysis.runs import expand
 
     def load(paths):
@@ -24,11 +25,23 @@ def run(args) -> int:
             raise AtlasError("ladder: collected engine runs and atlas_ab runs (or --acceptance) mixed: give an "
                              "engine's collected runs alone")
         return _engine(args, paths)
-    timing = load(args.runs)
-    accept = load(args.acceptance) if args.acceptance else timing
-    acc, unit, acc_width = acceptance_from(accept)
     kept = []
-    times = times_from(timing, args.allow_outliers, lambda m: (cli.warn(m), kept.append(m)))
+
+    def timed(runs):
+        return times_from(runs, args.allow_outliers, lambda m: (cli.warn(m), kept.append(m)))
+
+    if args.machines:      # each RUNS argument one machine's runs: machines pooled above their replicates
+        if len(args.runs) < 2:
+            raise AtlasError("ladder --machines: give each machine's runs as one RUNS argument, >= 2 of them")
+        per = [load([p]) for p in args.runs]
+        timing = [r for rs in per for r in rs]
+        times = on_machines([timed(rs) for rs in per])
+        accept = load(args.acceptance) if args.acceptance else per[0]
+    else:
+        timing = load(args.runs)
+        accept = load(args.acceptance) if args.acceptance else timing
+        times = timed(timing)
+    acc, unit, acc_width = acceptance_from(accept)
     if args.widths:
         times = {c: t for c, t in times.items() if c[0] in args.widths}
         if not times:
@@ -110,6 +123,9 @@ def register(subparsers) -> None:
     p.add_argument("--allow-single-replicate", action="store_true",
                    help="write the engine configs even where a cell was timed in one job only (not a verdict: "
                         "the configs' headers say so); without it such a ladder writes ladder.md and ladder.json")
+    p.add_argument("--machines", action="store_true",
+                   help="each RUN argument is one machine's runs (a sweep directory): each machine's replicates are "
+                        "pooled, then the machines, so the spread between machines is inside every interval")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     cli.add_run_flags(p, mismatch=False)
     cli.add_boot_flags(p)

@@ -44,8 +44,9 @@ import numpy as np
 import pandas as pd
 
 from atlas_ab import AtlasError
+from atlas_ab.analysis.ladder.machines import OnMachines, pool
 from atlas_ab.analysis.stats import few_clusters
-from atlas_ab.analysis.stats.replicates import SINGLE, Z95, log_ratio, random_effects, relative_part
+from atlas_ab.analysis.stats.replicates import SINGLE, Z95, log_ratio, relative_part
 
 METHODS = ("delta", "bootstrap")
 #: the fewest replicates per cell a bootstrap over replicates may decide from (3 replicates give 10 draws)
@@ -131,6 +132,7 @@ class Cell:
     X_boot_lo: float | None = None
     X_boot_hi: float | None = None
     replicates: int = 1        # jobs that timed this cell
+    machines: int = 1          # machines they ran on (> 1: the machines are the top level: ladder/machines.py)
     t_df: float = math.inf     # the t's df of t_se (R - 1; inf: one replicate, a normal quantile)
     tau2: float = math.nan     # between-replicate variance of the mean step (ms^2)
     i2: float = math.nan       # its share of the variance (I^2)
@@ -208,6 +210,11 @@ class LadderResult:
         return int(self.cells["replicates"].min()) if len(self.cells) else 0
 
     @property
+    def machines(self) -> int:
+        """The machines every cell was timed on (1: one machine, or runs that do not say)."""
+        return int(self.cells["machines"].min()) if len(self.cells) else 1
+
+    @property
     def single_replicate(self) -> bool:
         return self.replicates <= 1
 
@@ -224,7 +231,8 @@ class LadderResult:
                  f"replicates per cell: {', '.join(map(str, reps))}" + (
                      f": {SINGLE} (a cell timed in one job has only its step-to-step spread, which misses what "
                      "differs between jobs)" if self.single_replicate else
-                     " (random effects over replicates decide)"),
+                     f" on {self.machines} machines (random effects over each machine's replicates, then over the "
+                     "machines, decide)" if self.machines > 1 else " (random effects over replicates decide)"),
                  "", "| K | verify steps | clusters | E[1 + accepted] | se | per-depth p_cond |",
                  "|---|---|---|---|---|---|"]
         for r in self.acceptance.itertuples():
@@ -246,8 +254,10 @@ class LadderResult:
             on = f"{c.over_next.words(self.method)} (K={c.over_next.over})" if c.over_next else "-"
             lines.append(f"| {b} | {c.K} | {c.best} | {o0} | {on} | {', '.join(map(str, c.tied)) or '-'} | "
                          + (f"({SINGLE}) " if self.single_replicate else "") + f"{c.verdict(self.method)} |")
-        lines += [f"note: B={r.B} K={r.K}: its {r.replicates} replicates disagree beyond their spreads (Cochran's Q "
-                  f"p {r.q_p:.3g}, I^2 {r.i2:.0%}): a stall, or graphs built differently, in one of its jobs?"
+        lines += [(f"note: B={r.B} K={r.K}: its {r.machines} machines disagree beyond their spreads (Cochran's Q "
+                   f"p {r.q_p:.3g}, I^2 {r.i2:.0%}): a per-machine effect on this cell" if r.machines > 1 else
+                   f"note: B={r.B} K={r.K}: its {r.replicates} replicates disagree beyond their spreads (Cochran's Q "
+                   f"p {r.q_p:.3g}, I^2 {r.i2:.0%}): a stall, or graphs built differently, in one of its jobs?")
                   for r in self.cells.itertuples() if r.disagree]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -256,7 +266,8 @@ class LadderResult:
         def gain(g):
             return None if g is None else g.__dict__.copy()
         return {"method": self.method, "z": self.z, "n_boot": self.n_boot, "notes": list(self.notes),
-                "replicates": self.replicates, "verdict": SINGLE if self.single_replicate else "replicated",
+                "replicates": self.replicates, "machines": self.machines,
+                "verdict": SINGLE if self.single_replicate else "replicated",
                 "acceptance": self.acceptance.to_dict(orient="records"),
                 "cells": self.cells.to_dict(orient="records"),
                 "ladder": {str(b): k for b, k in self.ladder.items()},
@@ -269,8 +280,11 @@ def _norm_cdf(z: float) -> float:
     return 0.5 * (1 + math.erf(z / math.sqrt(2)))
 
 
-def replicates_of(t) -> list[np.ndarray]:
-    """A cell's timing as replicates: one array [n] is one replicate, a list of arrays several."""
+def replicates_of(t):
+    """A cell's timing as replicates: one array [n] is one replicate, a list of arrays several, an
+    OnMachines several per machine (kept as it is)."""
+    if isinstance(t, OnMachines):
+        return t
     if isinstance(t, np.ndarray) and t.ndim == 1:
         return [t]
     return [np.asarray(r, dtype=np.float64) for r in t]
@@ -297,8 +311,11 @@ def fit(acceptance: dict[int, Acceptance], times: dict[tuple[int, int], np.ndarr
     if missing:
         raise AtlasError(f"ladder: no acceptance for K={missing[0]} (timed, but no verify steps of that K)")
     times = {c: replicates_of(t) for c, t in times.items()}
+    machines = max((len(r.machines) for r in times.values() if isinstance(r, OnMachines)), default=1)
+    if machines > 1 and method == "bootstrap":
+        raise AtlasError("ladder: the bootstrap has no machine level; let the delta method decide timing on machines")
     for (b, k), reps in times.items():
-        for i, t in enumerate(reps):
+        for i, t in enumerate(reps.replicates if isinstance(reps, OnMachines) else reps):
             if len(t) < 2:
                 raise AtlasError(f"ladder: batch width {b} K={k}" + (f" replicate {i}" if len(reps) > 1 else "")
                                  + f": {len(t)} timed step(s); a spread needs >= 2")
@@ -319,20 +336,21 @@ def fit(acceptance: dict[int, Acceptance], times: dict[tuple[int, int], np.ndarr
         return 0.0 if k == 0 or k2 == 0 else float(V[col[k], col[k2]])
 
     # per replicate its mean step and se^2; pooled by random effects (one replicate: the mean and se as they are)
-    pooled = {c: random_effects([float(np.mean(t)) for t in r], [(float(np.std(t, ddof=1)) / math.sqrt(len(t))) ** 2
-                                                                  for t in r], z) for c, r in times.items()}
+    pooled = {c: pool(r, z) for c, r in times.items()}
     tm = {c: re.mean for c, re in pooled.items()}
     tse = {c: re.se for c, re in pooled.items()}
     X = {(b, k): b * E[k] / tm[(b, k)] * 1e3 for (b, k) in times}
 
-    boot = _bootstrap(sums, times, n_boot, seed) if n_boot else None
+    boot = _bootstrap(sums, times, n_boot, seed) if n_boot and machines == 1 else None
     rows = []
     for (b, k) in sorted(times):
         re = pooled[(b, k)]
         x = log_ratio(X[(b, k)], [(var_e(k, k) / E[k] ** 2, math.inf), relative_part(re)], z)
         row = dict(B=b, K=k, E=E[k], E_se=math.sqrt(var_e(k, k)), t_ms=tm[(b, k)], t_se=tse[(b, k)],
-                   n_timed=sum(len(t) for t in times[(b, k)]), X=X[(b, k)], X_se=x.se, X_lo=x.lo, X_hi=x.hi,
-                   X_boot_se=None, X_boot_lo=None, X_boot_hi=None, replicates=re.n, t_df=re.df, tau2=re.tau2,
+                   n_timed=sum(len(t) for t in replicates_flat(times[(b, k)])), X=X[(b, k)], X_se=x.se, X_lo=x.lo,
+                   X_hi=x.hi,
+                   X_boot_se=None, X_boot_lo=None, X_boot_hi=None, replicates=len(times[(b, k)]),
+                   machines=re.n if machines > 1 else 1, t_df=re.df, tau2=re.tau2,
                    i2=re.i2, q_p=re.q_p, disagree=re.disagree())
         if boot is not None:
             xs = boot[(b, k)]
@@ -369,6 +387,10 @@ def fit(acceptance: dict[int, Acceptance], times: dict[tuple[int, int], np.ndarr
     return LadderResult(cells, choices, pd.DataFrame(acc_rows, columns=["K", "steps", "clusters", "E", "E_se",
                                                                           "p_cond"]),
                         method, z, n_boot if boot is not None else 0)
+
+
+def replicates_flat(reps) -> list[np.ndarray]:
+    return reps.replicates if isinstance(reps, OnMachines) else reps
 
 
 def _lvl(z: float) -> float:
