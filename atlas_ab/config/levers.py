@@ -271,6 +271,7 @@ def arm_from_env(environ: Mapping[str, str], name: str = "env") -> ArmConfig:
 
 
 _LOOKS_ON = {"true", "on", "yes", "y", "enable", "enabled", "t"}
+_LOOKS_OFF = {"0", "false", "off", "no", "n", "disable", "disabled", "f"}
 
 
 def env_report(environ: Mapping[str, str]) -> list[str]:
@@ -291,6 +292,9 @@ def env_report(environ: Mapping[str, str]) -> list[str]:
         if lv.type is bool and not got and raw.strip().lower() in _LOOKS_ON:
             lines.append(f"atlas_ab: warning: {lv.env}={raw!r} reads as OFF: the engine turns it on only "
                          f"for exactly '1'")
+        elif lv.parse is env_kill_switch and got and raw.strip().lower() in _LOOKS_OFF:
+            lines.append(f"atlas_ab: warning: {lv.env}={raw!r} reads as ON: the engine turns it off only "
+                         f"for exactly '0'")
         elif lv.type is not bool and raw.strip() and lv.parse(raw) != lv.parse(raw.strip()):
             lines.append(f"atlas_ab: warning: {lv.env}={raw!r} has surrounding spaces, which the engine's "
                          f"parse rejects (-> {got!r})")

@@ -175,3 +175,11 @@ def test_head_numerics_refusals_are_one_line(arm, says):
         validate_arm(arm)
     assert "\n" not in str(e.value)
 
+
+def test_env_report_warns_where_head_fp8_reads_on_to_the_engine_but_off_to_a_person():
+    from atlas_ab.config.levers import env_report
+    lines = env_report({"ATLAS_GLM_MTP_HEAD_FP8": "false"})
+    assert "atlas_ab: ATLAS_GLM_MTP_HEAD_FP8='false' -> head_fp8=True" in lines
+    assert any("HEAD_FP8='false' reads as ON" in ln for ln in lines)
+    assert not any("reads as ON" in ln for ln in env_report({"ATLAS_GLM_MTP_HEAD_FP8": "0"}))
+
