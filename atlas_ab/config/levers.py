@@ -36,8 +36,13 @@ Notes on names the reference engine does not fix:
   MTP layer's own norm for drafts 2+). The value is `checkpoint`, `pre` or
   `post`, exactly (as the engine's switches are exact); anything else, or unset,
   is `checkpoint` (what the checkpoint declares).
-* `proposer`, `row_space` and `ring_size` have no engine env var (they are
-  properties of the model/engine build, not runtime switches); `env` prints them
+* `ATLAS_GLM_MTP_HEAD_FP8` is the GLM head's kill switch, the one switch that is on unless its value is
+  exactly "0" (unset, "", "1", "false" are all on): an empty environment parses as head_fp8 on, the
+  engine's default, while ArmConfig's default (the baseline) stays off.
+* `ATLAS_GLM_MTP_KV_FP8` (KV_FP8) is OURS: the GLM head's KV is FP8 by construction. Parsed like
+  a switch (on only for "1").
+* `proposer`, `row_space`, `ring_size` and `head_shards` (the engine's tensor-parallel world size)
+  have no engine env var (they are properties of the model/engine build, not runtime switches); `env` prints them
   as comments.
 """
 from __future__ import annotations
@@ -162,6 +167,11 @@ def env_handoff(v: Optional[str]) -> str:
     return v if v in HANDOFF_CHOICES else "checkpoint"
 
 
+def env_kill_switch(v: Optional[str]) -> bool:
+    """HEAD_FP8: `std::env::var(..).as_deref() == Ok("0")` turns it OFF; anything else, unset included, is on."""
+    return v != "0"
+
+
 def _fmt_bool(b: bool) -> str:
     return "1" if b else "0"
 
@@ -223,6 +233,17 @@ LEVERS: tuple[Lever, ...] = (
     Lever("tree", str, None, None, None, None, True,
           "a static draft tree: its paths of child ranks, '[(0,), (1,), (0, 0)]', or top-k per depth, "
           "'topk:2,1'; unset = the linear K-chain"),
+    # issue 50: HEAD_FP8 is the GLM head's kill switch (on unless exactly "0"): `arm_from_env({})` gives
+    # head_fp8=True, what the engine runs; our ArmConfig keeps it off so every existing arm drafts as before
+    Lever("head_fp8", bool, None, "ATLAS_GLM_MTP_HEAD_FP8", env_kill_switch, _fmt_bool, False,
+          "draft with an FP8 E4M3 copy of the drafter's lm_head (per-row weight scales, a per-row activation "
+          "scale); committed tokens unchanged. Engine default ON; ours OFF (the baseline drafts as before)"),
+    Lever("kv_fp8", bool, None, "ATLAS_GLM_MTP_KV_FP8", env_switch, _fmt_bool, True,
+          "the drafter's own KV rows stored as FP8 E4M3 (scale 1, saturating), read back in the compute "
+          "dtype; the GLM head's KvCacheDtype::Fp8, which has no switch there"),
+    Lever("head_shards", int, (1, 8), None, None, None, False,
+          "the drafter head's top-1 over 1, 2, 4 or 8 vocabulary slices, each (max, argmax, sum exp), "
+          "reduced (the engine's tensor-parallel ranks; no env var)"),
 )
 BY_NAME = {lv.name: lv for lv in LEVERS}
 # (tests/config/test_lever_cli.py checks that every ArmConfig field has its row here)
@@ -250,6 +271,7 @@ def arm_from_env(environ: Mapping[str, str], name: str = "env") -> ArmConfig:
 
 
 _LOOKS_ON = {"true", "on", "yes", "y", "enable", "enabled", "t"}
+_LOOKS_OFF = {"0", "false", "off", "no", "n", "disable", "disabled", "f"}
 
 
 def env_report(environ: Mapping[str, str]) -> list[str]:
@@ -270,6 +292,9 @@ def env_report(environ: Mapping[str, str]) -> list[str]:
         if lv.type is bool and not got and raw.strip().lower() in _LOOKS_ON:
             lines.append(f"atlas_ab: warning: {lv.env}={raw!r} reads as OFF: the engine turns it on only "
                          f"for exactly '1'")
+        elif lv.parse is env_kill_switch and got and raw.strip().lower() in _LOOKS_OFF:
+            lines.append(f"atlas_ab: warning: {lv.env}={raw!r} reads as ON: the engine turns it off only "
+                         f"for exactly '0'")
         elif lv.type is not bool and raw.strip() and lv.parse(raw) != lv.parse(raw.strip()):
             lines.append(f"atlas_ab: warning: {lv.env}={raw!r} has surrounding spaces, which the engine's "
                          f"parse rejects (-> {got!r})")

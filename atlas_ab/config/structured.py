@@ -49,6 +49,10 @@ class ArmConfig:
     handoff_norm: str = "checkpoint"  # HANDOFF_NORM: checkpoint (as declared) | pre | post the trunk's final norm
     recycle_norm: str = "checkpoint"  # RECYCLE_NORM: checkpoint | pre | post the MTP layer's own final norm
     tree: Optional[str] = None       # TREE: a static draft tree (config/tree.py); None = the K-chain
+    # issue 50, the drafter's head and KV numerics (drafting only: committed tokens never move)
+    head_fp8: bool = False           # HEAD_FP8: draft with an FP8 E4M3 copy of lm_head (the engine's default is on)
+    kv_fp8: bool = False             # KV_FP8: the drafter's own KV rows stored as FP8 E4M3
+    head_shards: int = 1             # HEAD_SHARDS: the head's top-1 over 1, 2, 4 or 8 vocabulary slices, reduced
 
     @property
     def has_ring(self) -> bool:
@@ -243,6 +247,7 @@ def validate_arm(arm: ArmConfig) -> ArmConfig:
         raise AtlasError(f"{where}: oracle_p2 needs num_drafts >= 2 (it re-computes draft 2)")
     if arm.tree is not None:
         _validate_tree(where, arm)
+    _validate_head_numerics(where, arm)
     return arm
 
 
@@ -282,6 +287,27 @@ def _validate_tree(where: str, arm: ArmConfig) -> None:
     if arm.num_drafts != tree.max_depth:
         raise AtlasError(f"{where}: tree {tree.describe()} is {tree.max_depth} deep but num_drafts="
                          f"{arm.num_drafts}; set num_drafts={tree.max_depth} (a path is booked as a linear draft of K)")
+
+
+#: head_shards: the vocabulary split into this many slices (the engine's tensor-parallel ranks)
+HEAD_SHARDS = (1, 2, 4, 8)
+
+
+def _validate_head_numerics(where: str, arm: ArmConfig) -> None:
+    """HEAD_FP8, KV_FP8, HEAD_SHARDS (issue 50): levers of the MTP head's linear drafts."""
+    _number(where, "head_shards", arm.head_shards, 1, 8)
+    if arm.head_shards not in HEAD_SHARDS:
+        raise AtlasError(f"{where}: head_shards={arm.head_shards} must be one of {', '.join(map(str, HEAD_SHARDS))}")
+    on = [k for k in ("head_fp8", "kv_fp8") if getattr(arm, k)] + (["head_shards"] if arm.head_shards > 1 else [])
+    if not on:
+        return
+    if arm.num_drafts == 0:
+        raise AtlasError(f"arm {arm.name!r}: num_drafts=0 is plain decode (no drafter): {on[0]} has no effect; "
+                         "set it to its default")
+    if arm.proposer != "mtp":
+        raise AtlasError(f"{where}: {on[0]} applies to the MTP proposer only (proposer={arm.proposer!r})")
+    if arm.tree is not None:
+        raise AtlasError(f"{where}: tree runs with {on[0]} off (a tree arm drafts with the head as loaded)")
 
 
 def validate_model(model: ModelConfig) -> ModelConfig:

@@ -12,18 +12,24 @@ ORACLE_P2's true hidden: the trunk's, pre or post its final norm) and
 `_recycle` (drafts 2+: the MTP layer's output, pre or post its own final norm).
 The loop, the ring and the fingerprints always carry the trunk's PRE-norm
 hidden; the norm is applied on the way in.
+
+The head a draft is read from is `self.head` (draft_head.py: HEAD_FP8, HEAD_SHARDS); the drafter's
+KV pool is `_new_kv`'s (KV_FP8). With those levers off both are exactly what they were before them.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from atlas_ab.proposers.base import DraftChain, DraftProposer, Proposal, RowFeed, RowsWritten, drawn, head_outputs
+from atlas_ab.proposers.base import DraftChain, DraftProposer, Proposal, RowFeed, RowsWritten, drawn
 from atlas_ab.proposers.capabilities import CatchupFeed, DevicePlanner, OracleDraft
+from atlas_ab.proposers.draft_head import DraftHead
 from atlas_ab.proposers.layout import pad_layout
 from atlas_ab.proposers.mtp_tree import MTPTree
 from atlas_ab.proposers.rowspace import rope_of, trim_table
 from atlas_ab.runtime.graphs import bucket
+from atlas_ab.runtime.kv import KVPool
+from atlas_ab.runtime.kv_fp8 import Fp8KVPool
 
 # A propose can write up to K rows past the sequence's own positions.
 _SLACK = 10
@@ -34,7 +40,8 @@ class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanne
     per_depth = ("d_rope", "d_slot")   # plan arrays read a depth's column at a time (the loop lays them out so)
 
     def __init__(self, trunk, mtp, row_space: str, refeed: bool, graphs: bool = False,
-                 handoff_norm: str = "pre", recycle_norm: str = "pre"):
+                 handoff_norm: str = "pre", recycle_norm: str = "pre", head_fp8: bool = False,
+                 kv_fp8: bool = False, head_shards: int = 1):
         if mtp is None:
             raise ValueError("the checkpoint has no MTP module (num_nextn_predict_layers = 0)")
         for name, v in (("handoff_norm", handoff_norm), ("recycle_norm", recycle_norm)):
@@ -47,18 +54,35 @@ class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanne
         self.zero_at = int(rope_of(row_space, 0, 0))   # RoPE position of pair key 0 (zero_first_embed layouts)
         self.embed = trunk.embed_tokens
         self.lm_head = trunk.lm_head
+        self.kv_fp8 = kv_fp8
+        self.head = DraftHead(mtp, self.lm_head, fp8=head_fp8, shards=head_shards)   # HEAD_FP8, HEAD_SHARDS act there
 
     # -- state -------------------------------------------------------------
     def alloc(self, budgets: np.ndarray) -> None:
         caps = np.asarray(budgets, dtype=np.int64) + _SLACK
         if self.kv is None or self.kv.capacities != caps.tolist():
-            self.kv = self.mtp.new_kv(caps.tolist())     # else the last wave's: a step graph reads it by address
+            self.kv = self._new_kv(caps.tolist())        # else the last wave's: a step graph reads it by address
         B = len(caps)
         self.rows = np.zeros(B, dtype=np.int64)
         self.row_key = np.full((B, int(caps.max())), -1, dtype=np.int64)
         self.row_target = np.zeros((B, int(caps.max())), dtype=bool)  # row carries a target hidden
         self.last_drafted = np.zeros(B, dtype=np.int64)
         self.row0_slot = np.full(B, -1, dtype=np.int64)
+
+    def _new_kv(self, capacities: list) -> KVPool:
+        """The drafter's KV pool: KV_FP8 acts here and only here (its rows stored as FP8 E4M3)."""
+        if not self.kv_fp8:
+            return self.mtp.new_kv(capacities)
+        a = self.mtp.args
+        return Fp8KVPool(1, a.num_key_value_heads, a.head_dim, capacities, device=self.mtp.device, dtype=self.mtp.dtype)
+
+    def numerics(self) -> dict | None:
+        """What the manifest records of HEAD_FP8 / KV_FP8 / HEAD_SHARDS (None with all three off)."""
+        out = self.head.numerics()
+        if self.kv_fp8:
+            read = str(self.mtp.dtype).replace("torch.", "")
+            out = {**(out or {}), "kv_fp8": f"float8_e4m3fn storage, scale 1, read as {read}"}
+        return out
 
     def free(self) -> None:
         """Kept: the next wave of the same shape reuses the KV pool (and the step graphs that read it)."""
@@ -137,8 +161,8 @@ class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanne
             hid = self._handoff(hid)
         out = self.mtp.forward(tok[:, None], hid[:, None], rope[:, None], slot[:, None], self.kv,
                                self.embed, length=length, zero_at=self.zero_at)
-        z = self.mtp.logits(out, self.lm_head, fp32=logits)[:, 0]       # sampled: fp32 for q
-        return (self._recycle(out[:, 0]), *head_outputs(z, topk)) + ((z,) if logits else ())
+        conf, draft, ids, p, z = self.head.outputs(out, topk, fp32=logits)   # sampled: fp32 logits for q
+        return (self._recycle(out[:, 0]), conf, draft, ids, p) + ((z,) if logits else ())
 
     def plan_propose(self, history, positions, num_drafts, active, static: bool = False) -> tuple[dict, dict]:
         """Host: book the propose's K rows per active sequence (pair keys n-1 .. n+K-2) and return
@@ -243,7 +267,7 @@ class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanne
         out = self.mtp.forward(draft1[:, None], self._handoff(true_hidden)[:, None], plan["o_rope"][:, None],
                                slot[:, None], self.kv, self.embed, length=lengths["oracle"], zero_at=self.zero_at)
         self.kv.restore(snap)
-        return self.mtp.logits(out, self.lm_head)[:, 0].argmax(dim=-1)
+        return self.head.argmax(out)
 
     # -- after verify ------------------------------------------------------
     def after_verify(self, num_accepted: np.ndarray, active: np.ndarray) -> None:

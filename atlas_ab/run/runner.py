@@ -131,7 +131,8 @@ class Runner:
                    "architecture": ck.args.as_dict(),
                    "params": {"trunk": trunk_n, "mtp": mtp_n, "total": trunk_n + mtp_n},
                    "mtp_layout": ck.layout.name if ck.layout is not None else None,
-                   "handoff": self.handoff, "draft": self._draft_info},
+                   "handoff": self.handoff, "draft": self._draft_info,
+                   **({"drafter_numerics": self._numerics} if self._numerics else {})},
             workload={"hash": self.workload.hash, **self.workload.info,
                       "sampling": {k: getattr(workload.sampling, k)
                                    for k in ("temperature", "top_p", "top_k", "seed")}},
@@ -176,6 +177,7 @@ class Runner:
 
         built = build(Target(ck, model, self.arm, self.device, self.dtype))
         self.handoff, self._draft_info = built.manifest.get("handoff"), built.manifest.get("draft")
+        self._numerics = built.manifest.get("drafter_numerics")     # HEAD_FP8 / KV_FP8 / HEAD_SHARDS, when on
         return built.proposer
 
     def docs_of(self, wave: int):

@@ -151,6 +151,9 @@ def summary_line(manifest: dict) -> str:
         if key in s:
             parts.append(f"{label} {s[key]:.4f}")
     parts.append(gate_words(manifest.get("gate") or {}))
+    head_fp8 = ((manifest.get("model") or {}).get("drafter_numerics") or {}).get("head_fp8", "")
+    if head_fp8.startswith("emulated"):     # never silent: the FP8 head ran as its emulation (runtime/fp8.py)
+        parts.append(f"FP8 head {head_fp8}")
     return "  ".join(parts)
 
 

@@ -23,6 +23,7 @@ The levers, by name (shapes: step.py's vocabulary; lever_rows.py: the host's row
   FINGERPRINTS     `self.probe`, the step probe (step_probe.py) the wave, the step and the run-ahead call;
                    FINGERPRINTS' is its recorder (step_events.py)
   TREE             `verify_depth` (`_plan`: positions by depth), `DeviceStep.propose` / `verify_tree`, `_commit`
+  HEAD_FP8, KV_FP8, HEAD_SHARDS  none here: the MTP proposer's head (`MTPProposer.head`) and KV pool (`_new_kv`)
 """
 from __future__ import annotations
 

@@ -36,7 +36,8 @@ def test_the_claims_report_answers_every_question_and_regenerates_exactly(sweeps
     assert md == (tmp_path / "b" / "report.md").read_text()
     assert (tmp_path / "a" / "report.json").read_text() == (tmp_path / "b" / "report.json").read_text()
     for q in ("claims_q1_cliff", "claims_q2_prefill_warm", "claims_q2_prefill_cold", "claims_q3_refeed",
-              "claims_q3_refeed_prefill", "claims_q4_shift", "claims_q5_draft_conf", "claims_q6_ring_prefill"):
+              "claims_q3_refeed_prefill", "claims_q4_shift", "claims_q5_draft_conf", "claims_q6_ring_prefill",
+              "claims_q9_head_fp8", "claims_q9_head_fp8_p2_uncond", "claims_q10_kv_fp8", "claims_q10_kv_fp8_p2_uncond"):
         assert f"### {q}" in md
     # step times are not guaranteed on a shared CPU: economics may refuse them (and then draws no figure)
     timing_refused = "Not computed: " in md and "warm-up inside step_ms?" in md
@@ -48,7 +49,7 @@ def test_the_claims_report_answers_every_question_and_regenerates_exactly(sweeps
     facts = {f["study"]: f for g in json.loads((tmp_path / "a" / "report.json").read_text())["models"].values()
              for f in g["workload"]}
     assert (facts["claims"]["documents"], facts["claims"]["turns"], facts["claims"]["gen_tokens"]) == (8, 2, 12)
-    assert facts["claims"]["arms"] == 13 and facts["claims_conf"]["arms"] == 2
+    assert facts["claims"]["arms"] == 15 and facts["claims_conf"]["arms"] == 2     # 13 + head_fp8, kv_fp8 (issue 50)
 
 
 def test_findings_prose_numbers_are_checked_against_the_reports_workloads():

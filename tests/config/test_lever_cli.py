@@ -4,6 +4,7 @@
 runner-level lever invariants; these are the front end's lever tests.)
 """
 import math
+import re
 import subprocess
 import sys
 from dataclasses import fields
@@ -87,7 +88,8 @@ def test_arm_from_env_reads_every_var():
     assert (arm.oracle_p2, arm.drafter_prefill, arm.fingerprints, arm.num_drafts) == (True, True, False, 3)
     validate_arm(arm)
     empty = arm_from_env({})
-    assert resolved_levers(empty) == resolved_levers(ArmConfig(name="env"))
+    # the engine's defaults: every lever off but HEAD_FP8, its one kill switch (on unless exactly "0")
+    assert resolved_levers(empty) == resolved_levers(ArmConfig(name="env", head_fp8=True))
 
 
 def test_env_path_clamps_where_hydra_path_refuses():
@@ -118,7 +120,7 @@ def test_levers_env_cli_prints_sourceable_lines():
     assert r.returncode == 0, r.stderr
     lines = [ln for ln in r.stdout.splitlines() if not ln.startswith("#")]
     env = dict(ln.split("=", 1) for ln in lines)
-    assert all(k.startswith("ATLAS_MTP_") for k in env)
+    assert all(k.startswith(("ATLAS_MTP_", "ATLAS_GLM_MTP_")) for k in env)      # the GLM head's: HEAD_FP8, KV_FP8
     assert env["ATLAS_MTP_REFEED_SHIFT"] == "-1" and env["ATLAS_MTP_CATCHUP"] == "1"
     assert env["ATLAS_MTP_REFEED_ACCEPTED"] == "1" and env["ATLAS_MTP_REFEED_DEBUG"] == "1"
     # sourceable: bash reads it back
@@ -141,3 +143,43 @@ def test_compose_configs_gives_the_checked_configs_a_run_would_use():
     assert (c.arm.catchup, c.arm.refeed, c.arm.fingerprints, c.runner.batch_width) == (True, True, False, 4)
     with pytest.raises(AtlasError, match="requires catchup"):
         compose_configs(["+arm=refeed_on", "arm.catchup=false"])
+
+
+# issue 50: HEAD_FP8 / KV_FP8 / HEAD_SHARDS
+@pytest.mark.parametrize("value,on", [(None, True), ("", True), ("1", True), ("true", True), ("false", True),
+                                      (" 0", True), ("0 ", True), ("00", True), ("0", False)])
+def test_head_fp8_is_off_only_for_exactly_0(value, on):
+    from atlas_ab.config.levers import env_kill_switch
+    assert env_kill_switch(value) is on
+    env = {} if value is None else {"ATLAS_GLM_MTP_HEAD_FP8": value}
+    assert arm_from_env(env).head_fp8 is on
+
+
+def test_kv_fp8_is_ours_and_on_only_for_1():
+    from atlas_ab.config.levers import BY_NAME
+    assert BY_NAME["kv_fp8"].ours and not BY_NAME["head_fp8"].ours and BY_NAME["head_shards"].env is None
+    assert arm_from_env({"ATLAS_GLM_MTP_KV_FP8": "1"}).kv_fp8
+    assert not arm_from_env({"ATLAS_GLM_MTP_KV_FP8": "true"}).kv_fp8
+    assert arm_to_env(ArmConfig())["ATLAS_GLM_MTP_HEAD_FP8"] == "0"      # the baseline, handed to the engine: off
+
+
+@pytest.mark.parametrize("arm,says", [
+    (ArmConfig(head_shards=3), "head_shards=3 must be one of 1, 2, 4, 8"),
+    (ArmConfig(head_shards=16), "head_shards=16 is out of range"),
+    (ArmConfig(head_fp8=True, num_drafts=0), "num_drafts=0 is plain decode (no drafter): head_fp8 has no effect"),
+    (ArmConfig(kv_fp8=True, proposer="draft_model"), "kv_fp8 applies to the MTP proposer only"),
+    (ArmConfig(head_shards=2, tree="topk:2,1"), "tree runs with head_shards off"),
+])
+def test_head_numerics_refusals_are_one_line(arm, says):
+    with pytest.raises(AtlasError, match=re.escape(says)) as e:
+        validate_arm(arm)
+    assert "\n" not in str(e.value)
+
+
+def test_env_report_warns_where_head_fp8_reads_on_to_the_engine_but_off_to_a_person():
+    from atlas_ab.config.levers import env_report
+    lines = env_report({"ATLAS_GLM_MTP_HEAD_FP8": "false"})
+    assert "atlas_ab: ATLAS_GLM_MTP_HEAD_FP8='false' -> head_fp8=True" in lines
+    assert any("HEAD_FP8='false' reads as ON" in ln for ln in lines)
+    assert not any("reads as ON" in ln for ln in env_report({"ATLAS_GLM_MTP_HEAD_FP8": "0"}))
+

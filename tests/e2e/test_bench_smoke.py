@@ -229,3 +229,11 @@ def test_bench_gate_power_smoke(tmp_path):
     none, bug = res["cells"]
     assert (none["bug"], none["failed"], none["hits_recorded"]) == ("none", 0, 0)
     assert bug["bug"] == "wrong_accept" and bug["failed"] == bug["runs_hit"] == bug["failed_of_runs_hit"]
+
+
+def test_bench_fp8_head_smoke(tmp_path):
+    """bench/bench_fp8_head.py (issue 50) end to end, emulated on the CPU: every row has its six times."""
+    res = smoke("bench_fp8_head.py", tmp_path)
+    assert [r["R"] for r in res["rows"]] == [1, 16]
+    assert all(r[k] > 0 for r in res["rows"] for k in ("head_bf16", "head_fp8", "gemm_bf16", "propose_bf16",
+                                                        "propose_fp8"))

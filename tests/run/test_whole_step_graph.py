@@ -46,7 +46,8 @@ def wave(models, arm, temperature, capture, run_ahead=True, fuse=True):
     plan = plan_of(arm, SamplingConfig(temperature=temperature, seed=5)) if temperature else None
     fp = fingerprint_rows if arm.fingerprints_on else None
     w = Wave(LiveTarget(trunk, graphs=True, capture=capture, fuse=fuse),
-             MTPProposer(trunk, mtp, arm.row_space, arm.refeed),
+             MTPProposer(trunk, mtp, arm.row_space, arm.refeed, head_fp8=arm.head_fp8, kv_fp8=arm.kv_fp8,
+                         head_shards=arm.head_shards),
              arm, tiny_docs(n=8, turns=3, chunk=12), G, fingerprint_rows=fp, sampling=plan, run_ahead=run_ahead)
     assert (w.ahead is not None) == (run_ahead and arm.draft_conf <= 0 and arm.tree is None)
     assert w.step.fuse == fuse
