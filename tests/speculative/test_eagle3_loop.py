@@ -112,3 +112,21 @@ def test_replay_of_the_stored_trajectory_equals_live(models, docs, stored, name)
     assert gate["passed"] and gate["checked_tokens"] == REPLAY_B * 3 * REPLAY_G
     c = compare_live(stored, rep_trace.steps.table(), live_trace.steps.table(), live_trace.generated)
     assert (c["rows_matched"], c["rows_differ"], c["trajectories_left"]) == (len(live), 0, 0)
+
+
+@pytest.mark.parametrize("name", ["k3", "refeed"])
+def test_run_ahead_gives_the_step_by_step_rows(models, name):
+    """It plans on the device as the MTP head does (DevicePlanner, inherited): at static shapes the
+    wave runs ahead of the host and gives the step-by-step wave's rows, floats bit for bit."""
+    from tests.speculative.test_run_ahead import assert_same_rows
+    trunk, head = models
+    arm, docs = ARMS[name], tiny_docs(n=4, turns=3, chunk=10)
+    waves = []
+    for r in (True, False):
+        prop = EAGLE3Proposer(trunk, head, arm.row_space, arm.refeed)
+        waves.append(Wave(LiveTarget(trunk, graphs=True, features=prop.feature_layers), prop, arm, docs, G,
+                          run_ahead=r))
+    assert waves[0].ahead is not None and waves[1].ahead is None
+    a, b = (w.run() for w in waves)
+    assert_same_rows(a, b)
+    assert a.generated == b.generated
