@@ -141,15 +141,23 @@ def train(trunk, head, data: np.ndarray, steps: int, batch: int, seq_len: int, w
     W = seq_len + ttt + 1
     t0, step, run, hist = time.time(), 0, [0.0] * ttt, []
     weights = [0.8 ** j for j in range(ttt)]
+    amp = dev.type == "cuda"           # bf16 autocast on the GPU (as train.py), fp32 on the CPU
     while step < steps and not (budget_s and time.time() - t0 > budget_s):
+        if budget_s and step == 5:     # the schedule fitted to the budget from the first steps' speed
+            fit = int(0.9 * budget_s / ((time.time() - t0) / 5))
+            if fit < steps:
+                steps = max(fit, warmup + 1)
+                if log is not None:
+                    log(f"budget {budget_s:.0f}s: steps -> {steps}")
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, lr, warmup)
         starts = torch.randint(0, src.numel() - W, (batch,), generator=gen)
         w = src[starts[:, None] + torch.arange(W)].to(dev)                      # [B, T + ttt + 1]
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
             h, feats = trunk.forward_train_features(w[:, :seq_len + ttt], head.layers)
             target_logp = F.log_softmax(trunk.logits(h).float(), dim=-1)            # [B, T+ttt, V]
-        losses = ttt_losses(head, embed, feats[:, :seq_len], w, target_logp, ttt)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+            losses = ttt_losses(head, embed, feats[:, :seq_len], w, target_logp, ttt)
         loss = sum(wt * x for wt, x in zip(weights, losses)) / sum(weights)
         opt.zero_grad(set_to_none=True)
         loss.backward()
