@@ -76,3 +76,19 @@ def test_the_builder_refuses_a_head_for_another_target(head_dir):
     built = registry.build(t)
     assert built.proposer.kind == "eagle3" and built.proposer.feature_layers == (1, 2, 3)
     assert built.manifest["draft"]["feature_layers"] == [1, 2, 3]
+
+
+def test_the_run_refuses_it_before_any_model_loads(head_dir, tmp_path, monkeypatch):
+    from atlas_ab.runtime import checkpoint
+    from tests.helpers.faults import FAKE, check, main_of
+    monkeypatch.setattr(checkpoint, "load", lambda *a, **k: pytest.fail("a model loaded"))
+    cfg = json.loads((head_dir / "config.json").read_text())
+    (head_dir / "config.json").write_text(json.dumps({**cfg, "target_hidden_size": 256,
+                                                      "eagle_aux_hidden_state_layer_ids": [1, 3, 9]}))
+    code, err = main_of("atlas_ab", ["+arm=eagle3", f"model.eagle3_path={head_dir}", f"hydra.run.dir={tmp_path}/run",
+                                     *FAKE])
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    check("run.eagle3-layers", err, tmp=tmp_path)
+    run = tmp_path / "run"       # Hydra made it: it says failed and holds no data, no lock
+    assert json.loads((run / "manifest.json").read_text())["status"] == "failed"
+    assert not (run / "steps").exists() and not (run / ".lock").exists()
