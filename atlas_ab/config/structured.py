@@ -413,7 +413,7 @@ def validate_run(arm: ArmConfig, model: ModelConfig, workload: WorkloadConfig, r
     validate_workload(workload)
     validate_arm_sampling(arm, workload.sampling)
     validate_runner(runner)
-    validate_eagle3_model(arm, model)
+    validate_eagle3_run(arm, model, workload, runner)
     if arm.num_drafts == 0:
         if runner.mode != "live":
             raise AtlasError(f"arm {arm.name!r}: num_drafts=0 (plain decode) is timed live only: "
@@ -443,11 +443,16 @@ def validate_eagle3_arm(where: str, arm: ArmConfig) -> None:
                          "features and has no ORACLE_P2 or TREE); set it off or use proposer=mtp")
 
 
-def validate_eagle3_model(arm: ArmConfig, model: ModelConfig) -> None:
+def validate_eagle3_run(arm: ArmConfig, model: ModelConfig, workload: WorkloadConfig, runner: RunnerConfig) -> None:
     """proposer=eagle3: model.eagle3_path set, and its config.json's feature layers in the target's
-    (config.json files only: before any model loads)."""
+    (config.json files only: before any model loads); no sampled replay (its trajectory keeps the
+    head's features, not the last hidden the target's logits are computed from)."""
     if arm.proposer != "eagle3":
         return
+    if runner.mode == "replay" and not workload.sampling.greedy:
+        raise AtlasError(f"arm {arm.name!r}: proposer=eagle3 replays greedy workloads only (its trajectory keeps "
+                         "the target's features, not the hiddens a sampled replay takes logits of); set "
+                         "runner.mode=live or workload.sampling.temperature=0")
     if not model.eagle3_path:
         raise AtlasError(f"arm {arm.name!r}: proposer=eagle3 needs model.eagle3_path (an EAGLE-3 head's directory)")
     from atlas_ab.config.eagle3 import check_layers, read_config

@@ -92,3 +92,11 @@ def test_the_run_refuses_it_before_any_model_loads(head_dir, tmp_path, monkeypat
     run = tmp_path / "run"       # Hydra made it: it says failed and holds no data, no lock
     assert json.loads((run / "manifest.json").read_text())["status"] == "failed"
     assert not (run / "steps").exists() and not (run / ".lock").exists()
+
+
+def test_a_sampled_replay_is_refused():
+    from atlas_ab.config.structured import SamplingConfig
+    with pytest.raises(AtlasError, match=r"arm 'e': proposer=eagle3 replays greedy workloads only"):
+        validate_run(ArmConfig(name="e", proposer="eagle3"), ModelConfig(eagle3_path="x"),
+                     WorkloadConfig(sampling=SamplingConfig(temperature=0.7)),
+                     RunnerConfig(mode="replay", trajectories="t"))
