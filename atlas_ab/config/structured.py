@@ -20,7 +20,7 @@ from atlas_ab import AtlasError
 from atlas_ab.telemetry.schema import ROW_SPACES
 
 #: The drafter families (`arm.proposer`); each has a builder in proposers/registry.py.
-PROPOSERS = ("mtp", "draft_model")
+PROPOSERS = ("mtp", "draft_model", "eagle3")
 
 #: live: the target verifies every step; replay: a stored target trajectory stands in for it.
 RUN_MODES = ("live", "replay")
@@ -73,6 +73,7 @@ class ModelConfig:
     name: str = "default"
     path: Optional[str] = "atlas_ab/models/default"   # HF checkpoint dir (init=checkpoint)
     draft_path: Optional[str] = None        # the draft-model proposer's checkpoint dir
+    eagle3_path: Optional[str] = None       # the EAGLE-3 proposer's head dir (vLLM's eagle3 layout; issue 49)
     init: str = "checkpoint"                # checkpoint | random (shapes for speed work)
     # Architecture, for init=random only (unset otherwise: a checkpoint's config.json decides).
     hidden_size: Optional[int] = None
@@ -231,6 +232,7 @@ def validate_arm(arm: ArmConfig) -> ArmConfig:
             verb = "apply" if len(mtp_only) > 1 else "applies"
             raise AtlasError(f"{where}: {levers} {verb} to the MTP proposer only (proposer=draft_model has "
                              f"no MTP head); set {'them' if len(mtp_only) > 1 else 'it'} off or use proposer=mtp")
+    validate_eagle3_arm(where, arm)
     for key in ("handoff_norm", "recycle_norm"):
         if getattr(arm, key) not in HANDOFF_CHOICES:
             raise AtlasError(f"{where}: {key}={getattr(arm, key)!r} must be one of {', '.join(HANDOFF_CHOICES)}")
@@ -437,6 +439,7 @@ def validate_run(arm: ArmConfig, model: ModelConfig, workload: WorkloadConfig, r
     validate_workload(workload)
     validate_arm_sampling(arm, workload.sampling)
     validate_runner(runner)
+    validate_eagle3_run(arm, model, workload, runner)
     if arm.num_drafts == 0:
         if runner.mode != "live":
             raise AtlasError(f"arm {arm.name!r}: num_drafts=0 (plain decode) is timed live only: "
@@ -449,6 +452,47 @@ def validate_run(arm: ArmConfig, model: ModelConfig, workload: WorkloadConfig, r
     if arm.tree is not None and workload.sampling.temperature > 0 and runner.mode != "live":
         raise AtlasError(f"arm {arm.name!r}: a sampled tree arm runs live only: runner.mode={runner.mode} "
                          "(coupled tree replay is not built); set runner.mode=live or workload.sampling.temperature=0")
+
+
+# issue 49, EAGLE-3: the MTP head's levers it has no equivalent for (its handoff is the fc of its own
+# features) or no test of (ORACLE_P2, TREE), and its head checked against the target before any load
+EAGLE3_REFUSED = ("oracle_p2", "tree", "handoff_norm", "recycle_norm")
+
+
+def validate_eagle3_arm(where: str, arm: ArmConfig) -> None:
+    if arm.proposer != "eagle3":
+        return
+    off = {"oracle_p2": False, "tree": None, "handoff_norm": "checkpoint", "recycle_norm": "checkpoint"}
+    on = [k for k in EAGLE3_REFUSED if getattr(arm, k) != off[k]]
+    if on:
+        raise AtlasError(f"{where}: {on[0]} applies to the MTP proposer only (proposer=eagle3 fuses its own "
+                         "features and has no ORACLE_P2 or TREE); set it off or use proposer=mtp")
+
+
+def validate_eagle3_run(arm: ArmConfig, model: ModelConfig, workload: WorkloadConfig, runner: RunnerConfig) -> None:
+    """proposer=eagle3: model.eagle3_path set, and its config.json's feature layers in the target's
+    (config.json files only: before any model loads); no sampled replay (its trajectory keeps the
+    head's features, not the last hidden the target's logits are computed from)."""
+    if arm.proposer != "eagle3":
+        return
+    if runner.mode == "replay" and not workload.sampling.greedy:
+        raise AtlasError(f"arm {arm.name!r}: proposer=eagle3 replays greedy workloads only (its trajectory keeps "
+                         "the target's features, not the hiddens a sampled replay takes logits of); set "
+                         "runner.mode=live or workload.sampling.temperature=0")
+    if not model.eagle3_path:
+        raise AtlasError(f"arm {arm.name!r}: proposer=eagle3 needs model.eagle3_path (an EAGLE-3 head's directory)")
+    from atlas_ab.config.eagle3 import check_layers, read_config
+    from atlas_ab.config.paths import resolve_path
+
+    if model.init == "checkpoint":
+        check_layers(resolve_path(model.eagle3_path), resolve_path(model.path))
+    else:
+        ids = read_config(resolve_path(model.eagle3_path))["eagle_aux_hidden_state_layer_ids"]
+        n = model.num_hidden_layers
+        bad = [i for i in ids if not 0 <= i <= n]
+        if bad:
+            raise AtlasError(f"{model.eagle3_path}: EAGLE-3 feature layer {bad[0]} does not exist in the target "
+                             f"({n} layers: ids 0..{n})")
 
 
 def field_names(cls) -> list[str]:

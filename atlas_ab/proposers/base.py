@@ -149,6 +149,10 @@ class DraftProposer(ABC):
     per_depth: tuple = ()
     #: the drafter's KV pool (set by `alloc`; None before): a step graph reads it by address
     kv = None
+    #: the target layers whose residual streams (concatenated) the drafter is handed instead of the
+    #: last layer's output (`runtime.model.Taps` numbering; EAGLE-3's aux hidden states); () = the last
+    #: layer's, pre final norm. The target and the stored trajectory provide what this names.
+    feature_layers: tuple = ()
 
     @abstractmethod
     def alloc(self, budgets: np.ndarray) -> None:

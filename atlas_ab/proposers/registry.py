@@ -88,3 +88,25 @@ def _draft_model(t: Target) -> Built:
     dck = checkpoint.load(draft, t.device, t.dtype)
     info = {"path": draft, "hash": dck.hash, "architecture": dck.args.as_dict(), "params": n_params(dck.trunk)}
     return Built(DraftModelProposer(dck.trunk.eval()), {"draft": info})
+
+
+@register("eagle3")
+def _eagle3(t: Target) -> Built:
+    from atlas_ab.config.paths import resolve_path
+    from atlas_ab.proposers.eagle3 import EAGLE3Proposer
+    from atlas_ab.runtime import eagle3_checkpoint
+
+    if not t.model.eagle3_path:
+        raise AtlasError("arm proposer=eagle3 needs model.eagle3_path")
+    path = resolve_path(t.model.eagle3_path)
+    if t.ck.path:                 # (a random-weight target has no directory: its shape is checked below)
+        eagle3_checkpoint.check_layers(path, t.ck.path)
+    head, digest = eagle3_checkpoint.load(path, t.device, t.dtype)
+    n = t.ck.args.num_hidden_layers
+    bad = [i for i in head.layers if not 0 <= i <= n]
+    if bad or head.target_hidden_size != t.ck.args.hidden_size:
+        raise AtlasError(f"{path}: EAGLE-3 feature layers {list(head.layers)} (target_hidden_size "
+                         f"{head.target_hidden_size}) do not fit the target ({n} layers, hidden "
+                         f"{t.ck.args.hidden_size})")
+    info = {"path": path, "hash": digest, "feature_layers": list(head.layers), "params": n_params(head)}
+    return Built(EAGLE3Proposer(t.ck.trunk.eval(), head, t.arm.row_space, t.arm.refeed), {"draft": info})

@@ -157,6 +157,9 @@ class Runner:
                   "device": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
                   "torch": torch.__version__, "graphs": self.graphs, "gen_tokens": self.workload.gen_tokens,
                   "extend": EXTEND, "waves": self.waves}
+        feats = tuple(self.proposer.feature_layers)
+        if feats:                 # a drafter handed other layers' streams (EAGLE-3): another trajectory's
+            fields["features"] = list(feats)   # key; absent otherwise, so every existing key is unchanged
         plan = self.plan
         if plan is not None:      # a sampled trajectory: the target's rule and the seed decide it
             fields["sampling"] = {"temperature": plan.target.temperature, "top_k": plan.target.top_k,
@@ -165,10 +168,10 @@ class Runner:
         G = self.workload.gen_tokens
         if plan is None:
             build = lambda i: greedy(self.trunk, self.docs_of(i), G, extend=EXTEND,  # noqa: E731
-                                     keep_hiddens=True, graphs=self.graphs)
+                                     keep_hiddens=True, graphs=self.graphs, features=feats)
         else:
             build = lambda i: sampled(self.trunk, self.docs_of(i), G, plan.target, plan.seed,  # noqa: E731
-                                      extend=EXTEND, keep_hiddens=True, graphs=self.graphs)
+                                      extend=EXTEND, keep_hiddens=True, graphs=self.graphs, features=feats)
         return self.trajectories.ensure(len(self.waves), build)
 
     def _proposer(self, ck, model: ModelConfig):
@@ -193,7 +196,8 @@ class Runner:
         waves run their bookkeeping eagerly: their rows are compared, never timed, and the compile
         would cost each arm seconds (the manifest's `fused` says false for replay runs)."""
         if self._live is None:
-            self._live = LiveTarget(self.trunk, self.graphs, fuse=self.fuse and self.mode == "live")
+            self._live = LiveTarget(self.trunk, self.graphs, fuse=self.fuse and self.mode == "live",
+                                    features=self.proposer.feature_layers)
         return self._live
 
     def _pit_gate(self, docs, trace) -> dict:

@@ -144,6 +144,17 @@ def _cached_ctx(kv: KVPool, slots: torch.Tensor, length: Optional[int], a: Model
     return _Ctx(kv=kv, flat=kv.flat(slots), length=length, mask=add, fold=fold)
 
 
+def cached_ctx(kv: KVPool, slots: torch.Tensor, length: Optional[int], a: ModelArgs, dtype, tree=None) -> _Ctx:
+    """The attention context of a cached forward (one per forward, shared by its layers): for a
+    drafter module outside this file (runtime/eagle3.py)."""
+    return _cached_ctx(kv, slots, length, a, dtype, tree)
+
+
+def train_ctx(T: int, device, window: Optional[int]) -> _Ctx:
+    """The attention context of an uncached, causal forward over T rows (training)."""
+    return _train_ctx(T, device, window)
+
+
 def _train_ctx(T: int, device, window: Optional[int]) -> _Ctx:
     if window is None or window >= T:
         return _Ctx(causal=True)
@@ -236,15 +247,18 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-def _layers_fast(layers, x, positions, args: ModelArgs, ctx: _Ctx, first_layer: int = 0) -> torch.Tensor:
+def _layers_fast(layers, x, positions, args: ModelArgs, ctx: _Ctx, first_layer: int = 0, taps=None) -> torch.Tensor:
     """DecoderLayer.forward over `layers`, the Triton path: each residual add is fused into the
     norm that follows it (add_rmsnorm), and RoPE's cos/sin are read from a table by the RoPE
     kernel (rope_table: no per-forward tables), so a layer is norm, qkv, rope+write, attention,
-    o_proj, add+norm, gate_up, silu*up, down. Returns the last residual stream (pre final norm)."""
+    o_proj, add+norm, gate_up, silu*up, down. Returns the last residual stream (pre final norm).
+    taps: (layer ids, list): the residual stream entering each listed layer is appended (`Taps`)."""
     positions = positions.to(x.device, non_blocking=True).contiguous()
     rope = rope_table(args.head_dim, args.rope_theta, x.dtype, x.device)
     h = layers[0].input_layernorm.fast(x)
     for i, layer in enumerate(layers):
+        if taps is not None:
+            taps.at(i, x)
         a = layer.self_attn.forward_fast(h, positions, rope, ctx, first_layer + i)
         n = layer.post_attention_layernorm
         x, h = add_rmsnorm(x, a, n.weight, n.eps)
@@ -254,7 +268,26 @@ def _layers_fast(layers, x, positions, args: ModelArgs, ctx: _Ctx, first_layer: 
             x, h = add_rmsnorm(x, m, n.weight, n.eps)
         else:
             x = x + m
+    if taps is not None:
+        taps.at(len(layers), x)
     return x
+
+
+class Taps:
+    """The residual streams a forward passes at the given layer ids, in vLLM's aux-hidden-state
+    numbering (`EagleModelMixin._maybe_add_hidden_state`): id i is the stream entering layer i (0: the
+    embeddings), id num_hidden_layers the last layer's output, pre final norm."""
+
+    def __init__(self, layers):
+        self.layers, self.out = tuple(layers), {}
+
+    def at(self, i: int, x: torch.Tensor) -> None:
+        if i in self.layers:
+            self.out[i] = x
+
+    def features(self) -> torch.Tensor:
+        """[..., len(layers) * H]: the streams concatenated in the ids' order (vLLM sorts them)."""
+        return torch.cat([self.out[i] for i in self.layers], dim=-1)
 
 
 def fused(owner: nn.Module, key: str, params) -> Optional[torch.Tensor]:
@@ -342,14 +375,18 @@ class Transformer(nn.Module):
         return KVPool(a.num_hidden_layers, a.num_key_value_heads, a.head_dim, capacities,
                       device=self.device, dtype=self.dtype)
 
-    def _run(self, tokens, positions, ctx: _Ctx) -> torch.Tensor:
+    def _run(self, tokens, positions, ctx: _Ctx, taps: Optional[Taps] = None) -> torch.Tensor:
         x = self.model.embed_tokens(tokens.to(self.device, non_blocking=True))
         if ctx.fast:
-            return _layers_fast(self.model.layers, x, positions, self.args, ctx)
+            return _layers_fast(self.model.layers, x, positions, self.args, ctx, taps=taps)
         positions = positions.to(x.device, non_blocking=True)
         cos, sin = rope_cos_sin(positions, self.args.head_dim, self.args.rope_theta, x.dtype)
         for i, layer in enumerate(self.model.layers):
+            if taps is not None:
+                taps.at(i, x)
             x = layer(x, cos, sin, ctx, i)
+        if taps is not None:
+            taps.at(len(self.model.layers), x)
         return x
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, kv: KVPool,
@@ -361,6 +398,22 @@ class Transformer(nn.Module):
         and to slot start + u where block[t, u] (KVPool.tree_mask; the Triton path: the same rule as a
         bitmask per row, kernels/attention.py)."""
         return self._run(tokens, positions, _cached_ctx(kv, slots, length, self.args, self.dtype, tree))
+
+    def forward_features(self, tokens, positions, slots, kv: KVPool, layers, length: Optional[int] = None,
+                         tree=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward`, plus the residual streams at `layers` (`Taps`: an EAGLE-3 drafter's aux hidden
+        states) concatenated: (hidden [B, T, H] pre final norm, features [B, T, len(layers) * H])."""
+        taps = Taps(layers)
+        x = self._run(tokens, positions, _cached_ctx(kv, slots, length, self.args, self.dtype, tree), taps)
+        return x, taps.features()
+
+    def forward_train_features(self, tokens: torch.Tensor, layers) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward_train` (positions 0..T-1) with the features of `forward_features`."""
+        B, T = tokens.shape
+        taps = Taps(layers)
+        positions = torch.arange(T, device=tokens.device).expand(B, T)
+        x = self._run(tokens, positions, _train_ctx(T, tokens.device, self.args.sliding_window), taps)
+        return x, taps.features()
 
     def forward_train(self, tokens: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         """No cache, causal over the T rows (positions default 0..T-1) -> hidden [B, T, H] PRE norm."""

@@ -61,14 +61,18 @@ class LiveTarget:
 
     live = True
 
-    def __init__(self, trunk, graphs: bool = False, capture: bool | None = None, fuse: bool = True):
+    def __init__(self, trunk, graphs: bool = False, capture: bool | None = None, fuse: bool = True,
+                 features: tuple = ()):
         """graphs: the wave runs its steps at static shapes, captured as CUDA graphs on the GPU
         (`capture`: False keeps the static shapes but runs them eagerly, to check the capture).
-        fuse: on the GPU at static shapes, the steps' bookkeeping runs compiled (runtime/fusion.py)."""
+        fuse: on the GPU at static shapes, the steps' bookkeeping runs compiled (runtime/fusion.py).
+        features: the drafter's `feature_layers`: the hiddens handed on are those layers' residual
+        streams, concatenated ([.., len * H]); () = the last layer's output."""
         self.trunk = trunk
         p = next(trunk.parameters())
         self.device, self.dtype = p.device, p.dtype
-        self.hidden_size = trunk.args.hidden_size
+        self.features = tuple(features)
+        self.hidden_size = trunk.args.hidden_size * (len(self.features) or 1)
         self.graphs = graphs
         self.capture = graphs and self.device.type == "cuda" if capture is None else capture
         # one target serves a run's waves: its step graphs, the KV pool and the waves' state
@@ -92,30 +96,37 @@ class LiveTarget:
     def _t(self, x) -> torch.Tensor:
         return torch.as_tensor(x, device=self.device)
 
+    def _forward(self, tok, pos, slots, length, tree=None):
+        """(the last layer's hidden [B, T, H], the hidden the drafter is handed [B, T, F])."""
+        if not self.features:
+            h = self.trunk.forward(tok, pos, slots, self.kv, length=length, tree=tree)
+            return h, h
+        return self.trunk.forward_features(tok, pos, slots, self.kv, self.features, length=length, tree=tree)
+
     def prefill(self, turn: int, history: np.ndarray, start: np.ndarray, count: np.ndarray):
         tok, pos, slots, length = ragged_window(history, start, count)
-        hid = self.trunk.forward(self._t(tok), self._t(pos), self._t(slots), self.kv, length=length)
-        last = hid[torch.arange(len(start), device=self.device), self._t(count - 1)]
+        h, hid = self._forward(self._t(tok), self._t(pos), self._t(slots), length)
+        last = h[torch.arange(len(start), device=self.device), self._t(count - 1)]
         return hid, argmax(self.trunk.logits(last[:, None], fp32=False)[:, 0])
 
     def verify(self, vtok, pos, slots, length: int, tree=None):
         """Target forward over [t_n, d1..dK] (or [t_n] for a DRAFT_CONF serial step): hiddens and
         argmaxes per depth. Device only: the loop captures it inside its step. tree: (start [B],
         ancestors [N+1, N+1]) for a tree's nodes (pos by depth, slots by node id; model.forward)."""
-        vh = self.trunk.forward(vtok, pos, slots, self.kv, length=length, tree=tree)
-        return vh, argmax(self.trunk.logits(vh, fp32=False))
+        h, vh = self._forward(vtok, pos, slots, length, tree)
+        return vh, argmax(self.trunk.logits(h, fp32=False))
 
     def verify_logits(self, vtok, pos, slots, length: int, tree=None):
         """The verify of a sampled run: hiddens [B, K+1, H] and logits [B, K+1, V] (float32); tree:
         a tree's nodes under its mask, as `verify` takes it ([B, N+1, ...] then)."""
-        vh = self.trunk.forward(vtok, pos, slots, self.kv, length=length, tree=tree)
-        return vh, self.trunk.logits(vh)
+        h, vh = self._forward(vtok, pos, slots, length, tree)
+        return vh, self.trunk.logits(h)
 
     def prefill_logits(self, turn: int, history: np.ndarray, start: np.ndarray, count: np.ndarray):
         """The prefill of a sampled run: hiddens [B, T, H] and the logits [B, V] after the context."""
         tok, pos, slots, length = ragged_window(history, start, count)
-        hid = self.trunk.forward(self._t(tok), self._t(pos), self._t(slots), self.kv, length=length)
-        last = hid[torch.arange(len(start), device=self.device), self._t(count - 1)]
+        h, hid = self._forward(self._t(tok), self._t(pos), self._t(slots), length)
+        last = h[torch.arange(len(start), device=self.device), self._t(count - 1)]
         return hid, self.trunk.logits(last[:, None])[:, 0]
 
 

@@ -105,27 +105,28 @@ class Trajectory:
 
 @torch.no_grad()
 def greedy(trunk, docs, gen_tokens: int, extend: int = 0, keep_hiddens: bool = False,
-           graphs: bool = False) -> Trajectory:
+           graphs: bool = False, features: tuple = ()) -> Trajectory:
     """Target-only greedy over docs x turns, batched, one token per forward.
 
     `extend` more tokens are decoded past each turn's end without being committed
     (the next turn's prefill starts again from the turn's last token, overwriting
     their KV). `graphs`: replay the one-token forwards from a CUDA graph (the
-    prefill stays eager)."""
-    return _decode(trunk, docs, gen_tokens, extend, keep_hiddens, graphs, None, 0)
+    prefill stays eager). `features`: the hiddens kept are those layers' residual streams,
+    concatenated (a drafter's `feature_layers`; () = the last layer's output)."""
+    return _decode(trunk, docs, gen_tokens, extend, keep_hiddens, graphs, None, 0, features)
 
 
 @torch.no_grad()
 def sampled(trunk, docs, gen_tokens: int, rule, seed: int, extend: int = 0, keep_hiddens: bool = False,
-            graphs: bool = False) -> Trajectory:
+            graphs: bool = False, features: tuple = ()) -> Trajectory:
     """Target-only sampling under `rule` (distribution.Sampling): as `greedy`, each token drawn
     from the target's distribution with the uniform keyed (seed, doc, turn, the position before
     it, 0, TRAJECTORY). With `keep_hiddens` it also keeps the continuation's hiddens
     (`ext_hiddens`: replay draws coupled drafts from the target's distribution there)."""
-    return _decode(trunk, docs, gen_tokens, extend, keep_hiddens, graphs, rule, seed)
+    return _decode(trunk, docs, gen_tokens, extend, keep_hiddens, graphs, rule, seed, features)
 
 
-def _decode(trunk, docs, gen_tokens, extend, keep_hiddens, graphs, rule, seed) -> Trajectory:
+def _decode(trunk, docs, gen_tokens, extend, keep_hiddens, graphs, rule, seed, features=()) -> Trajectory:
     from atlas_ab.speculative import uniforms
     from atlas_ab.speculative.distribution import draw, probs
 
@@ -143,22 +144,30 @@ def _decode(trunk, docs, gen_tokens, extend, keep_hiddens, graphs, rule, seed) -
     margins = np.full((B, width, 2), np.nan, dtype=np.float32)
     ext = np.full((B, turns, extend), -1, dtype=np.int32)
     gen_start = np.zeros((B, turns), dtype=np.int64)
-    hiddens = torch.zeros(B, width, trunk.args.hidden_size, device=dev, dtype=p.dtype) if keep_hiddens else None
-    ext_hiddens = (torch.zeros(B, turns, extend, trunk.args.hidden_size, device=dev, dtype=p.dtype)
+    F = trunk.args.hidden_size * (len(features) or 1)       # the width of the hidden the drafter is handed
+    hiddens = torch.zeros(B, width, F, device=dev, dtype=p.dtype) if keep_hiddens else None
+    ext_hiddens = (torch.zeros(B, turns, extend, F, device=dev, dtype=p.dtype)
                    if keep_hiddens and rule is not None else None)
     doc_t = torch.as_tensor([d.doc_id for d in docs], device=dev)
     step_graphs = StepGraphs(graphs)
     ar = np.arange(B)
     t_ = lambda x: torch.as_tensor(x, device=dev)  # noqa: E731
 
+    def fwd(tok, pos, slots, length):
+        """(the last layer's hidden, the hidden kept for the drafter)."""
+        if not features:
+            h = trunk.forward(tok, pos, slots, kv, length=length)
+            return h, h
+        return trunk.forward_features(tok, pos, slots, kv, features, length=length)
+
     def one_token(tok, pos, slots, length):
-        h = trunk.forward(tok, pos, slots, kv, length=length)
+        h, f = fwd(tok, pos, slots, length)
         top2 = trunk.logits(h)[:, 0].float().topk(2, dim=-1)
-        return h, top2.values, top2.indices[:, 0]
+        return f, top2.values, top2.indices[:, 0]
 
     def one_token_logits(tok, pos, slots, length):
-        h = trunk.forward(tok, pos, slots, kv, length=length)
-        return h, trunk.logits(h)[:, 0]
+        h, f = fwd(tok, pos, slots, length)
+        return f, trunk.logits(h)[:, 0]
 
     def choose(logits, t, at):
         """(the next token, margins) after positions `at` from logits [B, V]: a draw under `rule`."""
@@ -180,8 +189,8 @@ def _decode(trunk, docs, gen_tokens, extend, keep_hiddens, graphs, rule, seed) -
                 h, z = step_graphs("decode", one_token_logits, [t_(tok), t_(pos), t_(slots)], length, kv.max_capacity)
                 nxt, vals = choose(z, t, n_tok - 1)
             else:      # the turn's prefill (its new chunk and the pending token), eager
-                h = trunk.forward(t_(tok), t_(pos), t_(slots), kv, length=length)
-                last = h[t_(ar), t_(count - 1)]
+                full, h = fwd(t_(tok), t_(pos), t_(slots), length)
+                last = full[t_(ar), t_(count - 1)]
                 z = trunk.logits(last[:, None])[:, 0]
                 if rule is None:
                     top2 = z.float().topk(2, dim=-1)

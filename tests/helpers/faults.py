@@ -127,6 +127,14 @@ RUN_INPUT = [
          "resolving interpolation: cannot resume …\")",
          A + "cannot resume {tmp}/nothing: no manifest.json there (not a run directory)",
          ("atlas_ab", "+arm=baseline", "runner.resume={tmp}/nothing")),
+    Case("run.eagle3-layers", "an EAGLE-3 head whose feature layers the target lacks (`+arm=eagle3 "
+         "model.eagle3_path=DIR`, its config.json's eagle_aux_hidden_state_layer_ids [1, 3, 9] on the 6-layer "
+         "default)",
+         A + "{tmp}/head: EAGLE-3 feature layer 9 does not exist in the target …/models/default (6 layers: "
+         "ids 0..6); eagle_aux_hidden_state_layer_ids=[1, 3, 9]",
+         test="tests/proposers/test_eagle3_refusals.py::test_the_run_refuses_it_before_any_model_loads",
+         also="exit 2, before any model loads (only the two config.json files are read); the run directory "
+              "holds a `failed` manifest and no data"),
 ]
 
 SEQ_TEST = "tests/study/test_sequential_study.py::test_bad_input_is_one_line_before_any_model_loads"

@@ -62,3 +62,26 @@ def tiny_docs(n=4, turns=3, chunk=12, vocab=48, seed=0):
     return [Document(doc_id=i, name=f"tiny{i}",
                      chunks=[rng.integers(0, vocab, chunk + (i % 3)).tolist() for _ in range(turns)])
             for i in range(n)]
+
+
+def tiny_eagle3(seed=0, layers=(1, 2, 3), steps=80, **kw):
+    """A three-layer tiny trunk and an EAGLE-3 head on its features at `layers`, trained a few
+    steps (train/eagle3.train: the training-time test) on the trunk's own greedy text, so its drafts
+    are right often, not always."""
+    from atlas_ab.runtime.eagle3 import Eagle3Head
+    from atlas_ab.train.eagle3 import head_args, train
+    torch.manual_seed(seed)
+    args = tiny_args(layers=3, mtp=0, **kw)
+    trunk = Transformer(args)
+    init_weights(trunk, std=0.3)
+    with torch.no_grad():
+        e = trunk.model.embed_tokens.weight
+        e /= e.pow(2).mean(-1, keepdim=True).sqrt()
+        seq = torch.as_tensor(np.random.default_rng(seed).integers(0, args.vocab_size, (8, 4)))
+        for _ in range(60):       # greedy continuations of random starts: text the target would write
+            nxt = trunk.logits(trunk.forward_train(seq)[:, -1:])[:, 0].argmax(-1)
+            seq = torch.cat([seq, nxt[:, None]], 1)
+    head = Eagle3Head(head_args(args), layers, args.hidden_size)
+    init_weights(head, std=0.1)
+    train(trunk, head, seq.flatten().numpy(), steps=steps, batch=4, seq_len=24, warmup=5, lr=1e-2, ttt=3, seed=seed)
+    return trunk.eval(), head.eval()

@@ -1,0 +1,100 @@
+"""The shipped EAGLE-3 head on the shipped default model: its committed tokens are the target's greedy
+decoding (ours recomputed without a cache, and transformers'), and the head is the one its training
+record names, small enough to ship."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from atlas_ab.config.structured import ArmConfig
+from atlas_ab.proposers.eagle3 import EAGLE3Proposer
+from atlas_ab.runtime import checkpoint, eagle3_checkpoint
+from atlas_ab.speculative.loop import Wave
+from atlas_ab.speculative.targets import LiveTarget
+from atlas_ab.workload.documents import Document
+
+pytestmark = pytest.mark.float_sensitive
+
+MODELS = Path(__file__).resolve().parents[2] / "atlas_ab" / "models"
+DEFAULT, HEAD = MODELS / "default", MODELS / "eagle3"
+N_NEW = 40
+
+
+@pytest.fixture(scope="module")
+def ck():
+    return checkpoint.load(DEFAULT, device="cpu", dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def head():
+    return eagle3_checkpoint.load(HEAD)[0]
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    from tokenizers import Tokenizer
+
+    from atlas_ab.workload.corpus import build_corpus
+    tok = Tokenizer.from_file(str(DEFAULT / "tokenizer.json"))
+    held = [d for d in build_corpus().select("stdlib", "heldout") if len(d.text) > 4000]
+    ids = tok.encode(held[0].text, add_special_tokens=False).ids
+    return [ids[:48], ids[300:331], ids[900:960]]          # ragged lengths
+
+
+@pytest.fixture(scope="module")
+def greedy(ck, prompts):
+    """The target alone: argmax after each prefix, recomputed from scratch (no cache)."""
+    out = []
+    with torch.no_grad():
+        for p in prompts:
+            seq = list(p)
+            for _ in range(N_NEW):
+                seq.append(int(ck.trunk.logits(ck.trunk.forward_train(torch.tensor([seq]))[:, -1:])[0, 0].argmax()))
+            out.append(seq[len(p):])
+    return out
+
+
+def decode(ck, head, prompts, arm):
+    """One turn per prompt through the loop: the prompt's prefill, then N_NEW committed tokens."""
+    docs = [Document(doc_id=i, name=f"p{i}", chunks=[p]) for i, p in enumerate(prompts)]
+    prop = EAGLE3Proposer(ck.trunk, head, arm.row_space, arm.refeed)
+    trace = Wave(LiveTarget(ck.trunk, features=prop.feature_layers), prop, arm, docs, N_NEW).run()
+    return [g[0] for g in trace.generated], trace.steps.table().to_pandas()
+
+
+ARMS = [ArmConfig(name="eagle3", proposer="eagle3", num_drafts=3, catchup=True, refeed=True, drafter_prefill=True),
+        ArmConfig(name="eagle3_k2", proposer="eagle3", num_drafts=2)]
+
+
+@pytest.mark.parametrize("arm", ARMS, ids=lambda a: a.name)
+def test_eagle3_commits_the_targets_greedy(ck, head, prompts, greedy, arm):
+    got, steps = decode(ck, head, prompts, arm)
+    assert got == greedy
+    assert steps.accept_len.max() >= 1          # the trained head gets drafts accepted
+
+
+@pytest.mark.slow          # loads transformers
+def test_eagle3_commits_transformers_greedy(ck, head, prompts, greedy):
+    transformers = pytest.importorskip("transformers")
+
+    class Quiet(transformers.LlamaForCausalLM):
+        _keys_to_ignore_on_load_unexpected = checkpoint.hf_unexpected_patterns(ck.args)
+
+    hf = Quiet.from_pretrained(DEFAULT, dtype=torch.float32).eval()
+    theirs = []
+    with torch.no_grad():
+        for p in prompts:
+            g = hf.generate(torch.tensor([p]), max_new_tokens=N_NEW, do_sample=False, num_beams=1,
+                            pad_token_id=0, eos_token_id=None)
+            theirs.append(g[0, len(p):].tolist())
+    got, _ = decode(ck, head, prompts, ARMS[0])
+    assert got == theirs == greedy
+
+
+def test_the_shipped_head_is_its_training_record(ck):
+    rec = json.loads((HEAD / "training.json").read_text())
+    assert rec["checkpoint_hash"] == checkpoint.file_hash([HEAD / "config.json", HEAD / "model.safetensors"])
+    assert rec["target_hash"] == ck.hash and rec["layers"] == [1, 3, 5]
+    assert (HEAD / "model.safetensors").stat().st_size < 5 * 2 ** 20
+    eagle3_checkpoint.check_layers(HEAD, DEFAULT)
