@@ -1,4 +1,4 @@
-"""The MTP drafter's head as drafting uses it: shared_head.norm, the lm_head (as loaded, or its FP8 E4M3
+"""A drafter's head as drafting uses it (the MTP module's or EAGLE-3's: `draft_head()`): its final norm, the lm_head (as loaded, or its FP8 E4M3
 copy: HEAD_FP8), the top-1 (over the whole vocabulary, or over HEAD_SHARDS slices and one reduce).
 
 Drafting only: the target verifies every draft with its own head, so whatever this head computes
@@ -25,7 +25,7 @@ from atlas_ab.runtime.vocab_shards import shard_bounds, sharded_top1
 class DraftHead:
     def __init__(self, mtp, lm_head, fp8: bool = False, shards: int = 1):
         self.mtp, self.lm_head = mtp, lm_head
-        head = mtp.shared_head.head if mtp.shared_head.head is not None else lm_head
+        self.norm, head = mtp.draft_head(lm_head)     # the module's final norm and the head it drafts with
         self.weight = head.weight
         V = self.weight.shape[0]
         if V % shards:
@@ -51,8 +51,7 @@ class DraftHead:
 
     # -- logits -----------------------------------------------------------------------------------
     def _normed(self, out: torch.Tensor) -> torch.Tensor:
-        norm = self.mtp.shared_head.norm
-        return norm.fast(out) if kernels.enabled(out.device) else norm(out)
+        return self.norm.fast(out) if kernels.enabled(out.device) else self.norm(out)
 
     def _slice(self, h: torch.Tensor, v0: int, v1: int) -> torch.Tensor:
         """Logits of vocabulary rows [v0, v1) for the normed hidden h [R, H]: each row over the full H."""

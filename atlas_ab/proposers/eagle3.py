@@ -20,14 +20,13 @@ class EAGLE3Proposer(MTPProposer):
     kind = "eagle3"
 
     def __init__(self, trunk, head, row_space: str, refeed: bool):
-        super().__init__(trunk, head, row_space, refeed)
-        self.head = head
+        super().__init__(trunk, head, row_space, refeed)     # self.mtp is the head; self.head its draft head
         #: the target layers whose residual streams it is handed (the target reads this: speculative/targets.py)
         self.feature_layers = head.layers
 
     def _handoff(self, target_hidden: torch.Tensor) -> torch.Tensor:
         """Target features [..., n*H] as the head reads them: fused by its fc."""
-        return self.head.combine(target_hidden)
+        return self.mtp.combine(target_hidden)
 
     def _recycle(self, out: torch.Tensor) -> torch.Tensor:
         return out          # the head's pre-norm output, as vLLM's aux_output (norm_output off)

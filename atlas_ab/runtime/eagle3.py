@@ -117,6 +117,10 @@ class Eagle3Head(nn.Module):
         x = self._input(tokens, hiddens, embed)
         return self._layer(x, hiddens, positions, train_ctx(T, tokens.device, self.args.sliding_window))
 
+    def draft_head(self, lm_head=None) -> tuple[nn.Module, nn.Module]:
+        """(norm, linear) a draft's logits are read with: the head's own (the target's lm_head unused)."""
+        return self.norm, self.lm_head
+
     def logits(self, out: torch.Tensor, lm_head=None, fp32: bool = True) -> torch.Tensor:
         """lm_head(norm(out)); `lm_head` unused (the head's own). fp32 as Transformer.logits."""
         if kernels.enabled(out.device):

@@ -528,6 +528,10 @@ class MTPModule(DecoderLayer):
         x = self._input(tokens, hiddens, embed, positions, 0)
         return self._block(x, positions, _train_ctx(T, tokens.device, self.args.sliding_window))
 
+    def draft_head(self, lm_head: nn.Module) -> tuple[nn.Module, nn.Module]:
+        """(norm, linear) a draft's logits are read with: shared_head's, its head else the target's lm_head."""
+        return self.shared_head.norm, (self.shared_head.head if self.shared_head.head is not None else lm_head)
+
     def logits(self, out: torch.Tensor, lm_head: Optional[nn.Module] = None, fp32: bool = True) -> torch.Tensor:
         """The head's logits; fp32 as Transformer.logits."""
         head = self.shared_head.head if self.shared_head.head is not None else lm_head
