@@ -36,6 +36,8 @@ Notes on names the reference engine does not fix:
   MTP layer's own norm for drafts 2+). The value is `checkpoint`, `pre` or
   `post`, exactly (as the engine's switches are exact); anything else, or unset,
   is `checkpoint` (what the checkpoint declares).
+* `ATLAS_GLM_MTP_PREFILL_FULL` is the GLM-5.3 head's own switch (`ok().as_deref() == Some("1")`,
+  read there per context-row batch); `env` prints it beside the `ATLAS_MTP_*` lines.
 * `proposer`, `row_space` and `ring_size` have no engine env var (they are
   properties of the model/engine build, not runtime switches); `env` prints them
   as comments.
@@ -223,6 +225,9 @@ LEVERS: tuple[Lever, ...] = (
     Lever("tree", str, None, None, None, None, True,
           "a static draft tree: its paths of child ranks, '[(0,), (1,), (0, 0)]', or top-k per depth, "
           "'topk:2,1'; unset = the linear K-chain"),
+    Lever("prefill_full", bool, None, "ATLAS_GLM_MTP_PREFILL_FULL", env_switch, _fmt_bool, False,
+          "context and catch-up rows through the drafter's whole block, as a propose runs it, instead of "
+          "the KV-only shortcut (the same rows bit for bit; a diagnostic and cost arm)"),
 )
 BY_NAME = {lv.name: lv for lv in LEVERS}
 # (tests/config/test_lever_cli.py checks that every ArmConfig field has its row here)

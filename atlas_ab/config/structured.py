@@ -49,6 +49,8 @@ class ArmConfig:
     handoff_norm: str = "checkpoint"  # HANDOFF_NORM: checkpoint (as declared) | pre | post the trunk's final norm
     recycle_norm: str = "checkpoint"  # RECYCLE_NORM: checkpoint | pre | post the MTP layer's own final norm
     tree: Optional[str] = None       # TREE: a static draft tree (config/tree.py); None = the K-chain
+    # issue 50 (rows): the drafter's context rows, its cost split, its rows across turns
+    prefill_full: bool = False       # PREFILL_FULL: context rows through the whole block, not the KV-only shortcut
 
     @property
     def has_ring(self) -> bool:
@@ -243,7 +245,17 @@ def validate_arm(arm: ArmConfig) -> ArmConfig:
         raise AtlasError(f"{where}: oracle_p2 needs num_drafts >= 2 (it re-computes draft 2)")
     if arm.tree is not None:
         _validate_tree(where, arm)
+    _validate_drafter_rows(where, arm)
     return arm
+
+
+def _validate_drafter_rows(where: str, arm: ArmConfig) -> None:
+    """Issue 50's levers of the MTP head's rows (PREFILL_FULL, ...): the MTP proposer's only."""
+    on = [k for k in ("prefill_full",) if getattr(arm, k)]
+    if on and (arm.proposer != "mtp" or arm.num_drafts == 0):
+        what = "num_drafts=0 is plain decode (no drafter)" if arm.num_drafts == 0 else \
+            f"proposer={arm.proposer!r} has no MTP head"
+        raise AtlasError(f"{where}: {on[0]} applies to the MTP proposer's rows only: {what}")
 
 
 #: num_drafts=0 is plain decode (run/plain.py): the levers of the drafter then have no effect.

@@ -34,7 +34,7 @@ class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanne
     per_depth = ("d_rope", "d_slot")   # plan arrays read a depth's column at a time (the loop lays them out so)
 
     def __init__(self, trunk, mtp, row_space: str, refeed: bool, graphs: bool = False,
-                 handoff_norm: str = "pre", recycle_norm: str = "pre"):
+                 handoff_norm: str = "pre", recycle_norm: str = "pre", prefill_full: bool = False):
         if mtp is None:
             raise ValueError("the checkpoint has no MTP module (num_nextn_predict_layers = 0)")
         for name, v in (("handoff_norm", handoff_norm), ("recycle_norm", recycle_norm)):
@@ -43,6 +43,7 @@ class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanne
         self.trunk, self.mtp = trunk, mtp
         self.row_space, self.refeed = row_space, refeed
         self.handoff_norm, self.recycle_norm = handoff_norm, recycle_norm
+        self.prefill_full = prefill_full     # PREFILL_FULL: context rows through the whole block (`write_rows`)
         self.slot_is_key = row_space == "dense"
         self.zero_at = int(rope_of(row_space, 0, 0))   # RoPE position of pair key 0 (zero_first_embed layouts)
         self.embed = trunk.embed_tokens
@@ -85,9 +86,14 @@ class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanne
     def write_rows(self, tok, hid, rope, slot, length: int) -> None:
         """Device: drafter KV rows for target-hidden inputs (context, catch-up): tok, rope, slot
         [B, T] (padding at slot -1), hid [B, T, H] the trunk's pre-norm hiddens. The output is
-        unused: the KV rows are the point."""
-        self.mtp.forward(tok, self._handoff(hid), rope, slot, self.kv, self.embed, length=length,
-                         zero_at=self.zero_at)
+        unused: the KV rows are the point, so by default only they are computed (the engine's
+        KV-only `drafter_write_kv_row`); PREFILL_FULL runs the whole block as a propose does
+        (the engine's diagnostic arm). Both write the same rows bit for bit (model.write_kv_rows)."""
+        if self.prefill_full:
+            self.mtp.forward(tok, self._handoff(hid), rope, slot, self.kv, self.embed, length=length,
+                             zero_at=self.zero_at)
+        else:
+            self.mtp.write_kv_rows(tok, self._handoff(hid), rope, slot, self.kv, self.embed, zero_at=self.zero_at)
 
     # -- context rows: prompt prefill and catch-up feed share one plan -----
     def plan_rows(self, feed: RowFeed, static: bool = False, width: int | None = None) -> tuple[RowsWritten, dict]:

@@ -118,7 +118,7 @@ def test_levers_env_cli_prints_sourceable_lines():
     assert r.returncode == 0, r.stderr
     lines = [ln for ln in r.stdout.splitlines() if not ln.startswith("#")]
     env = dict(ln.split("=", 1) for ln in lines)
-    assert all(k.startswith("ATLAS_MTP_") for k in env)
+    assert all(k.startswith(("ATLAS_MTP_", "ATLAS_GLM_MTP_")) for k in env)   # the GLM head's own: issue 50
     assert env["ATLAS_MTP_REFEED_SHIFT"] == "-1" and env["ATLAS_MTP_CATCHUP"] == "1"
     assert env["ATLAS_MTP_REFEED_ACCEPTED"] == "1" and env["ATLAS_MTP_REFEED_DEBUG"] == "1"
     # sourceable: bash reads it back
