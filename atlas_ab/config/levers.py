@@ -38,6 +38,9 @@ Notes on names the reference engine does not fix:
   is `checkpoint` (what the checkpoint declares).
 * `ATLAS_GLM_MTP_PREFILL_FULL` is the GLM-5.3 head's own switch (`ok().as_deref() == Some("1")`,
   read there per context-row batch); `env` prints it beside the `ATLAS_MTP_*` lines.
+* `ATLAS_MTP_PREFIX_REUSE` (PREFIX_REUSE) is OURS: the engine's prefix cache is a server setting, not
+  a switch of its drafter; parsed like its switches (on only for "1"). `ATLAS_MTP_CARRY_DRAFTER` is
+  the engine's, named there without its parse shown; read like the other switches.
 * `proposer`, `row_space` and `ring_size` have no engine env var (they are
   properties of the model/engine build, not runtime switches); `env` prints them
   as comments.
@@ -228,6 +231,13 @@ LEVERS: tuple[Lever, ...] = (
     Lever("prefill_full", bool, None, "ATLAS_GLM_MTP_PREFILL_FULL", env_switch, _fmt_bool, False,
           "context and catch-up rows through the drafter's whole block, as a propose runs it, instead of "
           "the KV-only shortcut (the same rows bit for bit; a diagnostic and cost arm)"),
+    Lever("prefix_reuse", bool, None, "ATLAS_MTP_PREFIX_REUSE", env_switch, _fmt_bool, True,
+          "each warm turn a new request over a prefix cache, as the engine serves a conversation: the "
+          "target's prefill starts at the reused-prefix boundary, the drafter starts fresh and its prefill "
+          "capture no-ops (DRAFTER_PREFILL: prefilled over the whole prompt); off: one request for all turns"),
+    Lever("carry_drafter", bool, None, "ATLAS_MTP_CARRY_DRAFTER", env_switch, _fmt_bool, False,
+          "under prefix_reuse: the drafter's rows carried from one turn's request to the next "
+          "(take_drafter_kv / install_drafter_kv) instead of a fresh drafter"),
 )
 BY_NAME = {lv.name: lv for lv in LEVERS}
 # (tests/config/test_lever_cli.py checks that every ArmConfig field has its row here)

@@ -51,6 +51,10 @@ class ArmConfig:
     tree: Optional[str] = None       # TREE: a static draft tree (config/tree.py); None = the K-chain
     # issue 50 (rows): the drafter's context rows, its cost split, its rows across turns
     prefill_full: bool = False       # PREFILL_FULL: context rows through the whole block, not the KV-only shortcut
+    # PREFIX_REUSE: each warm turn a new request over a prefix cache (a fresh drafter, its capture a no-op);
+    # off: a document's turns are one request (its drafter never rebuilt), as this runner always ran them
+    prefix_reuse: bool = False
+    carry_drafter: bool = False      # CARRY_DRAFTER: under prefix_reuse, the last turn's drafter rows installed
 
     @property
     def has_ring(self) -> bool:
@@ -250,12 +254,29 @@ def validate_arm(arm: ArmConfig) -> ArmConfig:
 
 
 def _validate_drafter_rows(where: str, arm: ArmConfig) -> None:
-    """Issue 50's levers of the MTP head's rows (PREFILL_FULL, ...): the MTP proposer's only."""
-    on = [k for k in ("prefill_full",) if getattr(arm, k)]
+    """Issue 50's levers of the MTP head's rows (PREFILL_FULL, PREFIX_REUSE, CARRY_DRAFTER): the MTP
+    proposer's only, and the combinations a new request per turn cannot run."""
+    on = [k for k in ("prefill_full", "prefix_reuse", "carry_drafter") if getattr(arm, k)]
     if on and (arm.proposer != "mtp" or arm.num_drafts == 0):
         what = "num_drafts=0 is plain decode (no drafter)" if arm.num_drafts == 0 else \
             f"proposer={arm.proposer!r} has no MTP head"
         raise AtlasError(f"{where}: {on[0]} applies to the MTP proposer's rows only: {what}")
+    if arm.carry_drafter and not arm.prefix_reuse:
+        raise AtlasError(f"{where}: carry_drafter=true needs prefix_reuse=true (without it a document's turns "
+                         "are one request, whose drafter is never rebuilt: there is nothing to carry)")
+    if arm.prefix_reuse and arm.tree is not None:
+        raise AtlasError(f"{where}: prefix_reuse runs with tree off (a tree arm runs with every other lever off)")
+    if arm.prefix_reuse and not arm.carry_drafter and arm.catchup:
+        raise AtlasError(f"{where}: catchup under prefix_reuse needs carry_drafter=true (the ring feeds the "
+                         "drafter it was written for; a new request's fresh drafter has none)")
+
+
+def _validate_drafter_rows_workload(arm: ArmConfig, workload: WorkloadConfig) -> None:
+    """CARRY_DRAFTER and PREFIX_REUSE act from a workload's second turn on."""
+    on = [k for k in ("carry_drafter", "prefix_reuse") if getattr(arm, k)]
+    if on and workload.turns < 2:
+        raise AtlasError(f"arm {arm.name!r}: {on[0]}=true acts at a turn's start from the second turn on: "
+                         f"workload.turns={workload.turns} has no second turn")
 
 
 #: num_drafts=0 is plain decode (run/plain.py): the levers of the drafter then have no effect.
@@ -435,6 +456,7 @@ def validate_run(arm: ArmConfig, model: ModelConfig, workload: WorkloadConfig, r
     if arm.tree is not None and workload.sampling.temperature > 0 and runner.mode != "live":
         raise AtlasError(f"arm {arm.name!r}: a sampled tree arm runs live only: runner.mode={runner.mode} "
                          "(coupled tree replay is not built); set runner.mode=live or workload.sampling.temperature=0")
+    _validate_drafter_rows_workload(arm, workload)
 
 
 def field_names(cls) -> list[str]:

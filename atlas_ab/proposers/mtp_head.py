@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from atlas_ab.proposers.base import DraftChain, DraftProposer, Proposal, RowFeed, RowsWritten, drawn, head_outputs
-from atlas_ab.proposers.capabilities import CatchupFeed, DevicePlanner, OracleDraft
+from atlas_ab.proposers.capabilities import CatchupFeed, DevicePlanner, NewRequest, OracleDraft
 from atlas_ab.proposers.layout import pad_layout
 from atlas_ab.proposers.mtp_tree import MTPTree
 from atlas_ab.proposers.rowspace import rope_of, trim_table
@@ -29,7 +29,7 @@ from atlas_ab.runtime.graphs import bucket
 _SLACK = 10
 
 
-class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanner):
+class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanner, NewRequest):
     kind = "mtp"
     per_depth = ("d_rope", "d_slot")   # plan arrays read a depth's column at a time (the loop lays them out so)
 
@@ -63,6 +63,15 @@ class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanne
 
     def free(self) -> None:
         """Kept: the next wave of the same shape reuses the KV pool (and the step graphs that read it)."""
+
+    def new_request(self) -> None:
+        """PREFIX_REUSE: a fresh drafter state for a turn's new request, as `alloc` leaves it (a row
+        written later attends only to slots written after this: from 0 up to its own)."""
+        self.rows[:] = 0
+        self.row_key[:] = -1
+        self.row_target[:] = False
+        self.last_drafted[:] = 0
+        self.row0_slot[:] = -1
 
     def drafter_rows(self) -> np.ndarray:
         return self.rows.copy()
