@@ -37,7 +37,8 @@ Notes on names the reference engine does not fix:
   `post`, exactly (as the engine's switches are exact); anything else, or unset,
   is `checkpoint` (what the checkpoint declares).
 * `ATLAS_GLM_MTP_PREFILL_FULL` is the GLM-5.3 head's own switch (`ok().as_deref() == Some("1")`,
-  read there per context-row batch); `env` prints it beside the `ATLAS_MTP_*` lines.
+  read there per context-row batch); `env` prints it beside the `ATLAS_MTP_*` lines. So is
+  `ATLAS_GLM_MTP_SKIP` (`== Some("head")` / `Some("block")`, anything else off), written `none` when off.
 * `ATLAS_MTP_PREFIX_REUSE` (PREFIX_REUSE) is OURS: the engine's prefix cache is a server setting, not
   a switch of its drafter; parsed like its switches (on only for "1"). `ATLAS_MTP_CARRY_DRAFTER` is
   the engine's, named there without its parse shown; read like the other switches.
@@ -54,7 +55,15 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from atlas_ab.config.structured import DRAFT_POLICIES, HANDOFF_CHOICES, MAX_TEMPERATURE, PROPOSERS, RANGES, ArmConfig
+from atlas_ab.config.structured import (
+    DRAFT_POLICIES,
+    DRAFTER_SKIPS,
+    HANDOFF_CHOICES,
+    MAX_TEMPERATURE,
+    PROPOSERS,
+    RANGES,
+    ArmConfig,
+)
 
 # ----------------------------------------------------------------------------
 # Rust `str::parse` grammars (no whitespace, ASCII digits only, no underscores).
@@ -167,6 +176,11 @@ def env_handoff(v: Optional[str]) -> str:
     return v if v in HANDOFF_CHOICES else "checkpoint"
 
 
+def env_drafter_skip(v: Optional[str]) -> str:
+    """ATLAS_GLM_MTP_SKIP: `ok().as_deref() == Some("head")` / `Some("block")`; anything else: none."""
+    return v if v in ("head", "block") else "none"
+
+
 def _fmt_bool(b: bool) -> str:
     return "1" if b else "0"
 
@@ -238,6 +252,9 @@ LEVERS: tuple[Lever, ...] = (
     Lever("carry_drafter", bool, None, "ATLAS_MTP_CARRY_DRAFTER", env_switch, _fmt_bool, False,
           "under prefix_reuse: the drafter's rows carried from one turn's request to the next "
           "(take_drafter_kv / install_drafter_kv) instead of a fresh drafter"),
+    Lever("drafter_skip", str, DRAFTER_SKIPS, "ATLAS_GLM_MTP_SKIP", env_drafter_skip, str, False,
+          "timing arms: head skips the drafter's norm, lm_head and argmax (every draft is token 0), block "
+          "skips its block (the head reads eh_proj's output); acceptance of either means nothing"),
 )
 BY_NAME = {lv.name: lv for lv in LEVERS}
 # (tests/config/test_lever_cli.py checks that every ArmConfig field has its row here)

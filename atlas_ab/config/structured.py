@@ -55,6 +55,7 @@ class ArmConfig:
     # off: a document's turns are one request (its drafter never rebuilt), as this runner always ran them
     prefix_reuse: bool = False
     carry_drafter: bool = False      # CARRY_DRAFTER: under prefix_reuse, the last turn's drafter rows installed
+    drafter_skip: str = "none"       # DRAFTER_SKIP (timing arms): none | head (drafts token 0) | block (no block)
 
     @property
     def has_ring(self) -> bool:
@@ -253,6 +254,19 @@ def validate_arm(arm: ArmConfig) -> ArmConfig:
     return arm
 
 
+#: drafter_skip: the engine's ATLAS_GLM_MTP_SKIP timing arms (what a skipped propose drafts: levers.py)
+DRAFTER_SKIPS = ("none", "head", "block")
+
+
+def timing_only(arm: ArmConfig) -> Optional[str]:
+    """Why a run of this arm measures time only (its drafts are not the drafter's), or None."""
+    if arm.drafter_skip == "head":
+        return "drafter_skip=head: every draft is token 0 (the drafter's head skipped)"
+    if arm.drafter_skip == "block":
+        return "drafter_skip=block: every draft is the head's argmax over eh_proj's output (the block skipped)"
+    return None
+
+
 def _validate_drafter_rows(where: str, arm: ArmConfig) -> None:
     """Issue 50's levers of the MTP head's rows (PREFILL_FULL, PREFIX_REUSE, CARRY_DRAFTER): the MTP
     proposer's only, and the combinations a new request per turn cannot run."""
@@ -266,6 +280,14 @@ def _validate_drafter_rows(where: str, arm: ArmConfig) -> None:
                          "are one request, whose drafter is never rebuilt: there is nothing to carry)")
     if arm.prefix_reuse and arm.tree is not None:
         raise AtlasError(f"{where}: prefix_reuse runs with tree off (a tree arm runs with every other lever off)")
+    if arm.drafter_skip not in DRAFTER_SKIPS:
+        raise AtlasError(f"{where}: drafter_skip={arm.drafter_skip!r} must be one of {', '.join(DRAFTER_SKIPS)}")
+    if arm.drafter_skip != "none":      # a timing arm: the plain chain only
+        busy = [k for k in ("draft_conf", "shadow_topk", "oracle_p2", "tree", "draft_policy") if getattr(arm, k)]
+        if busy or arm.proposer != "mtp" or arm.num_drafts == 0:
+            what = busy[0] if busy else "proposer=draft_model" if arm.proposer != "mtp" else "num_drafts=0"
+            raise AtlasError(f"{where}: drafter_skip={arm.drafter_skip} (a timing arm of the MTP head's chain) "
+                             f"runs with {what} off")
     if arm.prefix_reuse and not arm.carry_drafter and arm.catchup:
         raise AtlasError(f"{where}: catchup under prefix_reuse needs carry_drafter=true (the ring feeds the "
                          "drafter it was written for; a new request's fresh drafter has none)")

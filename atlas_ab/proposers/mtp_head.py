@@ -34,7 +34,8 @@ class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanne
     per_depth = ("d_rope", "d_slot")   # plan arrays read a depth's column at a time (the loop lays them out so)
 
     def __init__(self, trunk, mtp, row_space: str, refeed: bool, graphs: bool = False,
-                 handoff_norm: str = "pre", recycle_norm: str = "pre", prefill_full: bool = False):
+                 handoff_norm: str = "pre", recycle_norm: str = "pre", prefill_full: bool = False,
+                 drafter_skip: str = "none"):
         if mtp is None:
             raise ValueError("the checkpoint has no MTP module (num_nextn_predict_layers = 0)")
         for name, v in (("handoff_norm", handoff_norm), ("recycle_norm", recycle_norm)):
@@ -44,6 +45,9 @@ class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanne
         self.row_space, self.refeed = row_space, refeed
         self.handoff_norm, self.recycle_norm = handoff_norm, recycle_norm
         self.prefill_full = prefill_full     # PREFILL_FULL: context rows through the whole block (`write_rows`)
+        if drafter_skip not in ("none", "head", "block"):
+            raise ValueError(f"drafter_skip={drafter_skip!r} must be 'none', 'head' or 'block'")
+        self.drafter_skip = drafter_skip     # DRAFTER_SKIP: a timing arm's propose (`_draft_step`)
         self.slot_is_key = row_space == "dense"
         self.zero_at = int(rope_of(row_space, 0, 0))   # RoPE position of pair key 0 (zero_first_embed layouts)
         self.embed = trunk.embed_tokens
@@ -151,9 +155,18 @@ class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanne
         if first:
             hid = self._handoff(hid)
         out = self.mtp.forward(tok[:, None], hid[:, None], rope[:, None], slot[:, None], self.kv,
-                               self.embed, length=length, zero_at=self.zero_at)
+                               self.embed, length=length, zero_at=self.zero_at, block=self.drafter_skip != "block")
+        if self.drafter_skip == "head":      # DRAFTER_SKIP=head: no norm, head or argmax; the engine's draft 0
+            return self._skipped_head(out)
         z = self.mtp.logits(out, self.lm_head, fp32=logits)[:, 0]       # sampled: fp32 for q
         return (self._recycle(out[:, 0]), *head_outputs(z, topk)) + ((z,) if logits else ())
+
+    def _skipped_head(self, out):
+        """DRAFTER_SKIP=head (a timing arm: validate_arm refuses it with sampling, SHADOW_TOPK, DRAFT_CONF):
+        the draft is token 0, as the engine's `forward_one` returns `Ok(0)`, its confidence 0."""
+        draft = torch.zeros(out.shape[0], dtype=torch.long, device=out.device)
+        conf = torch.zeros(out.shape[0], dtype=torch.float32, device=out.device)
+        return self._recycle(out[:, 0]), conf, draft, draft, conf
 
     def plan_propose(self, history, positions, num_drafts, active, static: bool = False) -> tuple[dict, dict]:
         """Host: book the propose's K rows per active sequence (pair keys n-1 .. n+K-2) and return

@@ -69,7 +69,8 @@ def _mtp(t: Target) -> Built:
     log.info("MTP layout %s: declared handoff_norm=%s recycle_norm=%s (%s); running %s", ck.layout.name,
              ck.layout.handoff_norm, ck.layout.recycle_norm, ck.layout.source, handoff["in_effect"])
     return Built(MTPProposer(ck.trunk.eval(), ck.mtp.eval(), t.arm.row_space, t.arm.refeed,
-                             **handoff["in_effect"], prefill_full=t.arm.prefill_full), {"handoff": handoff})
+                             **handoff["in_effect"], prefill_full=t.arm.prefill_full,
+                             drafter_skip=t.arm.drafter_skip), {"handoff": handoff})
 
 
 @register("draft_model")

@@ -474,12 +474,15 @@ class MTPModule(DecoderLayer):
         return refs[i]
 
     def forward(self, tokens, hiddens, positions, slots, kv: KVPool, embed=None,
-                length: Optional[int] = None, zero_at: int = 0, tree=None) -> torch.Tensor:
+                length: Optional[int] = None, zero_at: int = 0, tree=None, block: bool = True) -> torch.Tensor:
         """x = eh_proj(cat([enorm(embed(tok)), hnorm(hidden)])); out = block(x) over the MTP's own
         1-layer KVPool. Returns out [B, T, H] PRE shared_head.norm. `zero_at`: the RoPE position of
         pair key 0, whose embedding is zeroed when zero_first_embed (the caller's row space knows).
-        tree: as Transformer.forward's (a tree draft's rows)."""
+        tree: as Transformer.forward's (a tree draft's rows). block=False: x itself, the block skipped
+        and nothing written (the engine's timing arm ATLAS_GLM_MTP_SKIP=block)."""
         x = self._input(tokens, hiddens, embed, positions, zero_at)
+        if not block:
+            return x
         return self._block(x, positions, _cached_ctx(kv, slots, length, self.args, x.dtype, tree))
 
     def write_kv_rows(self, tokens, hiddens, positions, slots, kv: KVPool, embed=None, zero_at: int = 0) -> None:
