@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from statistics import median
 
 import numpy as np
 import torch
@@ -25,7 +26,7 @@ from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.runtime.args import ModelArgs
 from atlas_ab.runtime.model import MTPModule, Transformer, init_weights
 
-from common import graphed_ms  # bench/common.py (this folder is on sys.path)
+from common import graphed, replay_ms  # bench/common.py (this folder is on sys.path)
 
 # hidden, heads, kv heads, intermediate, vocab
 SHAPES = {"33.6M": (512, 8, 8, 1408, 4096), "5.7B": (4096, 32, 8, 11008, 4096),
@@ -52,7 +53,8 @@ def random_drafter(shape: str, device, dtype):
     return trunk.to(dtype).eval(), mtp.to(dtype).eval().attach(trunk)
 
 
-def propose_ms(trunk, mtp, skip: str, B: int, K: int, reps: int, device) -> float:
+def propose_step(trunk, mtp, skip: str, B: int, K: int, device):
+    """One propose of K drafts over KV_ROWS context rows, ready to call (captured in a CUDA graph on a GPU)."""
     p = MTPProposer(trunk, mtp, "compact", False, drafter_skip=skip)
     p.alloc(np.full(B, KV_ROWS + 64))
     H = mtp.args.hidden_size
@@ -67,7 +69,18 @@ def propose_ms(trunk, mtp, skip: str, B: int, K: int, reps: int, device) -> floa
     tok = torch.randint(0, mtp.args.vocab_size, (B,), generator=g).to(device)
     hid = torch.randn(B, H, generator=g).to(device, mtp.dtype)
     lengths = {"draft": p.kv.max_capacity}
-    return graphed_ms(lambda: p.draft(plan, tok, hid, K, lengths=lengths).drafts, device, reps)
+    return graphed(lambda: p.draft(plan, tok, hid, K, lengths=lengths).drafts, device)
+
+
+def split_ms(trunk, mtp, B: int, K: int, reps: int, rounds: int, device) -> dict:
+    """skip -> the median over `rounds` of the mean ms of `reps` calls, the three skips interleaved round by
+    round (so a machine whose load drifts drifts under all three alike)."""
+    steps = {skip: propose_step(trunk, mtp, skip, B, K, device) for skip in SKIPS}
+    times = {skip: [] for skip in SKIPS}
+    for _ in range(rounds):
+        for skip in SKIPS:
+            times[skip].append(replay_ms(steps[skip], device, reps))
+    return {skip: median(t) for skip, t in times.items()}
 
 
 def main(argv=None) -> int:
@@ -77,7 +90,8 @@ def main(argv=None) -> int:
                     + " (default: all on a GPU, 7.3M on the CPU)")
     ap.add_argument("--widths", default="1,16", help="batch widths B")
     ap.add_argument("--k", type=int, default=2, help="drafts a propose (K)")
-    ap.add_argument("--reps", type=int, default=None, help="replays per timing (default 200 GPU, 30 CPU)")
+    ap.add_argument("--reps", type=int, default=None, help="calls per timing (default 100 GPU, 10 CPU)")
+    ap.add_argument("--rounds", type=int, default=7, help="timings per skip, interleaved; the median is printed")
     ap.add_argument("--threads", type=int, default=0)
     a = ap.parse_args(argv)
     device = torch.device(a.device)
@@ -88,23 +102,20 @@ def main(argv=None) -> int:
     if a.threads:
         torch.set_num_threads(a.threads)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    reps = a.reps or (200 if device.type == "cuda" else 30)
+    reps = a.reps or (100 if device.type == "cuda" else 10)
     shapes = (a.shapes or ("7.3M," + ",".join(SHAPES) if device.type == "cuda" else "7.3M")).split(",")
     t0 = time.perf_counter()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
     print(f"{name}, {dtype}, torch {torch.__version__}; a propose of K={a.k} over {KV_ROWS} KV rows, "
-          f"{'graphed' if device.type == 'cuda' else 'eager'}, mean of {reps}")
+          f"{'graphed' if device.type == 'cuda' else 'eager'}, median of {a.rounds} "
+          f"interleaved means of {reps} calls")
     print("| shape | B | propose ms | head skipped ms | block skipped ms | head skipped / propose | "
           "block skipped / propose | head's share | block's share |")
     print("|---|---|---|---|---|---|---|---|---|")
     for s in shapes:
         trunk, mtp = default_drafter(device, dtype) if s == "7.3M" else random_drafter(s, device, dtype)
         for B in (int(w) for w in a.widths.split(",")):
-            ms = {}
-            for _ in range(2):            # each skip timed twice, interleaved; the lower of the two
-                for skip in SKIPS:
-                    t = propose_ms(trunk, mtp, skip, B, a.k, reps, device)
-                    ms[skip] = min(ms.get(skip, t), t)
+            ms = split_ms(trunk, mtp, B, a.k, reps, a.rounds, device)
             full = ms["none"]
             print(f"| {s} | {B} | {full:.3f} | {ms['head']:.3f} | {ms['block']:.3f} | {ms['head'] / full:.3f} | "
                   f"{ms['block'] / full:.3f} | {1 - ms['head'] / full:.3f} | {1 - ms['block'] / full:.3f} |",
