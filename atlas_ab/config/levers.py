@@ -41,6 +41,12 @@ Notes on names the reference engine does not fix:
   engine's default, while ArmConfig's default (the baseline) stays off.
 * `ATLAS_GLM_MTP_KV_FP8` (KV_FP8) is OURS: the GLM head's KV is FP8 by construction. Parsed like
   a switch (on only for "1").
+* `ATLAS_GLM_MTP_PREFILL_FULL` is the GLM-5.3 head's own switch (`ok().as_deref() == Some("1")`,
+  read there per context-row batch); `env` prints it beside the `ATLAS_MTP_*` lines. So is
+  `ATLAS_GLM_MTP_SKIP` (`== Some("head")` / `Some("block")`, anything else off), written `none` when off.
+* `ATLAS_MTP_PREFIX_REUSE` (PREFIX_REUSE) is OURS: the engine's prefix cache is a server setting, not
+  a switch of its drafter; parsed like its switches (on only for "1"). `ATLAS_MTP_CARRY_DRAFTER` is
+  the engine's, named there without its parse shown; read like the other switches.
 * `proposer`, `row_space`, `ring_size` and `head_shards` (the engine's tensor-parallel world size)
   have no engine env var (they are properties of the model/engine build, not runtime switches); `env` prints them
   as comments.
@@ -54,7 +60,15 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from atlas_ab.config.structured import DRAFT_POLICIES, HANDOFF_CHOICES, MAX_TEMPERATURE, PROPOSERS, RANGES, ArmConfig
+from atlas_ab.config.structured import (
+    DRAFT_POLICIES,
+    DRAFTER_SKIPS,
+    HANDOFF_CHOICES,
+    MAX_TEMPERATURE,
+    PROPOSERS,
+    RANGES,
+    ArmConfig,
+)
 
 # ----------------------------------------------------------------------------
 # Rust `str::parse` grammars (no whitespace, ASCII digits only, no underscores).
@@ -172,6 +186,11 @@ def env_kill_switch(v: Optional[str]) -> bool:
     return v != "0"
 
 
+def env_drafter_skip(v: Optional[str]) -> str:
+    """ATLAS_GLM_MTP_SKIP: `ok().as_deref() == Some("head")` / `Some("block")`; anything else: none."""
+    return v if v in ("head", "block") else "none"
+
+
 def _fmt_bool(b: bool) -> str:
     return "1" if b else "0"
 
@@ -244,6 +263,19 @@ LEVERS: tuple[Lever, ...] = (
     Lever("head_shards", int, (1, 8), None, None, None, False,
           "the drafter head's top-1 over 1, 2, 4 or 8 vocabulary slices, each (max, argmax, sum exp), "
           "reduced (the engine's tensor-parallel ranks; no env var)"),
+    Lever("prefill_full", bool, None, "ATLAS_GLM_MTP_PREFILL_FULL", env_switch, _fmt_bool, False,
+          "context and catch-up rows through the drafter's whole block, as a propose runs it, instead of "
+          "the KV-only shortcut (the same rows bit for bit; a diagnostic and cost arm)"),
+    Lever("prefix_reuse", bool, None, "ATLAS_MTP_PREFIX_REUSE", env_switch, _fmt_bool, True,
+          "each warm turn a new request over a prefix cache, as the engine serves a conversation: the "
+          "target's prefill starts at the reused-prefix boundary, the drafter starts fresh and its prefill "
+          "capture no-ops (DRAFTER_PREFILL: prefilled over the whole prompt); off: one request for all turns"),
+    Lever("carry_drafter", bool, None, "ATLAS_MTP_CARRY_DRAFTER", env_switch, _fmt_bool, False,
+          "under prefix_reuse: the drafter's rows carried from one turn's request to the next "
+          "(take_drafter_kv / install_drafter_kv) instead of a fresh drafter"),
+    Lever("drafter_skip", str, DRAFTER_SKIPS, "ATLAS_GLM_MTP_SKIP", env_drafter_skip, str, False,
+          "timing arms: head skips the drafter's norm, lm_head and argmax (every draft is token 0), block "
+          "skips its block (the head reads eh_proj's output); acceptance of either means nothing"),
 )
 BY_NAME = {lv.name: lv for lv in LEVERS}
 # (tests/config/test_lever_cli.py checks that every ArmConfig field has its row here)

@@ -53,6 +53,13 @@ class ArmConfig:
     head_fp8: bool = False           # HEAD_FP8: draft with an FP8 E4M3 copy of lm_head (the engine's default is on)
     kv_fp8: bool = False             # KV_FP8: the drafter's own KV rows stored as FP8 E4M3
     head_shards: int = 1             # HEAD_SHARDS: the head's top-1 over 1, 2, 4 or 8 vocabulary slices, reduced
+    # issue 50 (rows): the drafter's context rows, its cost split, its rows across turns
+    prefill_full: bool = False       # PREFILL_FULL: context rows through the whole block, not the KV-only shortcut
+    # PREFIX_REUSE: each warm turn a new request over a prefix cache (a fresh drafter, its capture a no-op);
+    # off: a document's turns are one request (its drafter never rebuilt), as this runner always ran them
+    prefix_reuse: bool = False
+    carry_drafter: bool = False      # CARRY_DRAFTER: under prefix_reuse, the last turn's drafter rows installed
+    drafter_skip: str = "none"       # DRAFTER_SKIP (timing arms): none | head (drafts token 0) | block (no block)
 
     @property
     def has_ring(self) -> bool:
@@ -250,7 +257,55 @@ def validate_arm(arm: ArmConfig) -> ArmConfig:
     if arm.tree is not None:
         _validate_tree(where, arm)
     _validate_head_numerics(where, arm)
+    _validate_drafter_rows(where, arm)
     return arm
+
+
+#: drafter_skip: the engine's ATLAS_GLM_MTP_SKIP timing arms (what a skipped propose drafts: levers.py)
+DRAFTER_SKIPS = ("none", "head", "block")
+
+
+def timing_only(arm: ArmConfig) -> Optional[str]:
+    """Why a run of this arm measures time only (its drafts are not the drafter's), or None."""
+    if arm.drafter_skip == "head":
+        return "drafter_skip=head: every draft is token 0 (the drafter's head skipped)"
+    if arm.drafter_skip == "block":
+        return "drafter_skip=block: every draft is the head's argmax over eh_proj's output (the block skipped)"
+    return None
+
+
+def _validate_drafter_rows(where: str, arm: ArmConfig) -> None:
+    """Issue 50's levers of the MTP head's rows (PREFILL_FULL, PREFIX_REUSE, CARRY_DRAFTER): the MTP
+    proposer's only, and the combinations a new request per turn cannot run."""
+    on = [k for k in ("prefill_full", "prefix_reuse", "carry_drafter") if getattr(arm, k)]
+    if on and (arm.proposer != "mtp" or arm.num_drafts == 0):
+        what = "num_drafts=0 is plain decode (no drafter)" if arm.num_drafts == 0 else \
+            f"proposer={arm.proposer!r} has no MTP head"
+        raise AtlasError(f"{where}: {on[0]} applies to the MTP proposer's rows only: {what}")
+    if arm.carry_drafter and not arm.prefix_reuse:
+        raise AtlasError(f"{where}: carry_drafter=true needs prefix_reuse=true (without it a document's turns "
+                         "are one request, whose drafter is never rebuilt: there is nothing to carry)")
+    if arm.prefix_reuse and arm.tree is not None:
+        raise AtlasError(f"{where}: prefix_reuse runs with tree off (a tree arm runs with every other lever off)")
+    if arm.drafter_skip not in DRAFTER_SKIPS:
+        raise AtlasError(f"{where}: drafter_skip={arm.drafter_skip!r} must be one of {', '.join(DRAFTER_SKIPS)}")
+    if arm.drafter_skip != "none":      # a timing arm: the plain chain only
+        busy = [k for k in ("draft_conf", "shadow_topk", "oracle_p2", "tree", "draft_policy") if getattr(arm, k)]
+        if busy or arm.proposer != "mtp" or arm.num_drafts == 0:
+            what = busy[0] if busy else f"proposer={arm.proposer}" if arm.proposer != "mtp" else "num_drafts=0"
+            raise AtlasError(f"{where}: drafter_skip={arm.drafter_skip} (a timing arm of the MTP head's chain) "
+                             f"runs with {what} off")
+    if arm.prefix_reuse and not arm.carry_drafter and arm.catchup:
+        raise AtlasError(f"{where}: catchup under prefix_reuse needs carry_drafter=true (the ring feeds the "
+                         "drafter it was written for; a new request's fresh drafter has none)")
+
+
+def _validate_drafter_rows_workload(arm: ArmConfig, workload: WorkloadConfig) -> None:
+    """CARRY_DRAFTER and PREFIX_REUSE act from a workload's second turn on."""
+    on = [k for k in ("carry_drafter", "prefix_reuse") if getattr(arm, k)]
+    if on and workload.turns < 2:
+        raise AtlasError(f"arm {arm.name!r}: {on[0]}=true acts at a turn's start from the second turn on: "
+                         f"workload.turns={workload.turns} has no second turn")
 
 
 #: num_drafts=0 is plain decode (run/plain.py): the levers of the drafter then have no effect.
@@ -452,6 +507,7 @@ def validate_run(arm: ArmConfig, model: ModelConfig, workload: WorkloadConfig, r
     if arm.tree is not None and workload.sampling.temperature > 0 and runner.mode != "live":
         raise AtlasError(f"arm {arm.name!r}: a sampled tree arm runs live only: runner.mode={runner.mode} "
                          "(coupled tree replay is not built); set runner.mode=live or workload.sampling.temperature=0")
+    _validate_drafter_rows_workload(arm, workload)
 
 
 # issue 49, EAGLE-3: the MTP head's levers it has no equivalent for (its handoff is the fc of its own

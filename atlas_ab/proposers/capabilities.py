@@ -10,6 +10,7 @@ it has while it steps.
   TreeDrafter    TREE: a static draft tree, drafted, compacted and booked as its accepted path
   DevicePlanner  none required: at static shapes a wave runs ahead of the host only with it
                  (speculative/run_ahead.py); without it the wave steps with the host's plans
+  NewRequest     PREFIX_REUSE without CARRY_DRAFTER: a turn's new request starts from a fresh drafter
 """
 from __future__ import annotations
 
@@ -99,10 +100,21 @@ class DevicePlanner(ABC):
         """Device: the drafter's rows [B] after a propose and its verify, as the host books them."""
 
 
+class NewRequest(ABC):
+    """PREFIX_REUSE: a turn served as a new request, whose drafter state is a fresh one (the engine's
+    `alloc_state`) unless CARRY_DRAFTER installs the last turn's (`take_drafter_kv` / `install_drafter_kv`)."""
+
+    @abstractmethod
+    def new_request(self) -> None:
+        """Host: every sequence's drafter state as a new request's: no rows, no pair keys. The KV
+        pool is kept (a step graph reads it by address); its old rows are past every row's reach."""
+
+
 #: (capability, the lever that needs it, whether an arm has that lever on)
 NEEDED = ((CatchupFeed, "catchup", lambda arm: arm.catchup),
           (OracleDraft, "oracle_p2", lambda arm: arm.oracle_p2),
-          (TreeDrafter, "tree", lambda arm: arm.tree is not None))
+          (TreeDrafter, "tree", lambda arm: arm.tree is not None),
+          (NewRequest, "prefix_reuse", lambda arm: arm.prefix_reuse and not arm.carry_drafter))
 
 
 def require(proposer, arm: ArmConfig) -> None:

@@ -1,4 +1,5 @@
-"""A drafter's head as drafting uses it (the MTP module's or EAGLE-3's: `draft_head()`): its final norm, the lm_head (as loaded, or its FP8 E4M3
+"""A drafter's head as drafting uses it (the MTP module's or EAGLE-3's: `draft_head()`): its final norm,
+the lm_head (as loaded, or its FP8 E4M3
 copy: HEAD_FP8), the top-1 (over the whole vocabulary, or over HEAD_SHARDS slices and one reduce).
 
 Drafting only: the target verifies every draft with its own head, so whatever this head computes

@@ -20,7 +20,9 @@ class EAGLE3Proposer(MTPProposer):
     kind = "eagle3"
 
     def __init__(self, trunk, head, row_space: str, refeed: bool):
-        super().__init__(trunk, head, row_space, refeed)     # self.mtp is the head; self.head its draft head
+        # self.mtp is the head, self.head its draft head; its context rows run the whole layer, as vLLM's
+        # EAGLE-3 proposer runs them (the MTP head's KV-only shortcut is the GLM engine's, and MTPModule's)
+        super().__init__(trunk, head, row_space, refeed, prefill_full=True)
         #: the target layers whose residual streams it is handed (the target reads this: speculative/targets.py)
         self.feature_layers = head.layers
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from atlas_ab.proposers.base import DraftChain, DraftProposer, Proposal, RowFeed, RowsWritten, drawn
-from atlas_ab.proposers.capabilities import CatchupFeed, DevicePlanner, OracleDraft
+from atlas_ab.proposers.capabilities import CatchupFeed, DevicePlanner, NewRequest, OracleDraft
 from atlas_ab.proposers.draft_head import DraftHead
 from atlas_ab.proposers.layout import pad_layout
 from atlas_ab.proposers.mtp_tree import MTPTree
@@ -35,13 +35,14 @@ from atlas_ab.runtime.kv_fp8 import Fp8KVPool
 _SLACK = 10
 
 
-class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanner):
+class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanner, NewRequest):
     kind = "mtp"
     per_depth = ("d_rope", "d_slot")   # plan arrays read a depth's column at a time (the loop lays them out so)
 
     def __init__(self, trunk, mtp, row_space: str, refeed: bool, graphs: bool = False,
                  handoff_norm: str = "pre", recycle_norm: str = "pre", head_fp8: bool = False,
-                 kv_fp8: bool = False, head_shards: int = 1):
+                 kv_fp8: bool = False, head_shards: int = 1, prefill_full: bool = False,
+                 drafter_skip: str = "none"):
         if mtp is None:
             raise ValueError("the checkpoint has no MTP module (num_nextn_predict_layers = 0)")
         for name, v in (("handoff_norm", handoff_norm), ("recycle_norm", recycle_norm)):
@@ -50,6 +51,10 @@ class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanne
         self.trunk, self.mtp = trunk, mtp
         self.row_space, self.refeed = row_space, refeed
         self.handoff_norm, self.recycle_norm = handoff_norm, recycle_norm
+        self.prefill_full = prefill_full     # PREFILL_FULL: context rows through the whole block (`write_rows`)
+        if drafter_skip not in ("none", "head", "block"):
+            raise ValueError(f"drafter_skip={drafter_skip!r} must be 'none', 'head' or 'block'")
+        self.drafter_skip = drafter_skip     # DRAFTER_SKIP: a timing arm's propose (`_draft_step`)
         self.slot_is_key = row_space == "dense"
         self.zero_at = int(rope_of(row_space, 0, 0))   # RoPE position of pair key 0 (zero_first_embed layouts)
         self.embed = trunk.embed_tokens
@@ -87,6 +92,15 @@ class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanne
     def free(self) -> None:
         """Kept: the next wave of the same shape reuses the KV pool (and the step graphs that read it)."""
 
+    def new_request(self) -> None:
+        """PREFIX_REUSE: a fresh drafter state for a turn's new request, as `alloc` leaves it (a row
+        written later attends only to slots written after this: from 0 up to its own)."""
+        self.rows[:] = 0
+        self.row_key[:] = -1
+        self.row_target[:] = False
+        self.last_drafted[:] = 0
+        self.row0_slot[:] = -1
+
     def drafter_rows(self) -> np.ndarray:
         return self.rows.copy()
 
@@ -109,9 +123,14 @@ class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanne
     def write_rows(self, tok, hid, rope, slot, length: int) -> None:
         """Device: drafter KV rows for target-hidden inputs (context, catch-up): tok, rope, slot
         [B, T] (padding at slot -1), hid [B, T, H] the trunk's pre-norm hiddens. The output is
-        unused: the KV rows are the point."""
-        self.mtp.forward(tok, self._handoff(hid), rope, slot, self.kv, self.embed, length=length,
-                         zero_at=self.zero_at)
+        unused: the KV rows are the point, so by default only they are computed (the engine's
+        KV-only `drafter_write_kv_row`); PREFILL_FULL runs the whole block as a propose does
+        (the engine's diagnostic arm). Both write the same rows bit for bit (model.write_kv_rows)."""
+        if self.prefill_full:
+            self.mtp.forward(tok, self._handoff(hid), rope, slot, self.kv, self.embed, length=length,
+                             zero_at=self.zero_at)
+        else:
+            self.mtp.write_kv_rows(tok, self._handoff(hid), rope, slot, self.kv, self.embed, zero_at=self.zero_at)
 
     # -- context rows: prompt prefill and catch-up feed share one plan -----
     def plan_rows(self, feed: RowFeed, static: bool = False, width: int | None = None) -> tuple[RowsWritten, dict]:
@@ -160,9 +179,19 @@ class MTPProposer(MTPTree, DraftProposer, CatchupFeed, OracleDraft, DevicePlanne
         if first:
             hid = self._handoff(hid)
         out = self.mtp.forward(tok[:, None], hid[:, None], rope[:, None], slot[:, None], self.kv,
-                               self.embed, length=length, zero_at=self.zero_at)
+                               self.embed, length=length, zero_at=self.zero_at,
+                               **({"block": False} if self.drafter_skip == "block" else {}))   # DRAFTER_SKIP=block
+        if self.drafter_skip == "head":      # DRAFTER_SKIP=head: no norm, head or argmax; the engine's draft 0
+            return self._skipped_head(out)
         conf, draft, ids, p, z = self.head.outputs(out, topk, fp32=logits)   # sampled: fp32 logits for q
         return (self._recycle(out[:, 0]), conf, draft, ids, p) + ((z,) if logits else ())
+
+    def _skipped_head(self, out):
+        """DRAFTER_SKIP=head (a timing arm: validate_arm refuses it with sampling, SHADOW_TOPK, DRAFT_CONF):
+        the draft is token 0, as the engine's `forward_one` returns `Ok(0)`, its confidence 0."""
+        draft = torch.zeros(out.shape[0], dtype=torch.long, device=out.device)
+        conf = torch.zeros(out.shape[0], dtype=torch.float32, device=out.device)
+        return self._recycle(out[:, 0]), conf, draft, draft, conf
 
     def plan_propose(self, history, positions, num_drafts, active, static: bool = False) -> tuple[dict, dict]:
         """Host: book the propose's K rows per active sequence (pair keys n-1 .. n+K-2) and return

@@ -69,7 +69,8 @@ def _mtp(t: Target) -> Built:
     log.info("MTP layout %s: declared handoff_norm=%s recycle_norm=%s (%s); running %s", ck.layout.name,
              ck.layout.handoff_norm, ck.layout.recycle_norm, ck.layout.source, handoff["in_effect"])
     prop = MTPProposer(ck.trunk.eval(), ck.mtp.eval(), t.arm.row_space, t.arm.refeed, **handoff["in_effect"],
-                       head_fp8=t.arm.head_fp8, kv_fp8=t.arm.kv_fp8, head_shards=t.arm.head_shards)
+                       head_fp8=t.arm.head_fp8, kv_fp8=t.arm.kv_fp8, head_shards=t.arm.head_shards,
+                       prefill_full=t.arm.prefill_full, drafter_skip=t.arm.drafter_skip)
     numerics = prop.numerics()      # HEAD_FP8 / KV_FP8 / HEAD_SHARDS as they run (None: all off)
     if numerics and "emulated" in numerics.get("head_fp8", ""):
         log.warning("HEAD_FP8: %s", numerics["head_fp8"])

@@ -30,9 +30,15 @@ class RunInfo:
     # the step's bookkeeping ran compiled (runtime/fusion.py: GPU graphs and runner.fuse_bookkeeping);
     # like the loop, it changes step times only, so analysis compares runs of one setting
     fused: bool = False
+    # a timing arm's reason (DRAFTER_SKIP: config.structured.timing_only): its steps' acceptance means
+    # nothing, and the analysis refuses to judge it; absent from the manifest otherwise
+    timing_only: Optional[str] = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["timing_only"] is None:
+            del d["timing_only"]
+        return d
 
 
 @dataclass

@@ -29,6 +29,7 @@ from atlas_ab.config.structured import (
     fuse_for,
     gate_sequences_for,
     steps_bound,
+    timing_only,
     validate_run,
 )
 from atlas_ab.proposers.capabilities import require
@@ -145,7 +146,8 @@ class Runner:
             loop="run_ahead" if self.mode == "live" and runner.run_ahead and self.arm.num_drafts
             and runs_ahead(self.arm, self.graphs, self.proposer) else "step_by_step",
             # plain decode (K = 0: run/plain.py) has no bookkeeping to compile
-            fused=bool(self.mode == "live" and self.graphs and self.fuse and self.arm.num_drafts))
+            fused=bool(self.mode == "live" and self.graphs and self.fuse and self.arm.num_drafts),
+            timing_only=timing_only(self.arm))
 
     def _trajectories(self, ck, runner: RunnerConfig) -> dict:
         """Replay: find (or build, once across concurrent jobs) the workload's stored trajectory."""

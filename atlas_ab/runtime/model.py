@@ -178,14 +178,23 @@ class Attention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
 
+    def kv_rows(self, x, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows' K (normed when qk_norm, rotated) and V [B, T, KVH, D]: a function of x alone.
+        `forward` computes its K and V with this very call, so a KV-only writer's rows are its rows."""
+        B, T, _ = x.shape
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
+        if self.k_norm is not None:
+            k = self.k_norm(k)
+        return apply_rope(k, cos, sin), v
+
     def forward(self, x, cos, sin, ctx: _Ctx, layer: int):
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)
-        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
+        k, v = self.kv_rows(x, cos, sin)
         if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            q = self.q_norm(q)
+        q = apply_rope(q, cos, sin)
         if ctx.kv is None:      # training / uncached: causal (or windowed) over the T rows
             o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                attn_mask=ctx.mask, is_causal=ctx.causal, enable_gqa=True)
@@ -204,16 +213,23 @@ class Attention(nn.Module):
         o = o.view(B, KVH, G, T, D).permute(0, 3, 1, 2, 4)                # [B, T, KVH, G, D]
         return self.o_proj(o.reshape(B, T, self.n_heads * D))
 
-    def forward_fast(self, x, positions, rope, ctx: _Ctx, layer: int):
-        """The Triton path: one qkv matmul; RoPE (and q/k norm) on its output with the K/V rows
-        written into the pool; attention from the pool; o_proj."""
+    def write_kv_fast(self, x, positions, rope, ctx: _Ctx, layer: int) -> torch.Tensor:
+        """The Triton path's first half: one qkv matmul; RoPE (and q/k norm) on its output with the
+        K/V rows written into the pool. Returns qkv (q rotated in place). The whole qkv matmul, not
+        just its K/V columns: a KV-only writer then runs `forward_fast`'s kernels on its shapes."""
         qkv = linear(x, fused(self, "_qkv_w", (self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)),
                      fused(self, "_qkv_b", (self.q_proj.bias, self.k_proj.bias, self.v_proj.bias)))
         kv = ctx.kv
-        k_pool, v_pool = kv.k[layer], kv.v[layer]
         qn = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps) if self.q_norm is not None else (None, None, 0.0)
-        rope_write_kv(qkv, positions, rope, k_pool, v_pool, ctx.slots, kv.base, kv.capacity, self.n_heads,
+        rope_write_kv(qkv, positions, rope, kv.k[layer], kv.v[layer], ctx.slots, kv.base, kv.capacity, self.n_heads,
                       self.n_kv_heads, qn[0], qn[1], qn[2])
+        return qkv
+
+    def forward_fast(self, x, positions, rope, ctx: _Ctx, layer: int):
+        """The Triton path: `write_kv_fast`; attention from the pool; o_proj."""
+        qkv = self.write_kv_fast(x, positions, rope, ctx, layer)
+        kv = ctx.kv
+        k_pool, v_pool = kv.k[layer], kv.v[layer]
         o = attention_kernel(qkv, k_pool, v_pool, ctx.slots, kv.base, kv.capacity, self.n_heads,
                              self.head_dim ** -0.5, ctx.window, max_len=kv.max_capacity + 1, tree=ctx.tree)
         return linear(o, self.o_proj.weight, self.o_proj.bias)
@@ -511,13 +527,35 @@ class MTPModule(DecoderLayer):
         return refs[i]
 
     def forward(self, tokens, hiddens, positions, slots, kv: KVPool, embed=None,
-                length: Optional[int] = None, zero_at: int = 0, tree=None) -> torch.Tensor:
+                length: Optional[int] = None, zero_at: int = 0, tree=None, block: bool = True) -> torch.Tensor:
         """x = eh_proj(cat([enorm(embed(tok)), hnorm(hidden)])); out = block(x) over the MTP's own
         1-layer KVPool. Returns out [B, T, H] PRE shared_head.norm. `zero_at`: the RoPE position of
         pair key 0, whose embedding is zeroed when zero_first_embed (the caller's row space knows).
-        tree: as Transformer.forward's (a tree draft's rows)."""
+        tree: as Transformer.forward's (a tree draft's rows). block=False: x itself, the block skipped
+        and nothing written (the engine's timing arm ATLAS_GLM_MTP_SKIP=block)."""
         x = self._input(tokens, hiddens, embed, positions, zero_at)
+        if not block:
+            return x
         return self._block(x, positions, _cached_ctx(kv, slots, length, self.args, x.dtype, tree))
+
+    def write_kv_rows(self, tokens, hiddens, positions, slots, kv: KVPool, embed=None, zero_at: int = 0) -> None:
+        """`forward`'s KV writes and nothing else (the KV-only row shortcut, the engine's
+        `drafter_write_kv_row`): a row's K and V are functions of its normed input alone, so a
+        context row, whose block output nobody reads, needs no attention, o_proj or MLP. The same
+        ops as `forward` on the same shapes up to the write (`Attention.kv_rows`, or on the Triton
+        path `write_kv_fast`: the fused qkv matmul and the RoPE + write kernel), so the pool's rows
+        are `forward`'s bit for bit."""
+        x = self._input(tokens, hiddens, embed, positions, zero_at)
+        a = self.args
+        if kv.dtype == x.dtype and kernels.enabled(kv.device):       # _cached_ctx's choice of path
+            ctx = _cached_ctx(kv, slots, None, a, x.dtype)
+            positions = positions.to(x.device, non_blocking=True).contiguous()
+            rope = rope_table(a.head_dim, a.rope_theta, x.dtype, x.device)
+            self.self_attn.write_kv_fast(self.input_layernorm.fast(x), positions, rope, ctx, 0)
+            return
+        cos, sin = rope_cos_sin(positions.to(x.device, non_blocking=True), a.head_dim, a.rope_theta, x.dtype)
+        k, v = self.self_attn.kv_rows(self.input_layernorm(x), cos, sin)
+        kv.write(0, None, k, v, flat=kv.flat(slots.to(kv.device, non_blocking=True)))
 
     def forward_train(self, tokens, hiddens, embed=None, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         """No cache, causal over T rows (positions default 0..T-1). Row t combines tokens[:, t] with

@@ -15,15 +15,18 @@ from atlas_ab.runtime.batch import ragged_runs
 
 
 def drafter_context(proposer, history: np.ndarray, last_hidden: torch.Tensor, start: np.ndarray, count: np.ndarray,
-                    hid: torch.Tensor):
+                    hid: torch.Tensor, before: torch.Tensor | None = None):
     """DRAFTER_PREFILL: the drafter's context rows after a turn's prefill (hid [B, T, H]: positions
     start .. start+count-1 [B]), pair keys start-1 .. start+count-2, i.e. (token k+1, hidden k): key
     start-1 pairs the pending token with the saved hidden (last_hidden [B, H]). A key the drafter
     holds is never re-written; the dense space only appends at slot == key (the reference engine
     refuses a feed that would leave a hole), so a misaligned dense drafter is left as it is.
+    before: [B, L, H] the hiddens of every earlier position (PREFIX_REUSE's fresh drafter, prefilled
+    over the whole prompt): the keys below start-1 the drafter lacks are written too, from there.
     Returns the rows the drafter took (`RowFeed`), None when there are none."""
     drafter_rows, newest = proposer.drafter_rows(), proposer.last_pair_key()
-    k0 = np.maximum(np.maximum(start - 1, newest + 1), 0)              # [B] each sequence's first key
+    first = start - 1 if before is None else np.zeros_like(start)
+    k0 = np.maximum(np.maximum(first, newest + 1), 0)                  # [B] each sequence's first key
     n = np.maximum(start + count - 1 - k0, 0)                           # keys k0 .. start+count-2
     if proposer.slot_is_key:
         n = np.where(drafter_rows == k0, n, 0)
@@ -36,7 +39,8 @@ def drafter_context(proposer, history: np.ndarray, last_hidden: torch.Tensor, st
     from_saved = rel < 0
     hiddens = hid[t(seq), t(np.maximum(rel, 0))]                                           # [rows, H]
     if from_saved.any():
-        hiddens[t(np.nonzero(from_saved)[0])] = last_hidden[t(seq[from_saved])]
+        saved = last_hidden[t(seq[from_saved])] if before is None else before[t(seq[from_saved]), t(key[from_saved])]
+        hiddens[t(np.nonzero(from_saved)[0])] = saved
     return proposer.prefill_drafter(RowFeed(seq=seq, key=key, token=history[seq, key + 1],
                                             label=np.full(len(seq), -1), hiddens=hiddens))
 

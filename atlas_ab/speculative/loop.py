@@ -17,6 +17,8 @@ The levers, by name (shapes: step.py's vocabulary; lever_rows.py: the host's row
   REFEED, SHIFT    `DeviceStep.ring_take`: which hiddens the ring gets, under which labels
   RING_PREFILL     `lever_rows.ring_prefill`
   DRAFTER_PREFILL  `_prefill_turn`, `lever_rows.drafter_context`
+  PREFIX_REUSE,    `_prefill_turn` (a warm turn's new request: `turn_requests.fresh_drafter`, the proposer's
+  CARRY_DRAFTER    `new_request`), `_commit` (`turn_requests.PositionHiddens`, for a fresh drafter's prefill)
   DRAFT_CONF       `DeviceStep.propose`'s gate; `_run`'s two graphs and `_all_gated`
   SHADOW_TOPK      `DeviceStep.propose` (the drafter's top-k; `StepTable.write`, step_table.py)
   ORACLE_P2        `DeviceStep.oracle`; `_plan`'s `plan_oracle`
@@ -45,6 +47,7 @@ from atlas_ab.speculative.step import DeviceStep
 from atlas_ab.speculative.step_events import Fingerprints
 from atlas_ab.speculative.step_table import StepRecord, StepTable, WaveTrace
 from atlas_ab.speculative.timing import StepTimer
+from atlas_ab.speculative.turn_requests import PositionHiddens, fresh_drafter, rebuilds
 from atlas_ab.speculative.verify import verifier
 from atlas_ab.telemetry.step_blocks import StepBlocks
 from atlas_ab.workload.documents import Document
@@ -85,6 +88,8 @@ class Wave:
         H = self.target.hidden_size
         bufs = self.target.buffers        # the state a step graph reads, kept for the next wave
         self.last_hidden = bufs.get("last_hidden", (B, H), self.dtype, self.device).zero_()  # [B, H] of kv_len-1
+        # PREFIX_REUSE + DRAFTER_PREFILL, nothing carried: every position's hidden, for a fresh drafter's prefill
+        self.kept = PositionHiddens(B, self.history.shape[1], H, self.dtype, self.device) if rebuilds(arm) else None
         R = arm.ring_size
         self.graphs = self.target.step_graphs     # the device step, one graph per shape
         static = self.graphs.static
@@ -161,6 +166,11 @@ class Wave:
         hid, first, u = self.verifier.first(self.target, t, self.history, start, count)
         last = self._t(count - 1)
         ar = torch.arange(B, device=self.device)
+        fresh = fresh_drafter(self.arm, t)          # PREFIX_REUSE: a warm turn's new request, nothing carried
+        if fresh:
+            self.proposer.new_request()
+        if self.kept is not None:
+            self.kept.put_prefill(hid, start, count)
 
         # DRAFTER_PREFILL: the context's rows. OFF keeps the reference engine's behaviour: only a
         # prefill that starts at position 0 (the cold turn) prefills the drafter.
@@ -170,8 +180,9 @@ class Wave:
                 self._catchup(np.ones(B, dtype=bool), start, plan, lengths, step=-1)
                 if plan:
                     self.step.feed_rows({k: self._t(v) for k, v in plan.items()}, lengths["catchup"])
-            self.probe.context(drafter_context(self.proposer, self.history, self.last_hidden, start, count, hid),
-                               self.turn)
+            before = self.kept.rows if fresh else None       # a fresh drafter: the whole prompt's rows
+            self.probe.context(drafter_context(self.proposer, self.history, self.last_hidden, start, count, hid,
+                                               before), self.turn)
 
         self.last_hidden.copy_(hid[ar, last])     # in place: a captured step reads this buffer
         self.kv_len = self.n_tok.copy()
@@ -316,6 +327,8 @@ class Wave:
         self.n_tok = np.where(active, self.n_tok + c, self.n_tok)
         self.gen += c
         written = self.ring.book_written(h.ring_label) if self.ring is not None else None
+        if self.kept is not None:
+            self.kept.put_committed(vh, n, c, active)
         if self.tree is not None:                  # the path booked as a linear propose (cut at the turn's end)
             last = h.tree_path[np.arange(self.B), a_eff]
             self.proposer.after_verify_tree(a_eff, last, self.tree, active)

@@ -34,13 +34,16 @@ from atlas_ab.proposers.capabilities import plans_on_device
 from atlas_ab.proposers.ring import gap_keys_on_device
 from atlas_ab.runtime.fusion import fused
 from atlas_ab.speculative.host_io import first_difference, layout_width, pack_on_device, unpack_plan, unpack_read
+from atlas_ab.speculative.turn_requests import rebuilds
 
 
 def runs_ahead(arm: ArmConfig, graphs: bool, proposer) -> bool:
     """Whether a wave can run ahead of the host: static shapes, a proposer that plans on the device,
     no DRAFT_CONF and no TREE (its propose books one row per internal node, which the device plan
-    does not do yet: a tree step waits for the host's plan)."""
-    return graphs and arm.draft_conf <= 0 and arm.tree is None and plans_on_device(proposer)
+    does not do yet: a tree step waits for the host's plan), and no fresh drafter prefilled over whole
+    prompts (PREFIX_REUSE + DRAFTER_PREFILL: the host keeps each commit's hiddens, which a run-ahead
+    does not read back)."""
+    return graphs and arm.draft_conf <= 0 and arm.tree is None and plans_on_device(proposer) and not rebuilds(arm)
 
 
 class RunAhead:

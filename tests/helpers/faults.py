@@ -83,6 +83,14 @@ RUN_INPUT = [
     Case("run.refeed-without-catchup", "REFEED without CATCHUP",
          A + "arm 'refeed_on': refeed=true requires catchup=true (the re-feed's rows are rebuilt by the catch-up feed)",
          ("atlas_ab", "+arm=refeed_on", "arm.catchup=false")),
+    Case("run.carry-one-turn", "CARRY_DRAFTER on a workload of one turn (issue 50)",
+         A + "arm 'reuse_carry': carry_drafter=true acts at a turn's start from the second turn on: "
+             "workload.turns=1 has no second turn",
+         ("atlas_ab", "+arm=reuse_carry", "workload.turns=1")),
+    Case("run.carry-without-reuse", "CARRY_DRAFTER without PREFIX_REUSE (issue 50)",
+         A + "arm 'reuse_carry': carry_drafter=true needs prefix_reuse=true (without it a document's turns are "
+             "one request, whose drafter is never rebuilt: there is nothing to carry)",
+         ("atlas_ab", "+arm=reuse_carry", "arm.prefix_reuse=false")),
     Case("run.mtp-lever-on-draft-model",
          "MTP levers on the draft-model proposer (was: \"catchup apply to the MTP proposer only\")",
          A + "arm 'draft_model': catchup and drafter_prefill apply to the MTP proposer only (proposer=draft_model "

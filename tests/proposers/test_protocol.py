@@ -15,6 +15,7 @@ from atlas_ab.proposers.capabilities import (
     NEEDED,
     CatchupFeed,
     DevicePlanner,
+    NewRequest,
     OracleDraft,
     TreeDrafter,
     plans_on_device,
@@ -27,7 +28,7 @@ from atlas_ab.speculative.targets import LiveTarget
 from tests.helpers.tiny import tiny_docs, tiny_draft, tiny_models
 
 ROOT = Path(__file__).resolve().parents[2]
-CAPABILITIES = (CatchupFeed, OracleDraft, TreeDrafter, DevicePlanner)
+CAPABILITIES = (CatchupFeed, OracleDraft, TreeDrafter, DevicePlanner, NewRequest)
 SNIFFS = ("hasattr", "getattr", "dir", "vars")
 
 
@@ -102,9 +103,9 @@ def test_both_families_implement_the_protocol():
         assert issubclass(cls, DraftProposer) and not inspect.isabstract(cls), cls
     assert all(issubclass(MTPProposer, c) for c in CAPABILITIES)
     assert not any(issubclass(DraftModelProposer, c) for c in CAPABILITIES)
-    # the capabilities an arm can need are the three levers; the device planner is never required
+    # the capabilities an arm can need are the four levers; the device planner is never required
     assert [(c, lever) for c, lever, _ in NEEDED] == [(CatchupFeed, "catchup"), (OracleDraft, "oracle_p2"),
-                                                      (TreeDrafter, "tree")]
+                                                      (TreeDrafter, "tree"), (NewRequest, "prefix_reuse")]
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from atlas_ab.analysis import cli
 from atlas_ab.analysis.claims import OPTIONAL, build_claims, check_findings
-from atlas_ab.analysis.runs import check_code, expand, load_run
+from atlas_ab.analysis.runs import check_code, expand, load_run, refuse_timing_only
 
 
 def run(args) -> int:
@@ -16,6 +16,7 @@ def run(args) -> int:
     for r in runs:
         for w in r.warnings:
             cli.warn(w)
+    refuse_timing_only(runs, "claims")
     # every run of the report ran one code (runs made before code hashes: --allow-mismatch, said at its top)
     mismatches = check_code(runs, args.allow_mismatch)
     for m in mismatches:

@@ -8,7 +8,7 @@ from atlas_ab.analysis import cli
 
 def run(args) -> int:
     from atlas_ab.analysis.ci_gate import Margin, gate
-    from atlas_ab.analysis.runs import load_units
+    from atlas_ab.analysis.runs import load_units, refuse_timing_only
 
     margin = Margin.parse(args.max_drop)
     baseline, candidate = (load_units(p, allow_incomplete=args.allow_incomplete) for p in (args.baseline,
@@ -16,6 +16,7 @@ def run(args) -> int:
     for r in (baseline, candidate):
         for w in r.warnings:
             cli.warn(w)
+    refuse_timing_only((baseline, candidate), "gate")
     res = gate(baseline, candidate, args.metric, margin, estimand=args.estimand, alpha=args.alpha)
     if args.json:
         cli.emit_json(res.to_dict())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from atlas_ab.analysis import cli
 from atlas_ab.analysis.report import build_report
-from atlas_ab.analysis.runs import code_header, expand, needs_units, warning_lines
+from atlas_ab.analysis.runs import code_header, expand, needs_units, refuse_timing_only, warning_lines
 from atlas_ab.config.paths import resolve_path
 
 NO_VERDICT = 1
@@ -22,6 +22,7 @@ def run(args) -> int:
     # a run without a step table is read at its per-unit grain, and so is every run beside it
     per_unit = any(needs_units(p, args.allow_incomplete) for p in paths)
     runs, mismatches = cli.load_runs(paths, args, optional=("oracle_hit2", "position"), per_unit=per_unit)
+    refuse_timing_only(runs, "report")
     rep = build_report(runs, out, prereg=prereg, n_boot=args.bootstrap, seed=args.seed, mismatches=tuple(mismatches),
                        evaluate_edited=args.evaluate_edited, allow_ungated=args.allow_ungated,
                        evaluate_unlocked=args.evaluate_unlocked)

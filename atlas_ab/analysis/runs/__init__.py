@@ -43,6 +43,7 @@ PUBLIC = {
     "check_texts":           "atlas_ab.analysis.runs.completion_match",
     "without_steps":         "atlas_ab.analysis.runs.completion_match",
     "without_units":         "atlas_ab.analysis.runs.completion_match",
+    "refuse_timing_only":    "atlas_ab.analysis.runs.timing_only",
     "FORMATS":               "atlas_ab.analysis.runs.vllm_export",
     "ExportResult":          "atlas_ab.analysis.runs.vllm_export",
     "export":                "atlas_ab.analysis.runs.vllm_export",
