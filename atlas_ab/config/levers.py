@@ -49,7 +49,15 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from atlas_ab.config.structured import DRAFT_POLICIES, HANDOFF_CHOICES, MAX_TEMPERATURE, PROPOSERS, RANGES, ArmConfig
+from atlas_ab.config.structured import (
+    DRAFT_POLICIES,
+    FAMILY_LEVERS,
+    HANDOFF_CHOICES,
+    MAX_TEMPERATURE,
+    PROPOSERS,
+    RANGES,
+    ArmConfig,
+)
 
 # ----------------------------------------------------------------------------
 # Rust `str::parse` grammars (no whitespace, ASCII digits only, no underscores).
@@ -223,6 +231,19 @@ LEVERS: tuple[Lever, ...] = (
     Lever("tree", str, None, None, None, None, True,
           "a static draft tree: its paths of child ranks, '[(0,), (1,), (0, 0)]', or top-k per depth, "
           "'topk:2,1'; unset = the linear K-chain"),
+    # issue 49: the weightless families' levers, named as vLLM's --speculative-config keys
+    Lever("prompt_lookup_min", int, FAMILY_LEVERS["ngram"]["prompt_lookup_min"], None, None, None, False,
+          "proposer=ngram: the shortest n-gram matched (vLLM `prompt_lookup_min`); unset = vLLM's rule"),
+    Lever("prompt_lookup_max", int, FAMILY_LEVERS["ngram"]["prompt_lookup_max"], None, None, None, False,
+          "proposer=ngram: the longest n-gram matched (vLLM `prompt_lookup_max`); unset = vLLM's rule"),
+    Lever("suffix_decoding_max_tree_depth", int, FAMILY_LEVERS["suffix"]["suffix_decoding_max_tree_depth"], None,
+          None, None, False, "proposer=suffix: the suffix trees' depth (match + drafts); unset = 24"),
+    Lever("suffix_decoding_max_spec_factor", float, FAMILY_LEVERS["suffix"]["suffix_decoding_max_spec_factor"],
+          None, None, None, False, "proposer=suffix: drafts at most this times the match length; unset = 1.0"),
+    Lever("suffix_decoding_min_token_prob", float, FAMILY_LEVERS["suffix"]["suffix_decoding_min_token_prob"],
+          None, None, None, False, "proposer=suffix: a draft's least estimated probability; unset = 0.1"),
+    Lever("suffix_decoding_max_cached_requests", int, FAMILY_LEVERS["suffix"]["suffix_decoding_max_cached_requests"],
+          None, None, None, False, "proposer=suffix: responses kept in the global tree (0 = none); unset = 10000"),
 )
 BY_NAME = {lv.name: lv for lv in LEVERS}
 # (tests/config/test_lever_cli.py checks that every ArmConfig field has its row here)

@@ -32,6 +32,9 @@ class Proposal:
     topk_ids: Optional[torch.Tensor]     # [B, K, k] (SHADOW_TOPK) or None
     topk_probs: Optional[torch.Tensor]
     q: Optional[torch.Tensor] = None     # [B, K, V] float32: the draft distributions (drawn drafts only)
+    #: [B] long: how many of the row's K drafts are real (a family whose K varies per step: n-gram,
+    #: suffix); the verify accepts at most that many and the row's `k` is it. None: all K are
+    n_valid: Optional[torch.Tensor] = None
 
     @property
     def chain_conf(self) -> torch.Tensor:
