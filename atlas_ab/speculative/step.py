@@ -27,6 +27,8 @@ Vocabulary
           catch-up rows), made on the host or (run-ahead) on the device; `a`: them laid out
   read    the step's outputs packed into one int64 [B, X] tensor, the host's one read of it
   gated   DRAFT_CONF dropped the sequence's drafts (its chain confidence was below tau)
+  n_valid a row's real drafts, where its family's K varies per step (n-gram, suffix: `Proposal.n_valid`):
+          no draft past them is accepted, and the row's `k` is it (0: a plain decode for the row)
   probe   what watches the step (step_probe.py): called at fixed points, a no-op unless a lever
           records (FINGERPRINTS: step_events.py); `taken`: what it took of the propose
   length  KV read lengths by name ("verify", "catchup", the drafter's): the step's own in eager
