@@ -188,6 +188,14 @@ class DraftProposer(ABC):
     def after_verify(self, num_accepted: np.ndarray, active: np.ndarray) -> None:
         """Trim state after verification."""
 
+    def carried(self):
+        """What the family carries from one wave to the next (suffix decoding: its global tree), for a
+        wave run twice (replay's live check) to start from the same state; None: nothing."""
+        return None
+
+    def carry(self, state) -> None:  # noqa: B027 -- a family with nothing carried has nothing to put back
+        """Put back what `carried` returned."""
+
     @abstractmethod
     def drafter_rows(self) -> np.ndarray:
         """Drafter KV rows per sequence (the catch-up append point)."""

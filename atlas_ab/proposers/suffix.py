@@ -20,6 +20,7 @@ the uninterrupted one: the runner's shards each hold their own tree.
 """
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 
 import numpy as np
@@ -128,6 +129,13 @@ class SuffixProposer(HostDraftProposer):
             self._feed(b, n + 1)
             out[b] = self.row_drafts(b, history[b, max(0, n + 1 - self.cache.depth):n + 1], num_drafts)
         return out
+
+    def carried(self):
+        """The global tree and the request count, copied (a wave run twice must see one state)."""
+        return copy.deepcopy((self.cache, self.requests))
+
+    def carry(self, state) -> None:
+        self.cache, self.requests = copy.deepcopy(state)
 
     def after_verify(self, num_accepted: np.ndarray, active: np.ndarray) -> None:
         act = np.nonzero(active)[0]
