@@ -63,6 +63,7 @@ from typing import Any, Callable, Mapping, Optional
 from atlas_ab.config.structured import (
     DRAFT_POLICIES,
     DRAFTER_SKIPS,
+    FAMILY_LEVERS,
     HANDOFF_CHOICES,
     MAX_TEMPERATURE,
     PROPOSERS,
@@ -239,7 +240,8 @@ LEVERS: tuple[Lever, ...] = (
     Lever("recycle_norm", str, HANDOFF_CHOICES, "ATLAS_MTP_RECYCLE_NORM", env_handoff, str, True,
           "the drafter's own hidden for drafts 2+: as declared, or pre / post the MTP layer's final norm"),
     Lever("proposer", str, PROPOSERS, None, None, None, False,
-          "the proposer: the MTP head or a separate draft model"),
+          "the drafter family (proposers/registry.py): the MTP head, a draft model, EAGLE-3, n-gram or "
+          "suffix decoding"),
     Lever("row_space", str, ("compact", "dense"), None, None, None, False,
           "drafter row space: compact (Qwen MtpHead) or dense (GLM-5.3 head)"),
     Lever("ring_size", int, RANGES["ring_size"], None, None, None, True,
@@ -276,6 +278,19 @@ LEVERS: tuple[Lever, ...] = (
     Lever("drafter_skip", str, DRAFTER_SKIPS, "ATLAS_GLM_MTP_SKIP", env_drafter_skip, str, False,
           "timing arms: head skips the drafter's norm, lm_head and argmax (every draft is token 0), block "
           "skips its block (the head reads eh_proj's output); acceptance of either means nothing"),
+    # issue 49: the weightless families' levers, named as vLLM's --speculative-config keys
+    Lever("prompt_lookup_min", int, FAMILY_LEVERS["ngram"]["prompt_lookup_min"], None, None, None, False,
+          "proposer=ngram: the shortest n-gram matched (vLLM `prompt_lookup_min`); unset = vLLM's rule"),
+    Lever("prompt_lookup_max", int, FAMILY_LEVERS["ngram"]["prompt_lookup_max"], None, None, None, False,
+          "proposer=ngram: the longest n-gram matched (vLLM `prompt_lookup_max`); unset = vLLM's rule"),
+    Lever("suffix_decoding_max_tree_depth", int, FAMILY_LEVERS["suffix"]["suffix_decoding_max_tree_depth"], None,
+          None, None, False, "proposer=suffix: the suffix trees' depth (match + drafts); unset = 24"),
+    Lever("suffix_decoding_max_spec_factor", float, FAMILY_LEVERS["suffix"]["suffix_decoding_max_spec_factor"],
+          None, None, None, False, "proposer=suffix: drafts at most this times the match length; unset = 1.0"),
+    Lever("suffix_decoding_min_token_prob", float, FAMILY_LEVERS["suffix"]["suffix_decoding_min_token_prob"],
+          None, None, None, False, "proposer=suffix: a draft's least estimated probability; unset = 0.1"),
+    Lever("suffix_decoding_max_cached_requests", int, FAMILY_LEVERS["suffix"]["suffix_decoding_max_cached_requests"],
+          None, None, None, False, "proposer=suffix: responses kept in the global tree (0 = none); unset = 10000"),
 )
 BY_NAME = {lv.name: lv for lv in LEVERS}
 # (tests/config/test_lever_cli.py checks that every ArmConfig field has its row here)

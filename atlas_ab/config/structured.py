@@ -20,7 +20,7 @@ from atlas_ab import AtlasError
 from atlas_ab.telemetry.schema import ROW_SPACES
 
 #: The drafter families (`arm.proposer`); each has a builder in proposers/registry.py.
-PROPOSERS = ("mtp", "draft_model", "eagle3")
+PROPOSERS = ("mtp", "draft_model", "eagle3", "ngram", "suffix")
 
 #: live: the target verifies every step; replay: a stored target trajectory stands in for it.
 RUN_MODES = ("live", "replay")
@@ -60,6 +60,13 @@ class ArmConfig:
     prefix_reuse: bool = False
     carry_drafter: bool = False      # CARRY_DRAFTER: under prefix_reuse, the last turn's drafter rows installed
     drafter_skip: str = "none"       # DRAFTER_SKIP (timing arms): none | head (drafts token 0) | block (no block)
+    # issue 49, the weightless families (vLLM's speculative-config keys, same names); None = vLLM's default
+    prompt_lookup_min: Optional[int] = None     # ngram: shortest n-gram matched; None = vLLM's rule (5, or max)
+    prompt_lookup_max: Optional[int] = None     # ngram: longest n-gram matched; None = vLLM's rule (5, or min)
+    suffix_decoding_max_tree_depth: Optional[int] = None        # suffix: the trees' depth; None = 24
+    suffix_decoding_max_spec_factor: Optional[float] = None     # suffix: drafts <= factor x match length; None = 1.0
+    suffix_decoding_min_token_prob: Optional[float] = None      # suffix: a draft's least estimated prob; None = 0.1
+    suffix_decoding_max_cached_requests: Optional[int] = None   # suffix: responses in the global tree; None = 10000
 
     @property
     def has_ring(self) -> bool:
@@ -258,6 +265,7 @@ def validate_arm(arm: ArmConfig) -> ArmConfig:
         _validate_tree(where, arm)
     _validate_head_numerics(where, arm)
     _validate_drafter_rows(where, arm)
+    _validate_lookup_families(where, arm)
     return arm
 
 
@@ -306,6 +314,41 @@ def _validate_drafter_rows_workload(arm: ArmConfig, workload: WorkloadConfig) ->
     if on and workload.turns < 2:
         raise AtlasError(f"arm {arm.name!r}: {on[0]}=true acts at a turn's start from the second turn on: "
                          f"workload.turns={workload.turns} has no second turn")
+
+
+#: issue 49: each weightless family's levers and their ranges (vLLM validates >= 1, >= 0, [0, 1]; the upper
+#: bounds are ours, past any sensible study)
+FAMILY_LEVERS = {
+    "ngram": {"prompt_lookup_min": (1, 64), "prompt_lookup_max": (1, 64)},
+    "suffix": {"suffix_decoding_max_tree_depth": (1, 1024), "suffix_decoding_max_spec_factor": (0.0, 64.0),
+               "suffix_decoding_min_token_prob": (0.0, 1.0), "suffix_decoding_max_cached_requests": (0, 1 << 20)},
+}
+#: what a weightless family has nothing for: the MTP head's levers and those that read a drafter's probabilities
+WEIGHTLESS_IDLE = ("catchup", "refeed", "ring_prefill", "oracle_p2", "drafter_prefill", "draft_conf", "shadow_topk",
+                   "tree")
+
+
+def _validate_lookup_families(where: str, arm: ArmConfig) -> None:
+    """issue 49: a family's levers in range and only on their family; the ngram and suffix families
+    refuse the levers they have nothing for."""
+    for family, levers in FAMILY_LEVERS.items():
+        for key, (lo, hi) in levers.items():
+            v = getattr(arm, key)
+            if v is None:
+                continue
+            if arm.proposer != family:
+                raise AtlasError(f"{where}: {key} applies to proposer={family} only (this arm's is {arm.proposer})")
+            _number(where, key, v, lo, hi, integer=isinstance(lo, int))
+    if arm.proposer == "ngram" and None not in (arm.prompt_lookup_min, arm.prompt_lookup_max) \
+            and arm.prompt_lookup_min > arm.prompt_lookup_max:
+        raise AtlasError(f"{where}: prompt_lookup_min={arm.prompt_lookup_min} must be <= "
+                         f"prompt_lookup_max={arm.prompt_lookup_max}")
+    if arm.proposer in FAMILY_LEVERS:
+        idle = [k for k in WEIGHTLESS_IDLE if getattr(arm, k) not in (None, False, 0, 0.0)]
+        idle += [k for k in ("handoff_norm", "recycle_norm") if getattr(arm, k) != "checkpoint"]
+        if idle:
+            raise AtlasError(f"{where}: {idle[0]} has no effect with proposer={arm.proposer} (no weights, no "
+                             "probabilities, no rows); set it off")
 
 
 #: num_drafts=0 is plain decode (run/plain.py): the levers of the drafter then have no effect.
@@ -431,6 +474,9 @@ def validate_sampling(s: SamplingConfig) -> SamplingConfig:
 
 def validate_arm_sampling(arm: ArmConfig, s: SamplingConfig) -> None:
     """An arm's draft policy has an effect only under a sampled workload."""
+    if not s.greedy and arm.proposer in FAMILY_LEVERS:     # issue 49: their variable K is verified greedily only
+        raise AtlasError(f"arm {arm.name!r}: proposer={arm.proposer} runs under greedy verification only "
+                         "(workload.sampling.temperature=0)")
     if s.greedy:
         idle = [k for k in ("draft_policy", "draft_temperature") if getattr(arm, k) is not None]
         if idle:

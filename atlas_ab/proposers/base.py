@@ -32,6 +32,9 @@ class Proposal:
     topk_ids: Optional[torch.Tensor]     # [B, K, k] (SHADOW_TOPK) or None
     topk_probs: Optional[torch.Tensor]
     q: Optional[torch.Tensor] = None     # [B, K, V] float32: the draft distributions (drawn drafts only)
+    #: [B] long: how many of the row's K drafts are real (a family whose K varies per step: n-gram,
+    #: suffix); the verify accepts at most that many and the row's `k` is it. None: all K are
+    n_valid: Optional[torch.Tensor] = None
 
     @property
     def chain_conf(self) -> torch.Tensor:
@@ -188,6 +191,14 @@ class DraftProposer(ABC):
     @abstractmethod
     def after_verify(self, num_accepted: np.ndarray, active: np.ndarray) -> None:
         """Trim state after verification."""
+
+    def carried(self):
+        """What the family carries from one wave to the next (suffix decoding: its global tree), for a
+        wave run twice (replay's live check) to start from the same state; None: nothing."""
+        return None
+
+    def carry(self, state) -> None:  # noqa: B027 -- a family with nothing carried has nothing to put back
+        """Put back what `carried` returned."""
 
     @abstractmethod
     def drafter_rows(self) -> np.ndarray:

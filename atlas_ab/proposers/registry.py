@@ -111,3 +111,23 @@ def _eagle3(t: Target) -> Built:
                          f"{t.ck.args.hidden_size})")
     info = {"path": path, "hash": digest, "feature_layers": list(head.layers), "params": n_params(head)}
     return Built(EAGLE3Proposer(t.ck.trunk.eval(), head, t.arm.row_space, t.arm.refeed), {"draft": info})
+
+
+@register("ngram")
+def _ngram(t: Target) -> Built:
+    from atlas_ab.proposers.ngram import NgramProposer, lookup_bounds
+
+    lo, hi = lookup_bounds(t.arm.prompt_lookup_min, t.arm.prompt_lookup_max)
+    return Built(NgramProposer(lo, hi), {"ngram": {"prompt_lookup_min": lo, "prompt_lookup_max": hi}})
+
+
+@register("suffix")
+def _suffix(t: Target) -> Built:
+    from atlas_ab.proposers.suffix import SuffixProposer, suffix_levers
+
+    levers = suffix_levers(t.arm)
+    return Built(SuffixProposer(*(levers[k] for k in ("suffix_decoding_max_tree_depth",
+                                                      "suffix_decoding_max_spec_factor",
+                                                      "suffix_decoding_min_token_prob",
+                                                      "suffix_decoding_max_cached_requests"))),
+                 {"suffix": levers})

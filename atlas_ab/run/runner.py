@@ -242,6 +242,7 @@ class Runner:
         if traj.doc_ids.tolist() != self.waves[i]:
             raise AtlasError(f"trajectory {self.trajectories.dir}: wave {i} holds docs {traj.doc_ids.tolist()}, "
                              f"the run's wave {self.waves[i]}")
+        before = self.proposer.carried() if i < self.cfg.replay_check_waves else None   # suffix's global tree
         trace = self._wave(ReplayTarget(traj, self.device, logits=self.trunk.logits if self.plan else None,
                                         graphs=self.graphs), docs, on_step)
         steps = trace.steps.table()
@@ -251,7 +252,10 @@ class Runner:
         live_s = 0.0
         if i < self.cfg.replay_check_waves:
             t0 = time.perf_counter()
+            after = self.proposer.carried()
+            self.proposer.carry(before)          # the live check starts where the replay wave did, and leaves
             live = self._wave(self._live_target(), docs)
+            self.proposer.carry(after)           # the next wave where the replay left it
             if self.plan is None:     # sampled: live and replay draw different texts; equal in law (docs/sampling.md)
                 checked = compare_live(traj, steps, live.steps.table(), live.generated)
             gate = aggregate_gate([gate, self._live_gate(docs, live)])

@@ -42,6 +42,7 @@ class StepRead:
     pit: Optional[np.ndarray] = None          # [B, K+1] float32 (sampled runs)
     fp: Optional[np.ndarray] = None           # [B, S] int64: FINGERPRINTS of the step's event rows, hashed in it
     tree_path: Optional[np.ndarray] = None    # [B, K+1] int64 (TREE): the accepted path's node ids by depth, -1 past it
+    n_valid: Optional[np.ndarray] = None      # [B] int64: the row's real drafts (a family with a variable K)
 
 
 _FIELDS = tuple(f.name for f in fields(StepRead))     # the read's order (a compiled `pack_read` reads it)

@@ -266,7 +266,8 @@ class Wave:
 
     def _notify(self, h: StepRead, act) -> None:
         if self.on_step is not None:
-            self.on_step(int(h.committed.sum()), np.where(h.gated[act], 0, self.K), h.acc[act])
+            k = self.K if h.n_valid is None else h.n_valid[act]     # a variable K: each row's real drafts
+            self.on_step(int(h.committed.sum()), np.where(h.gated[act], 0, k), h.acc[act])
 
     def _flush(self) -> None:
         """The last step's telemetry: its probe's records, then its table records."""

@@ -27,6 +27,8 @@ Vocabulary
           catch-up rows), made on the host or (run-ahead) on the device; `a`: them laid out
   read    the step's outputs packed into one int64 [B, X] tensor, the host's one read of it
   gated   DRAFT_CONF dropped the sequence's drafts (its chain confidence was below tau)
+  n_valid a row's real drafts, where its family's K varies per step (n-gram, suffix: `Proposal.n_valid`):
+          no draft past them is accepted, and the row's `k` is it (0: a plain decode for the row)
   probe   what watches the step (step_probe.py): called at fixed points, a no-op unless a lever
           records (FINGERPRINTS: step_events.py); `taken`: what it took of the propose
   length  KV read lengths by name ("verify", "catchup", the drafter's): the step's own in eager
@@ -161,6 +163,8 @@ class DeviceStep:
         else:
             v = self.verifier.verify(self.target, prop, vtok, a["pos"], a["vslot"], length["verify"], gated,
                                      all_gated, turn)                                    # vh [B, K+1, H]
+        if prop.n_valid is not None:               # a variable K: no draft past the row's real ones is accepted
+            v.accepted = torch.minimum(v.accepted, prop.n_valid)
         self.probe.join()          # the probe is done with the propose's rows: last_hidden and the ring may move on
         c, label, take, ring_label = self.accept(a["left"], a["pos"][:, 0], v.accepted, v.vh, gated,
                                                  fuse=self.fuse)                         # [B]; [B, K+1] x3
@@ -168,13 +172,21 @@ class DeviceStep:
         slot = self.ring.write_masked(label, take, v.vh) if ring else None              # [B, K+1]
         late = self.probe.read_columns(taken)                                           # [B, S] or None
         oracle = self.oracle(prop, v, a, length) if self.arm.oracle_p2 else None        # [B]
-        packed, read_layout = pack_read(fuse=self.fuse, acc=v.accepted, gated=gated, drafts=prop.drafts,
+        packed, read_layout = pack_read(fuse=self.fuse, acc=v.accepted, gated=gated, drafts=self.shown(prop),
                                         target=v.tokens, conf=prop.conf, committed=c, ring_label=ring_label,
                                         oracle=oracle, topk_ids=prop.topk_ids, topk_probs=prop.topk_probs,
                                         accept_prob=v.accept_prob, alpha1=v.alpha1, pit=v.pit, fp=late,
-                                        tree_path=path)
+                                        tree_path=path, n_valid=prop.n_valid)
         self.probe.verify(taken, packed, read_layout, v.vh, slot)
         return packed, read_layout, v.vh
+
+    @staticmethod
+    def shown(prop: Proposal) -> torch.Tensor:
+        """The drafts as the read records them: -1 past a row's real ones (a variable K pads them)."""
+        if prop.n_valid is None:
+            return prop.drafts
+        real = torch.arange(prop.drafts.shape[1], device=prop.drafts.device)[None, :] < prop.n_valid[:, None]
+        return torch.where(real, prop.drafts, -1)
 
     def verify_tree(self, prop, nodes, a: dict, length: int, turn: int = 0):
         """TREE: the tree's verify (`tree_step.verify_tree`: every node under the tree mask, the

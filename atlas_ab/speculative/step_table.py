@@ -54,7 +54,7 @@ class StepTable:
         h, act, n, rows_at_propose, fed, step_no, turn = record
         step_ms, warmup_ms = timing
         c = h.committed
-        k = np.where(h.gated[act], 0, self.K)
+        k = np.where(h.gated[act], 0, self.K if h.n_valid is None else h.n_valid[act])   # a variable K: the row's
         extra = {}
         if h.oracle is not None:
             extra["oracle"] = h.oracle[act]

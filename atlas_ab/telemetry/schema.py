@@ -41,18 +41,22 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("doc_id", _I64, True, "document index within the workload"),
     Column("turn", _I32, True, "turn index; 0 is the cold turn, >= 1 warm turns"),
     Column("step", _I64, True, "verify-step index within (doc_id, turn), from 0"),
-    Column("k", _I32, True, "drafts submitted to verification at this step; 0 = serial decode step"),
+    Column("k", _I32, True, "drafts submitted to verification at this step; 0 = serial decode step (a family "
+           "whose K varies per step, n-gram and suffix decoding: the row's own count, 0..K, 0 where it found no "
+           "match)"),
     Column("accept_len", _I32, True, "drafts accepted, 0..k"),
     Column("arm", pa.string(), False, "arm name (else the manifest's, else the directory name)"),
     Column("seq", _I32, False, "batch slot that ran the sequence"),
     Column("position", _I64, False, "sequence position of the last committed token when the step began "
                                     "(the propose position); pairs steps of two arms"),
-    Column("drafts", pa.list_(_I32), False, "the drafted token ids (the K proposed ones when gated: see `gated`)"),
+    Column("drafts", pa.list_(_I32), False, "the drafted token ids (the K proposed ones when gated: see `gated`; "
+           "-1 past `k` where the family's K varies per step)"),
     Column("target", pa.list_(_I32), False, "target argmax per depth: `target[i]` is the target's token at "
                                             "depth i+1, length k+1 (the last is the bonus). Replay runs write -1 "
                                             "past `target[accept_len]`: there the live verify's argmax follows a "
                                             "rejected draft, which no stored trajectory holds"),
-    Column("conf", pa.list_(_F32), False, "drafter top-1 softmax prob per depth"),
+    Column("conf", pa.list_(_F32), False, "drafter top-1 softmax prob per depth (n-gram and suffix decoding have "
+           "none: 1 on a real draft, 0 past `k`)"),
     Column("gated", pa.bool_(), False, "DRAFT_CONF dropped this step's drafts (then `k` = 0)"),
     Column("oracle_hit2", pa.bool_(), False, "ORACLE_P2: draft 2 recomputed from the target's true hidden would "
                                              "equal `target[1]`; null when draft 1 was not accepted or the probe "

@@ -96,6 +96,19 @@ RUN_INPUT = [
          A + "arm 'draft_model': catchup and drafter_prefill apply to the MTP proposer only (proposer=draft_model "
              "has no MTP head); set them off or use proposer=mtp",
          ("atlas_ab", "+arm=draft_model", "arm.catchup=true", "arm.drafter_prefill=true")),
+    Case("run.unknown-family", "an unknown drafter family",
+         A + "arm 'baseline': proposer='medusa' is not a drafter family; one of mtp, draft_model, …",
+         ("atlas_ab", "+arm=baseline", "arm.proposer=medusa")),
+    Case("run.family-lever-out-of-range", "an n-gram lever out of its range",
+         A + "arm 'ngram': prompt_lookup_max=0 is out of range [1, 64]",
+         ("atlas_ab", "+arm=ngram", "arm.prompt_lookup_max=0")),
+    Case("run.family-lever-on-another-family", "a suffix-decoding lever on the n-gram family",
+         A + "arm 'ngram': suffix_decoding_min_token_prob applies to proposer=suffix only (this arm's is ngram)",
+         ("atlas_ab", "+arm=ngram", "arm.suffix_decoding_min_token_prob=0.5")),
+    Case("run.weightless-family-probability-lever", "DRAFT_CONF on suffix decoding (no probabilities to gate)",
+         A + "arm 'suffix': draft_conf has no effect with proposer=suffix (no weights, no probabilities, no rows); "
+             "set it off",
+         ("atlas_ab", "+arm=suffix", "arm.draft_conf=0.5")),
     Case("run.gen-tokens-0", "nothing to generate",
          A + "workload: gen_tokens=0 is out of range >= 2 (a turn's prefill commits its first token; "
              "a verify step needs a second)",

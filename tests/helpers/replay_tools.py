@@ -7,6 +7,7 @@ import pandas as pd
 import pyarrow as pa
 import torch
 
+from atlas_ab.proposers import registry
 from atlas_ab.proposers.draft_model import DraftModelProposer
 from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.speculative.loop import Wave
@@ -18,8 +19,14 @@ from atlas_ab.telemetry.fingerprint import fingerprint_rows
 REPLAY_G, REPLAY_B = 10, 4
 
 
+#: the weightless families, each with the levers its tests run at (short n-grams: the tiny docs repeat little)
+WEIGHTLESS = {"ngram": {"prompt_lookup_min": 1, "prompt_lookup_max": 3}, "suffix": {}}
+
+
 def proposer(models, arm, draft=None):
     trunk, mtp = models
+    if arm.proposer in WEIGHTLESS:       # no weights: the registry's builder reads only the arm
+        return registry.build(registry.Target(ck=None, model=None, arm=arm, device=None, dtype=None)).proposer
     if arm.proposer == "draft_model":
         return DraftModelProposer(draft)
     return MTPProposer(trunk, mtp, arm.row_space, arm.refeed)

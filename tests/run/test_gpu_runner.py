@@ -58,6 +58,21 @@ def test_gpu_draft_model_is_lossless_up_to_near_ties(models, graphs):
     assert trace.steps.table().to_pandas().accept_len.max() >= 1
 
 
+@pytest.mark.parametrize("family", ["ngram", "suffix"])
+@pytest.mark.parametrize("graphs", [False, True])
+def test_gpu_weightless_families_are_lossless_up_to_near_ties(models, graphs, family):
+    """n-gram and suffix decoding on the GPU, eager and captured (their drafts ride the plan), bf16."""
+    from tests.helpers.replay_tools import WEIGHTLESS, proposer
+    trunk, _ = models
+    docs = tiny_docs(n=8, turns=2, chunk=12)
+    arm = ArmConfig(proposer=family, num_drafts=3, **WEIGHTLESS[family])
+    trace = Wave(LiveTarget(trunk, graphs), proposer(models, arm), arm, docs, G).run()
+    gate = check(trunk, docs, trace.generated, G, list(range(8)))
+    assert gate.passed, gate.first_divergence
+    steps = trace.steps.table().to_pandas()
+    assert (steps.accept_len <= steps.k).all() and (steps.k <= 3).all()
+
+
 @pytest.mark.parametrize("arm", [ArmConfig(num_drafts=2),
                                  ArmConfig(catchup=True, refeed=True, ring_prefill=True, oracle_p2=True,
                                            shadow_topk=4)], ids=["baseline", "refeed_ring_prefill_probes"])

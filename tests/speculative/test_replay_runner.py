@@ -173,3 +173,18 @@ def test_mode_and_check_waves_are_validated():
         validate_runner(RunnerConfig(mode="fast"))
     with pytest.raises(AtlasError, match="replay_check_waves"):
         validate_runner(RunnerConfig(replay_check_waves=-1))
+
+
+@pytest.mark.slow        # four runs of the real runner end to end (each weightless family replayed, then live)
+@pytest.mark.parametrize("family", ["ngram", "suffix"])
+def test_a_weightless_family_replays_through_the_runner_and_equals_live(tmp_path, cache, family):
+    """Suffix decoding carries its global tree from wave to wave: the live check of wave 0 starts
+    from the tree the replay of wave 0 started from, and wave 1 from the one it left (proposers/base.py,
+    `carried`); so replay and live build one tree, and their steps are equal."""
+    m = replay(family, cache, tmp_path / "rep")
+    assert m["status"] == "complete" and m["gate"]["by"] == "live+replay" and len(m["shards"]) >= 2
+    c = m["replay_check"]
+    assert c["rows_matched"] == c["rows_replay"] > 0 and c["rows_differ"] == 0 and c["trajectories_left"] == 0
+    live = run(cfg_of(*BASE, f"+arm={family}"), tmp_path / "live")
+    assert steps_of(tmp_path / "rep").equals(steps_of(tmp_path / "live"))
+    assert m["summary"] == live["summary"]

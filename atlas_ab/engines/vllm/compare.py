@@ -56,6 +56,7 @@ class Comparison:
     same_accept: int = 0
     step_diffs: list = field(default_factory=list)
     rates: dict = field(default_factory=dict)         # side -> {p1, p2_uncond, ...} over shared steps
+    paired_by: str = "position"     # or "drafted step order": an engine run without positions (vLLM's n-gram)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -67,7 +68,8 @@ class Comparison:
                f"{self.ours_vs_transformers} / {self.requests}"]
         out += [f"  differs: doc {d['doc_id']} turn {d['turn']} at token {d['at']}, transformers' top-1 - top-2 "
                 f"logit there {d['margin']:.3g}" for d in self.divergences]
-        out.append(f"steps at the same (doc, turn, position): {self.steps_both} (only ours {self.steps_only_ours}, "
+        out.append(f"steps at the same (doc, turn, {self.paired_by}): {self.steps_both} "
+                   f"(only ours {self.steps_only_ours}, "
                    f"only vLLM {self.steps_only_vllm}); same accept_len {self.same_accept} / {self.steps_both}")
         for side, r in self.rates.items():
             out.append(f"  {side:5s} " + "  ".join(f"{k} {v:.4f}" for k, v in r.items()))
@@ -114,7 +116,7 @@ def compare(ours: Path, engine: Path, hf_dir: Path | None = None) -> Comparison:
                          f"{me['workload']['hash']}")
     K, G = int(mo["levers"]["num_drafts"]), int(mo["config"]["workload"]["gen_tokens"])
     replies, prompts = engine_side(engine)
-    st = _steps(ours, mo, ["doc_id", "turn", "step", "position", "accept_len", "committed", "topk_probs"])
+    st = _steps(ours, mo, ["doc_id", "turn", "step", "position", "k", "accept_len", "committed", "topk_probs"])
     st = st.sort_values(["doc_id", "turn", "step"])
     greedy, _ = ref.ours(mo)
     committed = {(int(d), int(t)): greedy[(int(d), int(t))][:1] + [int(x) for c in g["committed"] for x in c]
@@ -133,7 +135,15 @@ def compare(ours: Path, engine: Path, hf_dir: Path | None = None) -> Comparison:
             c.divergences.append({"doc_id": key[0], "turn": key[1], "at": at,
                                   "margin": hf_margin[key][at] if at < len(hf_margin[key]) else float("nan")})
     ve = _steps(engine, me, ["doc_id", "turn", "step", "position", "accept_len"])
-    both = st.merge(ve, on=["doc_id", "turn", "position"], how="outer", suffixes=("_o", "_v"), indicator=True)
+    left, keys = st, ["doc_id", "turn", "position"]
+    if "position" not in ve:   # vLLM records drafted steps only, unplaced (n-gram): a request's i-th drafted step
+        req = ["doc_id", "turn"]
+        left = st[st["k"] >= 1].sort_values(req + ["step"])
+        left = left.assign(nth=left.groupby(req).cumcount())
+        ve = ve.sort_values(req + ["step"])
+        ve = ve.assign(nth=ve.groupby(req).cumcount())
+        keys, c.paired_by = req + ["nth"], "drafted step order"
+    both = left.merge(ve, on=keys, how="outer", suffixes=("_o", "_v"), indicator=True)
     c.steps_only_ours = int((both["_merge"] == "left_only").sum())
     c.steps_only_vllm = int((both["_merge"] == "right_only").sum())
     b = both[both["_merge"] == "both"]

@@ -1,0 +1,103 @@
+"""An arm as the engines' speculative-decoding configuration: one function per engine (issue 49).
+
+`python -m atlas_ab.engines.spec_config +arm=NAME [overrides]` prints each engine's, so an arm
+of ours is a server a user can start; with `--vllm` first, vLLM's JSON only, as our vLLM launcher
+takes it: `python -m atlas_ab.engines.vllm serve --speculative-config "$(python -m
+atlas_ab.engines.spec_config --vllm +arm=ngram)"`. Where an engine has no such family, or only a different
+algorithm under the same name, the function says so instead of writing a config that looks the same.
+
+  vLLM 0.32     `--speculative-config` JSON: `method` and its keys (vllm/config/speculative.py:
+                prompt_lookup_min / prompt_lookup_max for ngram, the suffix_decoding_* keys for
+                suffix; `model` for draft_model), exactly ours
+  SGLang        `--speculative-algorithm NGRAM` (docs: advanced_features/speculative_decoding.md,
+                "Ngram Speculative Decoding"): an n-gram CACHE of earlier tokens searched breadth
+                first, not vLLM's prompt lookup: the window sizes and K carry over, the rule does not
+  TensorRT-LLM  `speculative_config: {decoding_type: NGram, ...}` (tensorrt_llm/llmapi/llm_args.py,
+                NGramDecodingConfig): a pool of pattern -> match pairs; max_matching_ngram_size is
+                the longest pattern, is_use_oldest the earliest match (vLLM's), is_public_pool false
+                (each request's own context, as vLLM); it has no shortest n-gram
+Suffix decoding is vLLM's only.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from atlas_ab.config.structured import ArmConfig
+
+
+def vllm(arm: ArmConfig, draft_model: str | None = None) -> dict:
+    """vLLM's --speculative-config object for the arm (draft_model: the draft model's path)."""
+    cfg = {"method": arm.proposer, "num_speculative_tokens": arm.num_drafts}
+    if arm.proposer == "ngram":
+        from atlas_ab.proposers.ngram import lookup_bounds
+        cfg["prompt_lookup_min"], cfg["prompt_lookup_max"] = lookup_bounds(arm.prompt_lookup_min,
+                                                                           arm.prompt_lookup_max)
+    elif arm.proposer == "suffix":
+        from atlas_ab.proposers.suffix import suffix_levers
+        cfg.update(suffix_levers(arm))
+    elif arm.proposer == "draft_model":
+        cfg["model"] = draft_model or "DRAFT_MODEL_PATH"
+    return cfg
+
+
+def sglang(arm: ArmConfig) -> tuple[list[str] | None, str]:
+    """(SGLang's server flags or None, a note on what they are)."""
+    if arm.proposer == "suffix":
+        return None, "SGLang has no suffix decoding"
+    if arm.proposer == "ngram":
+        from atlas_ab.proposers.ngram import lookup_bounds
+        lo, hi = lookup_bounds(arm.prompt_lookup_min, arm.prompt_lookup_max)
+        flags = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(arm.num_drafts),
+                 "--speculative-ngram-min-match-window-size", str(lo),
+                 "--speculative-ngram-max-match-window-size", str(hi),
+                 "--speculative-ngram-min-bfs-breadth", "1", "--speculative-ngram-max-bfs-breadth", "1"]
+        return flags, "SGLang's NGRAM is an n-gram cache searched breadth first (breadth 1: a chain), not prompt lookup"
+    return None, f"not written for proposer={arm.proposer} (issue 49 writes the weightless families)"
+
+
+def trtllm(arm: ArmConfig) -> tuple[dict | None, str]:
+    """(TensorRT-LLM's speculative_config or None, a note on what it is)."""
+    if arm.proposer == "ngram":
+        from atlas_ab.proposers.ngram import lookup_bounds
+        _, hi = lookup_bounds(arm.prompt_lookup_min, arm.prompt_lookup_max)
+        return ({"decoding_type": "NGram", "max_draft_len": arm.num_drafts, "max_matching_ngram_size": hi,
+                 "is_keep_all": True, "is_use_oldest": True, "is_public_pool": False},
+                "TensorRT-LLM's NGram pool: no shortest n-gram (prompt_lookup_min has no key)")
+    if arm.proposer == "suffix":
+        return None, "TensorRT-LLM has no suffix decoding"
+    return None, (f"not written for proposer={arm.proposer} (analysis/ladder/configs.py writes TensorRT-LLM's "
+                  "MTP schedule)")
+
+
+def lines(arm: ArmConfig) -> list[str]:
+    """What the CLI prints: each engine's configuration, or why it has none."""
+    out = [f"# atlas_ab arm {arm.name} (proposer={arm.proposer}, K={arm.num_drafts})",
+           f"vllm: --speculative-config '{json.dumps(vllm(arm))}'"]
+    flags, note = sglang(arm)
+    out.append(f"sglang: {' '.join(flags)}  # {note}" if flags else f"# sglang: {note}")
+    cfg, note = trtllm(arm)
+    out.append(f"trtllm: speculative_config: {json.dumps(cfg)}  # {note}" if cfg else f"# trtllm: {note}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from atlas_ab.config.levers import compose_arm
+    from atlas_ab.errors import one_line
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    only_vllm = bool(argv) and argv[0] == "--vllm"
+    try:
+        arm = compose_arm(argv[1:] if only_vllm else argv)
+    except Exception as ex:  # noqa: BLE001 -- every composition error becomes one line
+        msg = one_line(ex)
+        if msg is None:
+            raise
+        print(f"atlas_ab.engines.spec_config: error: {msg}", file=sys.stderr)
+        return 2
+    print(json.dumps(vllm(arm)) if only_vllm else "\n".join(lines(arm)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
