@@ -18,6 +18,7 @@
 #              then bench_replay
 #   sweep_1v2  +study=claims on one GPU, then over two (hydra/launcher=local_gpus): wall times, identical
 #              step tables, the devices claimed (scripts/compare_sweeps.py); needs two GPUs
+#   drafter    issue 50's drafter costs: bench_drafter_split, bench_fp8_head, bench_kv_rows (see stage_drafter)
 #   kernels    bench/bench_step_kernels.py: the 33.6M B=64 K=2 step graph, kernel by kernel
 #   gate       the lossless gate's power and bound on the GPU for GATE_MODELS ("default llama8b"), 20
 #              seeded runs a cell; GATE_STARTUP=1 (default): bench_startup at the GPU's 8 gated sequences
@@ -58,7 +59,7 @@ export PYTHONUNBUFFERED=1 REPO=$PWD
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1   # NVLink multicast off
 export OUT=${OUT:-/tmp/gpu_out}
 LOG=$OUT/gpu.log
-STAGES=(tests main runner profile bench sweep_1v2 kernels gate startup e2e coldsplit grid forward fp
+STAGES=(tests main runner profile bench sweep_1v2 drafter kernels gate startup e2e coldsplit grid forward fp
         claims sequential ladder tree peer)
 
 log() { echo "[$(date +%T)] $*" | tee -a "$LOG"; }
@@ -175,6 +176,24 @@ stage_sweep_1v2() {   # issue 14: the claims sweep over one GPU, then over two
     hydra.sweep.dir=$W/s2 runner.trajectories=$W/t2 > $W/s2.log 2>&1
   log "two GPUs: exit $? in $((SECONDS - S)) s"
   compare_sweeps $W/s1 $W/s2 "$OUT/sweeps_1v2.json"
+}
+
+# Issue 50's drafter costs on one GPU, each bench's ratios taken in one run: the head vs the block
+# (bench_drafter_split.py: 7.3M, 33.6M, 5.7B, 5.7B at a 151,936 vocabulary), HEAD_FP8 against bf16
+# (bench_fp8_head.py), the KV-only rows against the whole block (bench_kv_rows.py, bf16).
+stage_drafter() {
+  local b S
+  for b in drafter_split fp8_head kv_rows; do
+    S=$SECONDS
+    case $b in
+      drafter_split) timeout 240 python3 bench/bench_drafter_split.py > "$OUT/bench_$b.md" 2> "$OUT/bench_$b.err" ;;
+      fp8_head) timeout 150 python3 bench/bench_fp8_head.py --json "$OUT/bench_$b.json" > "$OUT/bench_$b.md" \
+                  2> "$OUT/bench_$b.err" ;;
+      kv_rows) timeout 120 python3 bench/bench_kv_rows.py --device cuda > "$OUT/bench_$b.md" 2> "$OUT/bench_$b.err" ;;
+    esac
+    log "bench $b: exit $? in $((SECONDS - S)) s"
+    cat "$OUT/bench_$b.md" | tee -a "$LOG"
+  done
 }
 
 stage_kernels() {
@@ -305,7 +324,8 @@ train_large() {   # dir budget_s log: the 33.6M preset (preset gpu) trained on .
 #   5. (SAMPLED=1) claims question 7, REFEED under sampling (issue 22): +study=claims_sampled and
 #      claims_sampled_t10 for SAMPLED_MODELS ("default large"); then
 #      python -m atlas_ab.analysis claims <every sweep dir> --out DIR answers it beside the others
-# Knobs: SKIP_TWO_GPU=1 (no part 2), SAMPLED_DEFAULT_ON_GPU0=1 (the shipped model's sampled studies on
+# Knobs: REUSE=1 (+study=claims_reuse for both models after part 3: issue 50's Q2-cold re-asked),
+# FAMILIES=1 (+study=families on the shipped model: issue 49), SKIP_CONF=1 (no part 4), SKIP_TWO_GPU=1 (no part 2), SAMPLED_DEFAULT_ON_GPU0=1 (the shipped model's sampled studies on
 # GPU 0 while GPU 1 trains), ONLY_SAMPLED=1 (part 5 alone, over a $CLAIMS_DIR/large a previous call
 # trained), CLAIMS_OVERRIDES / TRAIN_OVERRIDES (tiny dry runs on the CPU), CLAIMS_DIR (/tmp/claims).
 stage_claims() {
@@ -361,8 +381,29 @@ stage_claims() {
       pack --events refeed_on --name claims_large $W/large_claims
     fi
 
+    if [ -n "${REUSE:-}" ]; then   # issue 50: Q2-cold re-asked, PREFIX_REUSE and CARRY_DRAFTER (+study=claims_reuse)
+      for m in default large; do
+        if [ $m = default ]; then MODEL=(); else MODEL=(model=path model.path=$W/large); fi
+        [ $m != default ] && [ ! -f $W/large/model.safetensors ] && continue
+        S=$SECONDS
+        timeout 200 "${RUN[@]}" +study=claims_reuse "${MODEL[@]}" runner.mode=replay workload.n_docs=192 \
+          runner.batch_width=192 hydra.sweep.dir=$W/${m}_reuse runner.trajectories=$W/traj_${m}_reuse \
+          > $W/${m}_reuse.log 2>&1
+        log "claims_reuse $m: exit $? in $((SECONDS - S)) s"
+      done
+      pack --name claims_reuse $W/*_reuse
+    fi
+    if [ -n "${FAMILIES:-}" ]; then   # issue 49: every family over one stored trajectory (the shipped model)
+      S=$SECONDS
+      timeout 200 "${RUN[@]}" +study=families hydra.sweep.dir=$W/default_families \
+        runner.trajectories=$W/traj_families > $W/default_families.log 2>&1
+      log "families default: exit $? in $((SECONDS - S)) s"
+      pack --name families_default $W/default_families
+    fi
+    [ -n "${SKIP_CONF:-}" ] && { log "claims 4 skipped (SKIP_CONF)"; CONF_MODELS=none; }
     log "claims 4: claims_conf (live, batch width 1) for: ${CONF_MODELS:-default large}"
     for m in ${CONF_MODELS:-default large}; do
+      [ $m = none ] && continue
       if [ $m = default ]; then MODEL=(); G=0; else MODEL=(model=path model.path=$W/large); G=$LAST; fi
       [ $m != default ] && [ ! -f $W/large/model.safetensors ] && continue
       CUDA_VISIBLE_DEVICES=$G timeout 200 "${RUN[@]}" +study=claims_conf "${MODEL[@]}" \
