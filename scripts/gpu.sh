@@ -18,7 +18,7 @@
 #              then bench_replay
 #   sweep_1v2  +study=claims on one GPU, then over two (hydra/launcher=local_gpus): wall times, identical
 #              step tables, the devices claimed (scripts/compare_sweeps.py); needs two GPUs
-#   drafter    issue 50's drafter costs: bench_drafter_split, bench_fp8_head, bench_kv_rows (see stage_drafter)
+#   drafter    issue 50's drafter costs: DRAFTER_BENCHES ("drafter_split fp8_head kv_rows"; see stage_drafter)
 #   kernels    bench/bench_step_kernels.py: the 33.6M B=64 K=2 step graph, kernel by kernel
 #   gate       the lossless gate's power and bound on the GPU for GATE_MODELS ("default llama8b"), 20
 #              seeded runs a cell; GATE_STARTUP=1 (default): bench_startup at the GPU's 8 gated sequences
@@ -183,7 +183,7 @@ stage_sweep_1v2() {   # issue 14: the claims sweep over one GPU, then over two
 # (bench_fp8_head.py), the KV-only rows against the whole block (bench_kv_rows.py, bf16).
 stage_drafter() {
   local b S
-  for b in drafter_split fp8_head kv_rows; do
+  for b in ${DRAFTER_BENCHES:-drafter_split fp8_head kv_rows}; do
     S=$SECONDS
     case $b in
       drafter_split) timeout 240 python3 bench/bench_drafter_split.py > "$OUT/bench_$b.md" 2> "$OUT/bench_$b.err" ;;
