@@ -177,11 +177,12 @@ def test_mode_and_check_waves_are_validated():
 
 @pytest.mark.slow        # four runs of the real runner end to end (each weightless family replayed, then live)
 @pytest.mark.parametrize("family", ["ngram", "suffix"])
-def test_a_weightless_family_replays_through_the_runner_and_equals_live(tmp_path, cache, family):
+def test_a_weightless_family_replays_through_the_runner_and_equals_live(tmp_path, family):
     """Suffix decoding carries its global tree from wave to wave: the live check of wave 0 starts
     from the tree the replay of wave 0 started from, and wave 1 from the one it left (proposers/base.py,
     `carried`); so replay and live build one tree, and their steps are equal."""
-    m = replay(family, cache, tmp_path / "rep")
+    # its own trajectories: the module's cache holds one test_a_corrupt_trajectory_is_refused_in_one_line corrupts
+    m = replay(family, tmp_path / "trajectories", tmp_path / "rep")
     assert m["status"] == "complete" and m["gate"]["by"] == "live+replay" and len(m["shards"]) >= 2
     c = m["replay_check"]
     assert c["rows_matched"] == c["rows_replay"] > 0 and c["rows_differ"] == 0 and c["trajectories_left"] == 0
