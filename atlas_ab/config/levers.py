@@ -381,6 +381,21 @@ def compose_arm(overrides: list[str]) -> ArmConfig:
         return arm_of(compose(config_name="config", overrides=overrides))
 
 
+def arm_or_refusal(overrides: list[str], prog: str) -> Optional[ArmConfig]:
+    """`compose_arm`, or None after its refusal as one line `PROG: error: ...` on stderr (a bad key,
+    value or combination); anything that is not a composition error (a bug) raises."""
+    from atlas_ab.errors import one_line
+
+    try:
+        return compose_arm(overrides)
+    except Exception as ex:  # noqa: BLE001 -- every composition error becomes one line
+        msg = one_line(ex)
+        if msg is None:
+            raise
+        print(f"{prog}: error: {msg}", file=sys.stderr)
+        return None
+
+
 def arm_of(cfg) -> ArmConfig:
     """A composed config's arm: its keys checked, its levers validated."""
     from omegaconf import OmegaConf
@@ -409,20 +424,15 @@ def build_parser():
 
 
 def main(argv: list[str] | None = None) -> int:
-    from atlas_ab.errors import closed_stdout, one_line
+    from atlas_ab.errors import closed_stdout
 
     args = build_parser().parse_args(argv)
     try:
         if args.command == "table":
             print(table_markdown())
             return 0
-        try:
-            arm = compose_arm(args.overrides)
-        except Exception as ex:  # noqa: BLE001 -- every composition error becomes one line
-            msg = one_line(ex)
-            if msg is None:
-                raise
-            print(f"atlas_ab.config.levers: error: {msg}", file=sys.stderr)
+        arm = arm_or_refusal(args.overrides, "atlas_ab.config.levers")
+        if arm is None:
             return 2
         print("\n".join(env_lines(arm)))
         sys.stdout.flush()

@@ -82,18 +82,12 @@ def lines(arm: ArmConfig) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from atlas_ab.config.levers import compose_arm
-    from atlas_ab.errors import one_line
+    from atlas_ab.config.levers import arm_or_refusal
 
     argv = list(sys.argv[1:] if argv is None else argv)
     only_vllm = bool(argv) and argv[0] == "--vllm"
-    try:
-        arm = compose_arm(argv[1:] if only_vllm else argv)
-    except Exception as ex:  # noqa: BLE001 -- every composition error becomes one line
-        msg = one_line(ex)
-        if msg is None:
-            raise
-        print(f"atlas_ab.engines.spec_config: error: {msg}", file=sys.stderr)
+    arm = arm_or_refusal(argv[1:] if only_vllm else argv, "atlas_ab.engines.spec_config")
+    if arm is None:
         return 2
     print(json.dumps(vllm(arm)) if only_vllm else "\n".join(lines(arm)))
     return 0

@@ -12,6 +12,7 @@ from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.runtime import checkpoint
 from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.speculative.tree_step import decode
+from tests.helpers.greedy_ref import greedy_without_cache, heldout_prompts
 
 pytestmark = pytest.mark.float_sensitive
 
@@ -27,27 +28,12 @@ def ck():
 
 @pytest.fixture(scope="module")
 def prompts():
-    from tokenizers import Tokenizer
-
-    from atlas_ab.workload.corpus import build_corpus
-    tok = Tokenizer.from_file(str(DEFAULT / "tokenizer.json"))
-    held = [d for d in build_corpus().select("stdlib", "heldout") if len(d.text) > 4000]
-    ids = tok.encode(held[0].text, add_special_tokens=False).ids
-    return [ids[:48], ids[300:331], ids[900:960]]          # ragged lengths
+    return heldout_prompts()
 
 
 @pytest.fixture(scope="module")
 def greedy(ck, prompts):
-    """The target alone: argmax after each prefix, recomputed from scratch (no cache)."""
-    out = []
-    with torch.no_grad():
-        for p in prompts:
-            seq = list(p)
-            for _ in range(N_NEW):
-                z = ck.trunk.logits(ck.trunk.forward_train(torch.tensor([seq]))[:, -1:])
-                seq.append(int(z[0, 0].argmax()))
-            out.append(seq[len(p):])
-    return out
+    return greedy_without_cache(ck.trunk, prompts, N_NEW)
 
 
 def _arm(ck):
