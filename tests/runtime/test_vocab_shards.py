@@ -7,6 +7,9 @@ import torch
 from atlas_ab.runtime.vocab_shards import shard_bounds, sharded_top1
 
 SHARDS = [1, 2, 4, 8]
+#: the CPU always; the GPU where there is one (its argmax's tie rule and its reduce are another kernel's)
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU")])]
 
 
 def unsharded(z):
@@ -28,19 +31,21 @@ def test_shard_bounds_cover_the_vocabulary_in_order_and_refuse_a_remainder():
         shard_bounds(4097, 2)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shards", SHARDS)
-def test_sharded_top1_is_the_unsharded_one_on_random_logits(shards):
+def test_sharded_top1_is_the_unsharded_one_on_random_logits(shards, device):
     torch.manual_seed(shards)
-    z = torch.randn(64, 4096) * 3
+    z = (torch.randn(64, 4096) * 3).to(device)
     p, i = by_shards(z, shards)
     p_ref, i_ref = unsharded(z)
     assert torch.equal(i, i_ref)
     torch.testing.assert_close(p, p_ref, rtol=2e-6, atol=0)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shards", SHARDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_ties_across_shard_boundaries_go_to_the_lowest_index(shards, dtype):
+def test_ties_across_shard_boundaries_go_to_the_lowest_index(shards, dtype, device):
     """Forced ties: the max at both sides of every shard boundary, at the first and last index, in one shard
     only, and a row of equal logits; bf16 logits (what a bf16 head makes, where ties are common) too."""
     V = 64
@@ -59,7 +64,7 @@ def test_ties_across_shard_boundaries_go_to_the_lowest_index(shards, dtype):
     r[[n * s + n - 1 for s in range(shards)]] = 7.0  # the last index of every shard
     rows.append(r)
     rows.append(torch.full((V,), 1.25))               # every logit equal: index 0
-    z = torch.stack(rows).to(dtype)
+    z = torch.stack(rows).to(dtype).to(device)
     p, i = by_shards(z, shards)
     p_ref, i_ref = unsharded(z)
     assert torch.equal(i, i_ref)
