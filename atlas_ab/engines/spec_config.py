@@ -8,7 +8,7 @@ algorithm under the same name, the function says so instead of writing a config 
 
   vLLM 0.32     `--speculative-config` JSON: `method` and its keys (vllm/config/speculative.py:
                 prompt_lookup_min / prompt_lookup_max for ngram, the suffix_decoding_* keys for
-                suffix; `model` for draft_model), exactly ours
+                suffix; `model` for draft_model and eagle3), exactly ours
   SGLang        `--speculative-algorithm NGRAM` (docs: advanced_features/speculative_decoding.md,
                 "Ngram Speculative Decoding"): an n-gram CACHE of earlier tokens searched breadth
                 first, not vLLM's prompt lookup: the window sizes and K carry over, the rule does not
@@ -25,9 +25,13 @@ import sys
 
 from atlas_ab.config.structured import ArmConfig
 
+#: where the drafter's own weights are, for the families that have them (vLLM's `model` key); EAGLE-3's
+#: shipped head is written in the layout vLLM's eagle3 method loads (runtime/eagle3_checkpoint.py)
+WEIGHTS = {"draft_model": "DRAFT_MODEL_PATH", "eagle3": "EAGLE3_HEAD_PATH (e.g. atlas_ab/models/eagle3)"}
+
 
 def vllm(arm: ArmConfig, draft_model: str | None = None) -> dict:
-    """vLLM's --speculative-config object for the arm (draft_model: the draft model's path)."""
+    """vLLM's --speculative-config object for the arm (draft_model: the draft model's or EAGLE-3 head's path)."""
     cfg = {"method": arm.proposer, "num_speculative_tokens": arm.num_drafts}
     if arm.proposer == "ngram":
         from atlas_ab.proposers.ngram import lookup_bounds
@@ -36,8 +40,8 @@ def vllm(arm: ArmConfig, draft_model: str | None = None) -> dict:
     elif arm.proposer == "suffix":
         from atlas_ab.proposers.suffix import suffix_levers
         cfg.update(suffix_levers(arm))
-    elif arm.proposer == "draft_model":
-        cfg["model"] = draft_model or "DRAFT_MODEL_PATH"
+    elif arm.proposer in WEIGHTS:
+        cfg["model"] = draft_model or WEIGHTS[arm.proposer]
     return cfg
 
 

@@ -41,3 +41,12 @@ def test_the_vllm_flag_prints_the_json_our_launcher_takes():
                         "arm.num_drafts=3"], capture_output=True, text=True)
     assert r.returncode == 0
     assert json.loads(r.stdout)["method"] == "suffix" and json.loads(r.stdout)["num_speculative_tokens"] == 3
+
+
+def test_vllm_families_with_weights_name_where_they_are():
+    arm = ArmConfig(name="eagle3", proposer="eagle3", num_drafts=3)
+    vllm = spec_config.vllm
+    assert vllm(arm, "atlas_ab/models/eagle3") == {"method": "eagle3", "num_speculative_tokens": 3,
+                                                   "model": "atlas_ab/models/eagle3"}
+    assert vllm(arm)["model"].startswith("EAGLE3_HEAD_PATH")
+    assert vllm(ArmConfig(name="d", proposer="draft_model"))["model"] == "DRAFT_MODEL_PATH"
