@@ -7,9 +7,11 @@
   export  write the MiMo directory only (--out), e.g. to serve it from a GPU vLLM of your own
   status  the recorded servers, alive or not
 
-The speculation, one of: --method mtp|ngram|suffix|draft_model with --k (and the method's keys
+The speculation, one of: --method mtp|ngram|suffix|draft_model|eagle3 with --k (and the method's keys
 with --set key=value), or --speculative-config FILE|JSON: vLLM's own object, served exactly as
-written (what `python -m atlas_ab.analysis ladder` writes), or --no-spec.
+written (what `python -m atlas_ab.analysis ladder` writes), or --no-spec. With eagle3 (--head: the
+shipped head) the target is served as its trunk alone, a Qwen2 directory, whose forward hands the
+head its aux hidden states (MiMo's does not).
 """
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ from atlas_ab.engines.vllm import export as exp, server
 from atlas_ab.errors import one_line_parser
 
 PROG = "atlas_ab.engines.vllm"
-METHODS = ("mtp", "ngram", "suffix", "draft_model")
-MODELS = {"default": "atlas_ab/models/default", "draft": "atlas_ab/models/draft"}
+METHODS = ("mtp", "ngram", "suffix", "draft_model", "eagle3")
+MODELS = {"default": "atlas_ab/models/default", "draft": "atlas_ab/models/draft", "eagle3": "atlas_ab/models/eagle3"}
 
 
 
@@ -67,6 +69,8 @@ def speculative_config(args) -> dict | None:
     cfg = {"method": args.method, "num_speculative_tokens": args.k}
     if args.method == "draft_model":
         cfg["model"] = str(model_dir(args.draft))       # a plain Llama: vLLM's own Llama serves it as it is
+    elif args.method == "eagle3":
+        cfg["model"] = str(model_dir(args.head))        # written in the layout vLLM's eagle3 loads
     for kv in args.set or []:
         k, sep, v = kv.partition("=")
         if not sep or not k:
@@ -89,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--k", type=int, default=2, help="num_speculative_tokens (with --method)")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help="another key of the method's config")
     s.add_argument("--draft", default="draft", help="the draft model for --method draft_model")
+    s.add_argument("--head", default="eagle3", help="the EAGLE-3 head for --method eagle3 (the shipped one)")
     s.add_argument("--metrics", choices=server.METRICS, default="detailed",
                    help="--per-request-spec-decode-metrics (none: the engine's telemetry off)")
     s.add_argument("--prefix-caching", action="store_true", help="vLLM's prefix caching on (off by default)")
@@ -114,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise AtlasError(f"--k {args.k}: expected an integer >= 1")
             spec_cfg = speculative_config(args)
             src = model_dir(args.model)
-            info = exp.exported(src, server.CACHE / "models")
+            # a drafter with its own weights reads the target's aux hidden states: the trunk alone, as Qwen2
+            info = exp.exported(src, server.CACHE / "models", mtp=(spec_cfg or {}).get("method") != "eagle3")
             name = args.served_name or (args.model if args.model in MODELS else src.name)
             spec = server.ServerSpec(info["path"], served_name=name, speculative=spec_cfg, port=args.port,
                                      metrics=args.metrics, prefix_caching=args.prefix_caching)

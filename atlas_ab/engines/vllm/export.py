@@ -70,11 +70,17 @@ def _mimo_mtp(src: MTPModule, args) -> MTPModule:
     return _with_zero_qkv_bias(dst, state, "MTP layer onto MiMo")
 
 
-def export(src_dir, out_dir) -> dict:
-    """Write `src_dir` (any checkpoint we load, with one MTP layer) as a MiMo directory at `out_dir`.
-    Returns {"path", "hash", "source", "source_hash"}. One line (AtlasError) if it cannot."""
+#: the trunk alone, for the drafters that bring their own weights (eagle3): vLLM's Qwen2 hands them its
+#: aux hidden states, MiMo's forward does not ("too many values to unpack" at the first request)
+TRUNK_ARCHITECTURE = "Qwen2ForCausalLM"
+
+
+def export(src_dir, out_dir, mtp: bool = True) -> dict:
+    """Write `src_dir` (any checkpoint we load, with one MTP layer) as a MiMo directory at `out_dir`
+    (`mtp` False: its trunk alone, as a Qwen2 directory). Returns {"path", "hash", "source",
+    "source_hash"}. One line (AtlasError) if it cannot."""
     ck = checkpoint.load(src_dir, dtype=torch.float32)
-    if ck.mtp is None:
+    if ck.mtp is None and mtp:
         raise AtlasError(f"{src_dir}: no MTP layer (num_nextn_predict_layers: 0): nothing for vLLM's mtp to run")
     a = ck.args
     if a.model_type not in ("llama", "qwen2", "mimo") or a.o_bias or a.qk_norm or a.sliding_window:
@@ -83,13 +89,13 @@ def export(src_dir, out_dir) -> dict:
     if a.attention_bias and a.model_type == "llama":
         raise AtlasError(f"{src_dir}: a Llama with attention_bias has an o_proj bias, which Qwen2 lacks")
     args = dataclasses.replace(a, model_type="qwen2", attention_bias=True, o_bias=False)
-    trunk, mtp = _qwen2_trunk(ck.trunk, args), _mimo_mtp(ck.mtp, args)
+    trunk, layer = _qwen2_trunk(ck.trunk, args), _mimo_mtp(ck.mtp, args) if mtp else None
     out = Path(out_dir)
     dtype = _stored_dtype(src_dir)
-    checkpoint.save(out, args, trunk, mtp, tokenizer_json=ck.tokenizer_path and Path(ck.tokenizer_path),
-                        dtype=dtype, layout=layouts.MIMO)
+    checkpoint.save(out, args, trunk, layer, tokenizer_json=ck.tokenizer_path and Path(ck.tokenizer_path),
+                    dtype=dtype, layout=layouts.MIMO)
     cfg = json.loads((out / "config.json").read_text())
-    cfg["architectures"] = [ARCHITECTURE]
+    cfg["architectures"] = [ARCHITECTURE if mtp else TRUNK_ARCHITECTURE]
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     tok = out / "tokenizer"
     tok.mkdir(exist_ok=True)
@@ -101,18 +107,18 @@ def export(src_dir, out_dir) -> dict:
     return {"path": str(out), **info}
 
 
-def exported(src_dir, root) -> dict:
-    """`src_dir` exported under `root`/<its hash>, written once (atomically: a half-written export is
-    never found) and reused while the source's hash is the same."""
+def exported(src_dir, root, mtp: bool = True) -> dict:
+    """`src_dir` exported under `root`/<its hash>[-trunk], written once (atomically: a half-written export
+    is never found) and reused while the source's hash is the same."""
     import shutil
     import tempfile
     src_hash = checkpoint.file_hash(_source_files(src_dir))
-    out = Path(root) / src_hash.split(":")[-1][:16]
+    out = Path(root) / (src_hash.split(":")[-1][:16] + ("" if mtp else "-trunk"))
     if not (out / EXPORT_JSON).is_file():
         Path(root).mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=root))
         try:
-            export(src_dir, tmp)
+            export(src_dir, tmp, mtp)
             if out.exists():          # an export that never wrote its EXPORT_JSON: incomplete, replaced
                 shutil.rmtree(out)
             os.replace(tmp, out)
