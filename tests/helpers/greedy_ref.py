@@ -32,3 +32,22 @@ def greedy_without_cache(trunk, prompts, n_new: int) -> list[list[int]]:
                 seq.append(int(z[0, 0].argmax()))
             out.append(seq[len(p):])
     return out
+
+
+def transformers_greedy(ck, prompts, n_new: int) -> list[list[int]]:
+    """transformers' own greedy decoding of each prompt (fp32, no EOS stop): the outside reference."""
+    import transformers
+
+    from atlas_ab.runtime import checkpoint
+
+    class Quiet(transformers.LlamaForCausalLM):
+        _keys_to_ignore_on_load_unexpected = checkpoint.hf_unexpected_patterns(ck.args)
+
+    hf = Quiet.from_pretrained(DEFAULT, dtype=torch.float32).eval()
+    theirs = []
+    with torch.no_grad():
+        for p in prompts:
+            g = hf.generate(torch.tensor([p]), max_new_tokens=n_new, do_sample=False, num_beams=1,
+                            pad_token_id=0, eos_token_id=None)
+            theirs.append(g[0, len(p):].tolist())
+    return theirs

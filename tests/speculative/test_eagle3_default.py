@@ -13,7 +13,7 @@ from atlas_ab.runtime import checkpoint, eagle3_checkpoint
 from atlas_ab.speculative.loop import Wave
 from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.workload.documents import Document
-from tests.helpers.greedy_ref import greedy_without_cache, heldout_prompts
+from tests.helpers.greedy_ref import greedy_without_cache, heldout_prompts, transformers_greedy
 
 pytestmark = pytest.mark.float_sensitive
 
@@ -63,18 +63,8 @@ def test_eagle3_commits_the_targets_greedy(ck, head, prompts, greedy, arm):
 
 @pytest.mark.slow          # loads transformers
 def test_eagle3_commits_transformers_greedy(ck, head, prompts, greedy):
-    transformers = pytest.importorskip("transformers")
-
-    class Quiet(transformers.LlamaForCausalLM):
-        _keys_to_ignore_on_load_unexpected = checkpoint.hf_unexpected_patterns(ck.args)
-
-    hf = Quiet.from_pretrained(DEFAULT, dtype=torch.float32).eval()
-    theirs = []
-    with torch.no_grad():
-        for p in prompts:
-            g = hf.generate(torch.tensor([p]), max_new_tokens=N_NEW, do_sample=False, num_beams=1,
-                            pad_token_id=0, eos_token_id=None)
-            theirs.append(g[0, len(p):].tolist())
+    pytest.importorskip("transformers")
+    theirs = transformers_greedy(ck, prompts, N_NEW)
     got, _ = decode(ck, head, prompts, ARMS[0])
     assert got == theirs == greedy
 

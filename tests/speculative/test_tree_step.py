@@ -12,7 +12,7 @@ from atlas_ab.proposers.mtp_head import MTPProposer
 from atlas_ab.runtime import checkpoint
 from atlas_ab.speculative.targets import LiveTarget
 from atlas_ab.speculative.tree_step import decode
-from tests.helpers.greedy_ref import greedy_without_cache, heldout_prompts
+from tests.helpers.greedy_ref import greedy_without_cache, heldout_prompts, transformers_greedy
 
 pytestmark = pytest.mark.float_sensitive
 
@@ -64,18 +64,8 @@ def test_linear_tree_is_the_chain_step_for_step(ck, prompts):
 
 @pytest.mark.slow          # loads transformers
 def test_tree_decode_equals_transformers_greedy(ck, prompts, greedy):
-    transformers = pytest.importorskip("transformers")
-
-    class Quiet(transformers.LlamaForCausalLM):
-        _keys_to_ignore_on_load_unexpected = checkpoint.hf_unexpected_patterns(ck.args)
-
-    hf = Quiet.from_pretrained(DEFAULT, dtype=torch.float32).eval()
-    theirs = []
-    with torch.no_grad():
-        for p in prompts:
-            g = hf.generate(torch.tensor([p]), max_new_tokens=N_NEW, do_sample=False, num_beams=1,
-                            pad_token_id=0, eos_token_id=None)
-            theirs.append(g[0, len(p):].tolist())
+    pytest.importorskip("transformers")
+    theirs = transformers_greedy(ck, prompts, N_NEW)
     target, prop = _arm(ck)
     got, _ = decode(target, prop, prompts, N_NEW, tree=parse_tree(TREES[2]))
     assert got == theirs == greedy
