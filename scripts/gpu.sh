@@ -509,7 +509,9 @@ stage_sequential() {
 # (after workload.turns=1; tiny dry runs on the CPU), LADDER_TIMEOUT (s a sweep; REPLICATES x 120 for default
 # and gpu (70 cut the B=256 jobs on 2026-12-02), REPLICATES x 170 for llama8b, whose 24 jobs a replicate each
 # build 11 GB of weights), ACCEPTANCE_RUNS (the default model's runs; default $LADDER_DIR/default),
-# LADDER_DIR (/tmp/ladder).
+# LADDER_DIR (/tmp/ladder), LADDER_PROCESSES (1; P > 1 runs the sweep in P processes one after another,
+# order seeds ORDER_SEED + p, into $LADDER_DIR/<model>/p<p>, packed per process and analysed off the device:
+# a process-level effect against the between-machine one, issue 51).
 # A CPU check at a tiny size (no GPU, no wheels):
 #   OUT=/tmp/ladder_out LADDER_MODELS="default gpu" LADDER_WIDTHS="[1,2]" K_MAX=1 \
 #     LADDER_OVERRIDES="workload.turns=1 workload.chunk_tokens=16 workload.gen_tokens=8 study.waves=10 \
@@ -527,24 +529,40 @@ stage_ladder() {
     # shellcheck disable=SC2206
     OV=(workload.turns=1 ${LADDER_OVERRIDES:-})
     if [ $m = default ]; then mapfile -t OV < <(printf '%s\n' "${OV[@]}" | grep -v '^model\.'); else MODEL=(model=$m); fi
-    t=${LADDER_TIMEOUT:-$(( R * $([ $m = llama8b ] && echo 170 || echo 120) ))}
-    (cd $W && timeout $t python3 -m atlas_ab -m +study=ladder "${MODEL[@]}" "${GRID[@]}" \
-       runner.progress=false hydra.sweep.dir=$W/$m "${OV[@]}") > $W/$m.log 2>&1
-    log "ladder sweep $m: exit $? in $((SECONDS - S)) s ($(ls -d $W/$m/*_k* 2>/dev/null | wc -l) runs)"
-    tail -2 $W/$m.log | tee -a "$LOG"
-    for d in $W/$m/*_k*; do   # a job cut by the timeout is not a result
+    t=${LADDER_TIMEOUT:-$([ $m = llama8b ] && echo 170 || echo 120)}
+    local p r G
+    if [ -n "${LADDER_PROCESSES:-}" ]; then   # the experiment: P processes, each running every replicate
+      for ((p = 0; p < LADDER_PROCESSES; p++)); do
+        S=$SECONDS
+        G=("${GRID[@]:0:3}" "study.order_seed=$(( ${ORDER_SEED:-0} + p ))")
+        (cd $W && timeout $((t * R)) python3 -m atlas_ab -m +study=ladder "${MODEL[@]}" "${G[@]}" \
+           runner.progress=false hydra.sweep.dir=$W/$m/p$p "${OV[@]}") > $W/${m}_p$p.log 2>&1
+        log "ladder sweep $m process $p: exit $? in $((SECONDS - S)) s ($(ls -d $W/$m/p$p/*_k* 2>/dev/null | wc -l) runs)"
+        pack --name ladder_runs_${m}_p$p $W/$m/p$p
+      done
+      continue
+    fi
+    for ((r = 0; r < R; r++)); do   # the protocol: each replicate its own process (config/ladder_order.py)
+      (cd $W && timeout $t python3 -m atlas_ab -m +study=ladder "${MODEL[@]}" "${GRID[@]}" study.block=$r \
+         runner.progress=false hydra.sweep.dir=$W/$m/r$r "${OV[@]}") > $W/${m}_r$r.log 2>&1
+      log "ladder sweep $m replicate $r: exit $? ($(ls -d $W/$m/r$r/*_k* 2>/dev/null | wc -l) runs)"
+    done
+    log "ladder sweep $m: $R processes in $((SECONDS - S)) s"
+    tail -2 $W/${m}_r$((R - 1)).log | tee -a "$LOG"
+    for d in $W/$m/r*/*_k*; do   # a job cut by the timeout is not a result
       grep -q '"status": "complete"' $d/manifest.json 2>/dev/null || { mkdir -p $W/${m}_cut; mv $d $W/${m}_cut/; log "cut: $d"; }
     done
-    pack --name ladder_runs_$m $W/$m
+    pack --name ladder_runs_$m $W/$m/r*
   done
   # the widths of a sweep whose every K (0..K_MAX) ran to completion
   widths() { python3 -c "
 import json, pathlib, sys
 cells = {}
-for m in pathlib.Path(sys.argv[1]).glob('*_k*/manifest.json'):
+for m in pathlib.Path(sys.argv[1]).glob('r*/*_k*/manifest.json'):
     j = json.loads(m.read_text()); cells.setdefault(j['waves']['batch_width'], set()).add(j['levers']['num_drafts'])
 print(' '.join(str(b) for b, ks in sorted(cells.items()) if ks >= set(range(int(sys.argv[2]) + 1))))" "$1" "${K_MAX:-3}"; }
   # the ladders: the default model's from its own runs; the shapes' timing with the default's acceptance
+  [ -n "${LADDER_PROCESSES:-}" ] && { log "LADDER_PROCESSES: runs packed per process, analysed off the device"; return 0; }
   for m in ${LADDER_MODELS:-default gpu llama8b}; do
     ACC=()
     [ $m != default ] && ACC=(--acceptance ${ACCEPTANCE_RUNS:-$W/default})
@@ -563,7 +581,7 @@ print(' '.join(str(b) for b, ks in sorted(cells.items()) if ks >= set(range(int(
         --out "$OUT/ladder_${m}_outliers_kept" > "$OUT/ladder_${m}_outliers_kept.txt" 2>> "$OUT/ladder_$m.err"
       log "ladder $m with --allow-outliers: exit $? (ladder_${m}_outliers_kept)"
     fi
-    grep -hE 'pays|not known|replicates per cell' "$OUT"/ladder_$m*.txt | tee -a "$LOG"
+    grep -hE 'pays|not known|replicates per cell|processes' "$OUT"/ladder_$m*.txt | tee -a "$LOG"
   done
   log "if an analysis failed here (matplotlib or statsmodels missing on the device), unpack ladder_runs_*.tar.xz and run"
   log "  python -m atlas_ab.analysis ladder RUNS_default --out ladder_default"

@@ -7,6 +7,13 @@ numpy's default_rng([order_seed, r]) (a randomized complete block design). So no
 run back to back, K never follows K in a fixed sweep, and drift over the sweep and the host's state
 fall on every K alike. Each job's manifest records its slot, replicate and the seed (its resolved
 config), so the order is known from the runs.
+
+`study.block=r` sweeps replicate r's slots alone. The shipped protocol runs each replicate as its own
+process (scripts/gpu.sh ladder): on one H200, eight processes of the same 5.7B B=1 sweep differed in
+a cell's mean by up to 6% where a process's own jobs agreed to ~2%, which is what two fresh machines
+had differed by (analysis/reports/ladder_h200_2026-12-03/README.md, "One machine, eight processes").
+So a process carries an effect its own jobs share, and only replicates in separate processes put it
+inside the interval.
 """
 from __future__ import annotations
 
@@ -28,9 +35,15 @@ def order(widths, k_max: int, replicates: int, seed: int) -> list[tuple[int, int
     return out
 
 
-def slots(widths, k_max: int, replicates: int) -> str:
-    """0,1,..,N-1 as a sweep's choices (N jobs: every cell in every replicate)."""
-    return ",".join(str(i) for i in range(len(grid(widths, k_max)) * max(int(replicates), 1)))
+def slots(widths, k_max: int, replicates: int, block=None) -> str:
+    """0,1,..,N-1 as a sweep's choices (N jobs: every cell in every replicate); `block` r: replicate r's
+    slots alone, so that each replicate can run in its own process (module docstring)."""
+    n, R = len(grid(widths, k_max)), max(int(replicates), 1)
+    if block is None:
+        return ",".join(str(i) for i in range(n * R))
+    if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < R:
+        raise ValueError(f"study.block={block!r}: a replicate 0 .. {R - 1} (study.replicates={R}), or null for all")
+    return ",".join(str(i) for i in range(block * n, (block + 1) * n))
 
 
 def cell(slot: int, widths, k_max: int, replicates: int, seed: int, what: str) -> int:

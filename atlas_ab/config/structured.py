@@ -189,6 +189,7 @@ class StudyConfig:
     order_seed: int = 0
     slot: int = 0
     replicate: int = 0
+    block: Optional[int] = None   # r: this sweep runs replicate r alone (each replicate its own process)
 
 
 #: handoff_norm / recycle_norm: what the checkpoint declares, or forced before / after the norm

@@ -6,10 +6,12 @@ log it next to their runs)."""
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import socket
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Optional
@@ -106,8 +108,14 @@ def versions() -> dict:
     return out
 
 
+#: when this process imported the module (its start, near enough): with the pid and the host it names the
+#: process a run ran in, which a ladder's replicates must differ in (analysis/ladder/live.processes_of)
+_STARTED = time.time()
+
+
 def host() -> dict:
-    return {"hostname": socket.gethostname(), "platform": platform.platform(), "argv": list(sys.argv)}
+    return {"hostname": socket.gethostname(), "platform": platform.platform(), "argv": list(sys.argv),
+            "process": f"{socket.gethostname()}:{os.getpid()}:{_STARTED:.3f}"}
 
 
 if __name__ == "__main__":

@@ -78,3 +78,30 @@ def test_ladder_cli_pools_machines(tmp_path, capsys):
     assert main(["ladder", *map(str, sweeps), "--machines", "--method", "bootstrap",
                  "--out", str(tmp_path / "o4")]) == 2
     assert "the bootstrap has no machine level" in capsys.readouterr().err
+
+
+def _in_process(path, process):
+    m = json.loads((path / "manifest.json").read_text())
+    m["host"] = {"hostname": "h", "process": process}
+    (path / "manifest.json").write_text(json.dumps(m))
+
+
+def test_the_ladder_says_whether_each_cells_replicates_ran_in_separate_processes(tmp_path, capsys):
+    """One sweep a process (a directory of sweeps, as scripts/gpu.sh ladder writes it) against every
+    replicate in one process, and runs that do not record their process."""
+    for r in range(2):
+        for (b, k) in COST:
+            _in_process(_run(tmp_path / "apart" / f"r{r}", b, k, seed=100 * r + 10 * b + k, rep=r), f"h:{r}:0.0")
+            _in_process(_run(tmp_path / "one", b, k, seed=100 * r + 10 * b + k, rep=r), "h:7:0.0")
+            _run(tmp_path / "old", b, k, seed=100 * r + 10 * b + k, rep=r)
+    said = {}
+    for name in ("apart", "one", "old"):
+        assert main(["ladder", str(tmp_path / name), "--out", str(tmp_path / f"o_{name}"), "--bootstrap", "0"]) == 0
+        said[name] = [n for n in json.loads((tmp_path / f"o_{name}" / "ladder.json").read_text())["notes"]
+                      if "process" in n]
+    capsys.readouterr()
+    assert said["apart"] == ["every cell's replicates ran in separate processes (2 in all): the between-process "
+                             "variance is inside each interval"]
+    assert len(said["one"]) == 1 and said["one"][0].startswith(
+        "6 of 6 cells have replicates that ran in one process (B=1 K=0, B=1 K=1, B=1 K=2, B=4 K=0, ...)")
+    assert len(said["old"]) == 1 and "do not record their process" in said["old"][0]

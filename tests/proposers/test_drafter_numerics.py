@@ -120,7 +120,7 @@ class RoundingPool(KVPool):
 
 def _propose(ck, prop, seed=7):
     g = torch.Generator().manual_seed(seed)
-    toks = torch.randint(0, ck.args.vocab_size, (B, T), generator=g, device=ck.trunk.device)
+    toks = torch.randint(0, ck.args.vocab_size, (B, T), generator=g).to(ck.trunk.device)   # a CPU generator
     with torch.no_grad():
         h = ck.trunk.forward_train(toks)
         nxt = ck.trunk.logits(h[:, -1:])[:, 0].argmax(-1)

@@ -73,17 +73,43 @@ def assert_same_rows(one, two):
 
 def emulate_fp8(arm, monkeypatch):
     """HEAD_FP8 on the GPU runs the real FP8 GEMM, another kernel than the CPU's emulation (its bound:
-    tests/proposers/test_drafter_numerics.py); here the GPU emulates, as a device without one does, so
-    the rows compare as every other arm's."""
+    tests/proposers/test_drafter_numerics.py); here the GPU emulates, as a device without one does."""
     if arm == "head_fp8":
         monkeypatch.setattr("atlas_ab.proposers.draft_head.real_fp8_matmul", lambda device: False)
+
+
+#: HEAD_FP8's drafts agree on at least this share of steps between the devices (98.6% on the H200,
+#: 2026-12-03: 1.4% of the drafts columns differed). Exact equality is not guaranteed there: the head
+#: rounds its activation to E4M3 with a per-row scale, and a last-bit fp32 difference in the normed
+#: hidden (the devices sum in other orders) moves an element across a rounding boundary, a step of up
+#: to 1/16 of its value, which can move a near-tied argmax. The committed tokens stay exact (lossless).
+FP8_DRAFTS_AGREE = 0.95
+
+
+def assert_same_commits(one, two):
+    """HEAD_FP8's rows: every committed token and the gate exactly, the drafts on FP8_DRAFTS_AGREE."""
+    g, c = frame(one.steps), frame(two.steps)
+    key = ["doc_id", "turn", "step"]
+    for f in (g, c):
+        f.sort_values(key, inplace=True)
+    tokens = [{d: [t for ts in part["committed"] for t in ts] for d, part in f.groupby(["doc_id", "turn"])}
+              for f in (g, c)]
+    assert tokens[0] == tokens[1]
+    both = g.merge(c, on=key, suffixes=("_g", "_c"))
+    same = [list(a) == list(b) for a, b in zip(both["drafts_g"], both["drafts_c"])]
+    assert np.mean(same) >= FP8_DRAFTS_AGREE, np.mean(same)
+    assert one.gate["passed"] and two.gate["passed"] and one.n_tokens == two.n_tokens
+
+
+def assert_rows(arm, one, two):
+    (assert_same_commits if arm == "head_fp8" else assert_same_rows)(one, two)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("arm", study_arms("claims") + ["tree_top2", "tree_linear2"])
 def test_the_gpu_fp32_rows_equal_the_cpus(arm, monkeypatch):
     emulate_fp8(arm, monkeypatch)
-    assert_same_rows(wave(arm, "cuda"), wave(arm, "cpu"))
+    assert_rows(arm, wave(arm, "cuda"), wave(arm, "cpu"))
 
 
 @pytest.mark.gpu
@@ -92,7 +118,7 @@ def test_the_gpu_fp32_replayed_rows_equal_the_cpus(arm, tmp_path_factory, monkey
     """The claims study's own mode: each device replays the trajectory it built itself."""
     emulate_fp8(arm, monkeypatch)
     where = {d: tmp_path_factory.getbasetemp() / f"trajectories_{d}" for d in ("cuda", "cpu")}
-    assert_same_rows(wave(arm, "cuda", "replay", where["cuda"]), wave(arm, "cpu", "replay", where["cpu"]))
+    assert_rows(arm, wave(arm, "cuda", "replay", where["cuda"]), wave(arm, "cpu", "replay", where["cpu"]))
 
 
 @pytest.mark.slow
@@ -104,3 +130,16 @@ def test_the_comparison_passes_a_run_against_itself_and_catches_a_moved_row():
                                  pa.array([0] * two.steps.num_rows, two.steps.schema.field("accept_len").type))
     with pytest.raises(AssertionError):
         assert_same_rows(one, type(two)(**{**two.__dict__, "steps": moved}))
+
+
+@pytest.mark.slow
+def test_the_fp8_comparison_passes_a_run_against_itself_and_catches_a_moved_token():
+    """HEAD_FP8's looser check, on the CPU: a second run of the arm passes, one moved token fails."""
+    one, two = wave("head_fp8", "cpu"), wave("head_fp8", "cpu")
+    assert_same_commits(one, two)
+    i = two.steps.column_names.index("committed")
+    moved = two.steps.column("committed").to_pylist()
+    moved[0] = [moved[0][0] + 1, *moved[0][1:]]
+    steps = two.steps.set_column(i, "committed", pa.array(moved, two.steps.schema.field("committed").type))
+    with pytest.raises(AssertionError):
+        assert_same_commits(one, type(two)(**{**two.__dict__, "steps": steps}))

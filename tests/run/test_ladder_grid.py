@@ -94,6 +94,17 @@ def test_the_order_is_seeded_and_recorded():
     assert [cell(i, [1, 4], 3, 3, 0, "r") for i in range(len(a))] == [0] * 8 + [1] * 8 + [2] * 8
 
 
+def test_a_block_sweeps_one_replicate_alone():
+    """study.block=r: replicate r's slots, so each replicate can run in its own process."""
+    from atlas_ab.config.ladder_order import cell, slots
+    assert slots([1, 4], 1, 3) == ",".join(map(str, range(12)))
+    assert [slots([1, 4], 1, 3, block=r) for r in range(3)] == ["0,1,2,3", "4,5,6,7", "8,9,10,11"]
+    assert {cell(int(i), [1, 4], 1, 3, 0, "r") for i in slots([1, 4], 1, 3, block=2).split(",")} == {2}
+    for bad in (3, -1, True, "1"):
+        with pytest.raises(ValueError, match=f"study.block={bad!r}: a replicate 0 .. 2 "):
+            slots([1, 4], 1, 3, block=bad)
+
+
 def test_a_replicate_count_below_one_is_refused():
     c = _c()
     c.study.replicates = 0

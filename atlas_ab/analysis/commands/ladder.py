@@ -10,6 +10,7 @@ from atlas_ab.analysis import cli
 
 def run(args) -> int:
     from atlas_ab.analysis.ladder import acceptance_from, fit, model_of, times_from, write_configs
+    from atlas_ab.analysis.ladder.live import process_note
     from atlas_ab.analysis.ladder.machines import on_machines
     from atlas_ab.analysis.runs import expand
 
@@ -51,6 +52,7 @@ def run(args) -> int:
     if kept:
         res.notes.append(f"{len(kept)} of {len(timing)} timing runs hold warm-up-sized outliers, kept by "
                          "--allow-outliers: their stalls count in the step times")
+    res.notes.append(process_note(timing))
     res.notes.append(f"timing: {src_t}; acceptance: {src_a}, its runs at batch width {acc_width} "
                      "(the widest that has every K)")
     if args.acceptance:

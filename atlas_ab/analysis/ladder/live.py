@@ -153,6 +153,36 @@ def times_from(runs: list[Run], allow_outliers: bool = False, warn=None) -> dict
     return {c: [reps[i] for i in sorted(reps)] for c, reps in sorted(by.items())}
 
 
+def process_of(run: Run) -> str | None:
+    """The process the run ran in (manifest host.process: host, pid, start), None for a run made before
+    runs recorded it (2026-12-03)."""
+    return ((run.manifest or {}).get("host") or {}).get("process")
+
+
+def process_note(runs: list[Run]) -> str:
+    """Whether each cell's replicates ran in separate processes, in words: a process carries an effect
+    its own jobs share (config/ladder_order.py), which only replicates in separate processes put inside
+    a cell's interval."""
+    by: dict[tuple[int, int], list] = {}
+    for r in runs:
+        by.setdefault(width_and_k(r), []).append(process_of(r))
+    multi = {c: ps for c, ps in by.items() if len(ps) > 1}
+    if not multi:
+        return "one run a cell: processes do not apply"
+    if any(p is None for ps in multi.values() for p in ps):
+        return ("the runs do not record their process (made before 2026-12-03), so whether each cell's "
+                "replicates ran in separate processes is not known")
+    shared = sorted(c for c, ps in multi.items() if len(set(ps)) < len(ps))
+    n = len({p for ps in multi.values() for p in ps})
+    if not shared:
+        return (f"every cell's replicates ran in separate processes ({n} in all): the between-process "
+                "variance is inside each interval")
+    cells = ", ".join(f"B={b} K={k}" for b, k in shared[:4]) + (", ..." if len(shared) > 4 else "")
+    return (f"{len(shared)} of {len(multi)} cells have replicates that ran in one process ({cells}): the "
+            "effect a process carries (2.0% sd on the H200's 5.7B B=1 K=2 cell, issue 51) is not inside "
+            "their intervals; run each replicate as its own process (study.block=r)")
+
+
 def model_of(runs: list[Run]) -> str:
     """The model the runs measured, in words (name, parameters, init)."""
     names = set()
