@@ -11,7 +11,7 @@ config), so the order is known from the runs.
 `study.block=r` sweeps replicate r's slots alone. The shipped protocol runs each replicate as its own
 process (scripts/gpu.sh ladder): on one H200, eight processes of the same 5.7B B=1 sweep differed in
 a cell's mean by up to 6% where a process's own jobs agreed to ~2%, which is what two fresh machines
-had differed by (analysis/reports/ladder_h200_2026-12-03/README.md, "One machine, eight processes").
+had differed by (analysis/reports/ladder_h200_2026-12-03_processes/README.md, "One machine, eight processes").
 So a process carries an effect its own jobs share, and only replicates in separate processes put it
 inside the interval.
 """
