@@ -241,11 +241,19 @@ class DifferenceSpec(_Compared):
     min_effect: float = MISSING
     arms: Arms = MISSING
     relative: bool = False
+    # tokens_per_second only: the runs an arm is timed in, each its own process, pooled by random effects
+    # (analysis/ladder/throughput.py): one job's spread misses what differs between jobs (issue 51)
+    replicates: int = 1
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _finite_positive("min_effect", self.min_effect)
         _two_arms(self.arms)
+        if isinstance(self.replicates, bool) or not isinstance(self.replicates, int) or self.replicates < 1:
+            raise Invalid("replicates", f"must be a whole number >= 1, got {self.replicates!r}")
+        if self.replicates > 1 and (self.primary_metric != THROUGHPUT or not self.relative):
+            raise Invalid("replicates", f"replicate runs decide a relative {THROUGHPUT} difference (relative: "
+                                        f"true), not {'an absolute one' if self.primary_metric == THROUGHPUT else self.primary_metric}")
         if self.relative and self.decides not in (Decides.binomial, Decides.cluster):
             raise Invalid("relative", "a relative difference is decided on a whole-arm binomial or cluster sd "
                                       f"(the delta method), not the {self.decides.value} sd")
@@ -260,8 +268,10 @@ class DifferenceSpec(_Compared):
         word = "up" if self.direction == Direction.increase else "down"
         size = f"{self.min_effect:.0%} (relative)" if self.relative else f"{self.min_effect:g}"
         seq = "" if self.sequential is None else f"; {self.sequential.words()}"
+        reps = "" if self.replicates == 1 else \
+            f", over >= {self.replicates} runs an arm, each its own process (random effects, a t of R - 1 df)"
         return (f"{self.primary_metric}{self._where()} {word} by >= {size} at >= {self.threshold_sd:g} sd "
-                f"({self._rule()}), {self.arms.treatment} vs {self.arms.control}, {self._counts()}{seq}")
+                f"({self._rule()}), {self.arms.treatment} vs {self.arms.control}, {self._counts()}{reps}{seq}")
 
 
 @dataclass

@@ -173,3 +173,79 @@ def test_a_warm_up_sized_outlier_refuses_the_run(tmp_path):
     g.loc[first_serial, "step_ms"] = 1.5                                       # 7.5x the serial median
     with pytest.raises(AtlasError, match=r"7x the median serial step \(0\.200 ms\)"):
         economics(_timed_run(tmp_path / "u", "draft_conf_000", _steps()), [_timed_run(tmp_path / "g", "g", g)])
+
+
+def _in_process(run, process):
+    m = json.loads((run.path / "manifest.json").read_text())
+    m["host"] = {"hostname": "h", "process": process}
+    (run.path / "manifest.json").write_text(json.dumps(m))
+    return load_run(run.path)
+
+
+def _replicated_prereg(path, replicates=3, threshold_sd=2.0):
+    path.write_text(json.dumps({"hypothesis": "h", "primary_metric": "tokens_per_second", "direction": "decrease",
+                                "min_effect": 0.05, "relative": True, "threshold_sd": threshold_sd,
+                                "decides": "cluster", "replicates": replicates, "min_n_per_arm": 100,
+                                "arms": {"control": "draft_conf_000", "treatment": "draft_conf_066"}}))
+    return path
+
+
+def test_a_replicated_tokens_per_second_registration_is_judged_on_the_replicates_t(tmp_path):
+    """Three runs an arm, each its own process: the ratio of the arms' random-effects pools
+    (ladder/throughput.throughput_ratio), its sd widened by the t of the pooled df at the registered
+    level (t_q / z with q = Phi(threshold_sd)), worked here from the per-run values."""
+    from scipy import stats as st
+
+    from atlas_ab.analysis.criteria import judge
+    from atlas_ab.analysis.stats.replicates import random_effects
+    from atlas_ab.config.prereg import load_prereg
+
+    runs = {"draft_conf_000": [], "draft_conf_066": []}
+    for i in range(3):
+        for arm, gate, ms in (("draft_conf_000", 0.0, 2.0 + 0.1 * i), ("draft_conf_066", 0.66, 2.0 - 0.05 * i)):
+            r = _timed_run(tmp_path / f"{arm}_{i}", arm, _steps(gate_below=gate, ms_spec=ms, seed=10 * i + len(arm)))
+            runs[arm].append(_in_process(r, f"h:{i}:0.0"))
+    pools = {a: random_effects([throughput(r).value for r in rs], [throughput(r).se ** 2 for r in rs])
+             for a, rs in runs.items()}
+    c, t = pools["draft_conf_000"], pools["draft_conf_066"]
+    ratio = t.mean / c.mean
+    se_log = math.sqrt((c.se / c.mean) ** 2 + (t.se / t.mean) ** 2)
+    assert c.df == t.df == 2
+    j = judge(load_prereg(_replicated_prereg(tmp_path / "q5r.yaml")), [*runs["draft_conf_000"],
+                                                                     *runs["draft_conf_066"]], n_boot=0)
+    v = j.verdict
+    parts = [((c.se / c.mean) ** 2, 2.0), ((t.se / t.mean) ** 2, 2.0)]   # Welch-Satterthwaite
+    df = sum(p for p, _ in parts) ** 2 / sum(p * p / d for p, d in parts)
+    want_sd = ratio * se_log * st.t.ppf(st.norm.cdf(2.0), df) / 2.0
+    assert v.delta == pytest.approx(ratio - 1, rel=1e-12) and v.se == pytest.approx(want_sd, rel=1e-9)
+    assert v.n_control == sum(throughput(r).n_steps for r in runs["draft_conf_000"])
+    assert "throughput_replicated" in j.details and j.details["throughput_replicated"]["df"] == pytest.approx(df)
+
+
+def test_a_replicated_registration_refuses_too_few_runs_and_runs_of_one_process(tmp_path):
+    from atlas_ab.analysis.criteria import judge
+    from atlas_ab.config.prereg import load_prereg
+
+    pre = load_prereg(_replicated_prereg(tmp_path / "q5r.yaml"))
+    a = [_in_process(_timed_run(tmp_path / f"a{i}", "draft_conf_000", _steps(seed=i)), f"h:{i}:0.0") for i in range(3)]
+    b = [_in_process(_timed_run(tmp_path / f"b{i}", "draft_conf_066", _steps(gate_below=0.66, seed=9 + i)), "h:7:0.0")
+         for i in range(3)]
+    with pytest.raises(AtlasError, match="control arm 'draft_conf_000' has 2 run\\(s\\); the registration asks for "
+                                         ">= 3 replicates, each its own process"):
+        judge(pre, [*a[:2], *b], n_boot=0)
+    with pytest.raises(AtlasError, match="treatment arm 'draft_conf_066': its 3 runs are not each in their own "
+                                         "process \\(two ran in one process\\)"):
+        judge(pre, [*a, *b], n_boot=0)
+
+
+def test_the_claims_groups_keep_an_arms_replicates_and_refuse_two_runs_of_one_process(tmp_path):
+    from atlas_ab.analysis.claims.groups import group_by_model
+
+    apart = [_in_process(_timed_run(tmp_path / f"a{i}", "draft_conf_000", _steps(seed=i)), f"h:{i}:0.0")
+             for i in range(2)]
+    (g,) = group_by_model(apart)
+    assert [r.arm for r in g.runs] == ["draft_conf_000"] * 2
+    same = [_in_process(_timed_run(tmp_path / f"s{i}", "draft_conf_000", _steps(seed=i)), "h:1:0.0") for i in range(2)]
+    with pytest.raises(AtlasError, match="arm 'draft_conf_000' appears in more than one run \\(replicates of an arm "
+                                         "must each be their own process\\)"):
+        group_by_model(same)

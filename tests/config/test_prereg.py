@@ -194,3 +194,21 @@ def test_an_error_still_names_its_field_after_the_whole_document_merge(tmp_path)
         load_prereg(_write(tmp_path, {**BASE, "threshold_sd": "three"}))
     with pytest.raises(AtlasError, match="unknown field 'extra' for a difference pre-registration"):
         load_prereg(_write(tmp_path, {**BASE, "extra": 1}, name="q2.yaml"))
+
+
+TPS = {**BASE, "primary_metric": "tokens_per_second", "decides": "cluster", "relative": True, "replicates": 3}
+
+
+@pytest.mark.parametrize("doc,needle", [
+    ({"replicates": 0}, "replicates: must be a whole number >= 1, got 0"),
+    ({"replicates": True}, "replicates: Value 'True' of type 'bool' could not be converted to Integer"),
+    ({"relative": False}, "replicates: replicate runs decide a relative tokens_per_second difference "
+                          "(relative: true), not an absolute one"),
+    ({"primary_metric": "p1", "decides": "paired", "relative": False},
+     "replicates: replicate runs decide a relative tokens_per_second difference (relative: true), not p1"),
+])
+def test_replicates_are_a_relative_tokens_per_second_field(tmp_path, doc, needle):
+    with pytest.raises(AtlasError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        load_prereg(_write(tmp_path, {**TPS, **doc}))
+    pr = load_prereg(_write(tmp_path, TPS, "ok.yaml"))
+    assert pr.spec.replicates == 3 and "over >= 3 runs an arm, each its own process" in pr.spec.criterion()

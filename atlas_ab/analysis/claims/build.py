@@ -102,15 +102,16 @@ def _descriptives(group: ModelRuns, out: Path, tag: str) -> tuple[list[str], dic
     acc = [r for r in group.runs if (r.manifest or {}).get("mode", "live") == "replay" or
            r.arm not in ("draft_conf_000", "draft_conf_030", "draft_conf_050", "draft_conf_066", "draft_conf_080")]
     cells = [r.cells() for r in acc]
-    plots.depth_figure(cells, out / f"depth_{tag}.png")
-    md += ["#### Per-depth acceptance by arm", "", f"![per-depth acceptance](depth_{tag}.png)", ""]
-    rows = []
-    for r, c in zip(acc, cells):
-        x = rates(c)
-        rows.append([r.arm, f"{x['n_verify']:,}", _fmt(x.get("p1")), _fmt(x.get("p2_uncond")),
-                     _fmt(x.get("p2_cond")), _fmt(x.get("tokens_per_step"), 3)])
-        data.setdefault("arms", {})[r.arm] = {k: v for k, v in x.items()}
-    md += _table(["arm", "verify steps", "p1", "p2_uncond", "p2_cond", "tokens/step"], rows) + [""]
+    if acc:     # a group of DRAFT_CONF's live runs alone (claims_conf_replicated) has no acceptance arm
+        plots.depth_figure(cells, out / f"depth_{tag}.png")
+        md += ["#### Per-depth acceptance by arm", "", f"![per-depth acceptance](depth_{tag}.png)", ""]
+        rows = []
+        for r, c in zip(acc, cells):
+            x = rates(c)
+            rows.append([r.arm, f"{x['n_verify']:,}", _fmt(x.get("p1")), _fmt(x.get("p2_uncond")),
+                         _fmt(x.get("p2_cond")), _fmt(x.get("tokens_per_step"), 3)])
+            data.setdefault("arms", {})[r.arm] = {k: v for k, v in x.items()}
+        md += _table(["arm", "verify steps", "p1", "p2_uncond", "p2_cond", "tokens/step"], rows) + [""]
     pair = [r for r in (group.arm("baseline"), group.arm("drafter_prefill_on")) if r is not None]
     if pair:
         plots.turn_figure([r.cells() for r in pair], out / f"turns_{tag}.png")

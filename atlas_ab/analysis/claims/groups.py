@@ -29,6 +29,12 @@ def temperature(run: Run) -> float:
     return float((((run.manifest or {}).get("workload") or {}).get("sampling") or {}).get("temperature") or 0.0)
 
 
+def _replicates(runs) -> bool:
+    """Runs of one arm that are replicates: each its own process (a registration's `replicates`)."""
+    procs = [((r.manifest or {}).get("host") or {}).get("process") for r in runs]
+    return None not in procs and len(set(procs)) == len(procs)
+
+
 def group_by_model(runs: list[Run]) -> list[ModelRuns]:
     """Runs by model, and within a model by sampling temperature (a sampled study's arms are the
     greedy study's under another verification: one group each)."""
@@ -51,9 +57,10 @@ def group_by_model(runs: list[Run]) -> list[ModelRuns]:
                 raise AtlasError(f"model {label}, study {study}: its runs measured {len(wl)} different workloads "
                                  f"({', '.join(sorted(str(w)[:19] for w in wl))}); one study, one workload")
         names = [r.arm for r in rs]
-        dup = {n for n in names if names.count(n) > 1}
+        dup = {n for n in names if names.count(n) > 1 and not _replicates(r for r in rs if r.arm == n)}
         if dup:
-            raise AtlasError(f"model {label}: arm {sorted(dup)[0]!r} appears in more than one run")
+            raise AtlasError(f"model {label}: arm {sorted(dup)[0]!r} appears in more than one run (replicates of an "
+                             "arm must each be their own process)")
         out.append(ModelRuns(label, tuple(sorted(rs, key=lambda r: r.arm))))
     return sorted(out, key=lambda g: ((g.manifest.get("model") or {}).get("params", {}).get("total", 0),
                                       temperature(g.runs[0])))

@@ -7,7 +7,7 @@ import math
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.comparison import figure, oracle_probe
-from atlas_ab.analysis.criteria.measured import Measured, effect_of, measure
+from atlas_ab.analysis.criteria.measured import Measured, effect_of, measure, measure_replicated
 from atlas_ab.analysis.criteria.rules import (
     difference_verdict,
     equivalence_verdict,
@@ -34,15 +34,34 @@ def arm_run(runs: list[AnyRun], name: str, role: str, pr: Prereg) -> AnyRun:
     return found[0]
 
 
+def arm_replicates(runs: list[AnyRun], name: str, role: str, pr: Prereg) -> list[AnyRun]:
+    """An arm's replicate runs for a registration with `replicates` R: at least R, each in its own process
+    (the manifest's host.process; config/ladder_order.py says why a process matters)."""
+    found = [r for r in runs if r.arm == name]
+    need = pr.spec.replicates
+    procs = [((r.manifest or {}).get("host") or {}).get("process") for r in found]
+    if len(found) < need:
+        raise AtlasError(f"{pr.path.name}: {role} arm {name!r} has {len(found)} run(s); the registration asks for "
+                         f">= {need} replicates, each its own process (one sweep a process)")
+    if None in procs or len(set(procs)) < len(procs):
+        raise AtlasError(f"{pr.path.name}: {role} arm {name!r}: its {len(found)} runs are not each in their own "
+                         "process (" + ("a run does not record its process" if None in procs else
+                                        "two ran in one process") + "): replicates must be separate processes")
+    return found
+
+
 # ---- the kinds -------------------------------------------------------------------------------
 
 def _judge_pair(pr: Prereg, runs: list[AnyRun], n_boot: int, seed: int, verdict, label: str, **item) -> Judgement:
     """A control/treatment kind: measure the pair, decide with `verdict(pr, spec, measured)`, and
     the same decision under the other estimand (the sensitivity line)."""
     spec = pr.spec
-    control = arm_run(runs, spec.arms.control, "control", pr)
-    treatment = arm_run(runs, spec.arms.treatment, "treatment", pr)
-    m = measure(pr, control, treatment, n_boot, seed)
+    if getattr(spec, "replicates", 1) > 1:
+        m = measure_replicated(pr, arm_replicates(runs, spec.arms.control, "control", pr),
+                               arm_replicates(runs, spec.arms.treatment, "treatment", pr))
+    else:
+        m = measure(pr, arm_run(runs, spec.arms.control, "control", pr),
+                    arm_run(runs, spec.arms.treatment, "treatment", pr), n_boot, seed)
     v = verdict(pr, spec, m)
     sens = sensitivity_of(pr, lambda p, s, ms: verdict(p, s, ms[0]), [m])
     details = {**m.details(), "estimand": spec.estimand.value, "sensitivity": sens.to_dict()}

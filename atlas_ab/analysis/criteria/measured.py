@@ -9,10 +9,12 @@ import numpy as np
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.comparison import PairedDifference, paired_difference
-from atlas_ab.analysis.economics import ThroughputDifference, throughput_difference
+from atlas_ab.analysis.economics import ThroughputDifference, throughput, throughput_difference
+from atlas_ab.analysis.ladder.throughput import ThroughputRatio, throughput_ratio
 from atlas_ab.analysis.metrics import Cells, compare as compare_cells, doc_sums
 from atlas_ab.analysis.runs import AnyRun
 from atlas_ab.analysis.stats import Difference, relative_cluster_se, relative_se_independent
+from atlas_ab.analysis.stats.replicates import quantile
 from atlas_ab.config.prereg import Decides, Estimand, Prereg
 from atlas_ab.telemetry.acceptance import THROUGHPUT
 
@@ -22,7 +24,7 @@ class Measured:
     """treatment - control of one metric on the registered turns, both estimands, and the counts
     the registered minimums are checked against."""
     metric: str
-    whole: Difference | ThroughputDifference
+    whole: Difference | ThroughputDifference | ThroughputRatio
     paired: PairedDifference | None
     paired_note: str | None          # why there is no matched-positions estimate
     n_control: int                   # steps in the metric's denominator
@@ -48,7 +50,8 @@ class Measured:
         return p is not None and p.n_discordant == 0 and p.n_pairs == p.n_control == p.n_treatment
 
     def details(self) -> dict:
-        key = "throughput" if isinstance(self.whole, ThroughputDifference) else "unpaired"
+        key = {ThroughputDifference: "throughput", ThroughputRatio: "throughput_replicated"}.get(
+            type(self.whole), "unpaired")
         d = {key: self.whole.to_dict(), "control_value": self.control_value,
              "counts": {"steps": [self.n_control, self.n_treatment],
                         "pairs": None if self.paired is None else self.paired.n_pairs,
@@ -89,6 +92,19 @@ def measure(pr: Prereg, control: AnyRun, treatment: AnyRun, n_boot: int, seed: i
                     same, rel)
 
 
+def measure_replicated(pr: Prereg, control: list[AnyRun], treatment: list[AnyRun]) -> Measured:
+    """tokens_per_second over each arm's replicate runs (a registration's `replicates`): the ladder's
+    definition (analysis/ladder/throughput.throughput_ratio), the between-run variance inside the se."""
+    spec = pr.spec
+    cs, ts = [r.of_turns(spec.turns.value) for r in control], [r.of_turns(spec.turns.value) for r in treatment]
+    clusters = cs[0].declared_clusters(spec.cluster.value)
+    ratio = throughput_ratio(cs, ts, clusters)
+    steps = [sum(throughput(r, clusters).n_steps for r in rs) for rs in (cs, ts)]
+    n = throughput(cs[0], clusters)
+    return Measured(THROUGHPUT, ratio, None, f"{THROUGHPUT} has no matched-positions estimand (a step's time is not "
+                    "paired between arms)", steps[0], steps[1], n.n_clusters, n.cluster_unit, False)
+
+
 def effect_of(spec, m: Measured, estimand: Estimand, decides: Decides) -> tuple[float, float | None, str | None]:
     """(delta, its sd or None, why not) of the estimand with the sd `decides` (relative when registered)."""
     relative = spec.KIND == "difference" and spec.relative
@@ -98,6 +114,11 @@ def effect_of(spec, m: Measured, estimand: Estimand, decides: Decides) -> tuple[
             return float("nan"), None, m.paired_note
         return p.delta, p.se, p.cluster_note
     d = m.whole
+    if isinstance(d, ThroughputRatio):
+        # the t of the replicates' df at the level threshold_sd registers, as an sd the normal rule reads:
+        # z / se_eff >= threshold_sd exactly when the t statistic passes the t's critical value there
+        r = d.ratio
+        return r.value - 1, r.se * quantile(spec.threshold_sd, r.df) / spec.threshold_sd, None
     if isinstance(d, ThroughputDifference):
         why = None if d.se is not None else f"too few {d.control.cluster_unit}s ({d.n_clusters})"
         return (d.relative, d.relative_se, why) if relative else (d.delta, d.se, why)

@@ -8,6 +8,7 @@ import math
 
 from atlas_ab.analysis.criteria.measured import Measured, effect_of
 from atlas_ab.analysis.criteria.verdict import DifferenceItem, Sensitivity, Verdict
+from atlas_ab.analysis.ladder.throughput import ThroughputRatio
 from atlas_ab.analysis.stats import power_at
 from atlas_ab.config.prereg import NATURAL_SE, Decides, Direction, Estimand, Prereg, Turns
 
@@ -18,6 +19,11 @@ def _se_words(decides: Decides, m: Measured) -> dict:
     """The Verdict's se_kind and clusters."""
     if decides == Decides.binomial:
         return {"se_kind": "binomial", "clusters": ""}
+    if isinstance(m.whole, ThroughputRatio):      # a registration's replicates decide, not one run's clusters
+        r = m.whole
+        return {"se_kind": f"replicates' random-effects (t of {r.ratio.df:.1f} df, as an sd at the registered level;"
+                           f" within each run clustered by {m.cluster_unit})",
+                "clusters": f"{r.control.pooled.n} + {r.treatment.pooled.n} runs"}
     G, unit = m.n_clusters, m.cluster_unit
     return {"se_kind": decides.value, "clusters": f"{G} {unit}{'s' if G != 1 else ''}"}
 
