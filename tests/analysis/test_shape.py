@@ -123,8 +123,8 @@ def test_each_public_name_resolves_and_no_submodule_shadows_it(package):
 
 #: The analysis' packages and top-level modules in import order (README, "What flows where"): each
 #: imports only those before it, deferred imports inside functions included.
-ORDER = ("lazy", "stats", "metrics", "runs", "cli", "comparison", "tree", "economics", "fingerprints", "criteria",
-         "sequential", "report", "claims", "ladder", "ci_gate", "commands", "__main__")
+ORDER = ("lazy", "stats", "metrics", "runs", "cli", "comparison", "tree", "economics", "fingerprints", "ladder",
+         "criteria", "sequential", "report", "claims", "ci_gate", "commands", "__main__")
 
 
 def _part(path: Path) -> str:
