@@ -39,6 +39,7 @@
 #   sequential the claims questions asked sequentially beside the fixed-n verdicts; see stage_sequential
 #   ladder     the K ladder at three model sizes and the engines' configs; see stage_ladder
 #   tree       the tree study at both model sizes, its prediction and report; see stage_tree
+#   families_ladder  issue 49: each drafter family's tokens/s per batch width at FL_MODEL; see stage_families_ladder
 #   peer       llama.cpp's server built with CUDA beside our runner (scripts/llamacpp_peer.sh, its knobs)
 # Everywhere: OUT, WHL (.whl; .whl_gpu is the slim set; without wheels, hydra, omegaconf and statsmodels must
 # import already, as here), SKIP_WHEELS=1 (none installed). The tree travels only under 64 MiB, which the committed reports'
@@ -60,7 +61,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export OUT=${OUT:-/tmp/gpu_out}
 LOG=$OUT/gpu.log
 STAGES=(tests main runner profile bench sweep_1v2 drafter kernels gate startup e2e coldsplit grid forward fp
-        claims sequential ladder tree peer)
+        claims sequential ladder tree peer families_ladder)
 
 log() { echo "[$(date +%T)] $*" | tee -a "$LOG"; }
 asked() { [[ " ${ASKED[*]} " == *" $1 "* ]]; }
@@ -676,6 +677,66 @@ stage_tree() {
     tar cJf "$OUT/runs_$m.tar.xz" -C $W $(cd $W && ls -d ${m}_shadow ${m}_tree ${m}_baseline_step ${m}_tree_replay \
       ${m}_report ${m}_replay_report ${m}_sampled_* 2>/dev/null)      # the parts this call ran
   done
+}
+
+# Issue 49: which drafter family to serve at each batch width, at one model size (FL_MODEL: default, the
+# shipped 7.3M model; gpu, the 33.6M preset trained here for TARGET_S s, 100, with its EAGLE-3 head for
+# HEAD_S s, 90, and the shipped 7.3M model as its draft model). Timing: +study=families_ladder, REPLICATES
+# (3) processes, one a replicate (study.block=r), widths FL_WIDTHS ([1,16,64]), nothing else on the GPU.
+# Acceptance: +study=families in replay (FL_DOCS documents, 192), its four first arms while the head trains,
+# then eagle3 into the same sweep; FL_ACC=0 skips it (the shipped model's families runs are committed:
+# analysis/reports/families_h200_2026-12-03). Then the family ladder and the families report, when the
+# acceptance ran here; every run packed into $OUT (families_acc_<m>, families_ladder_<m>). FL_OVERRIDES:
+# overrides for every run (a tiny dry run on the CPU: "workload.turns=1 runner.device=cpu", FL_DOCS=8).
+stage_families_ladder() {
+  local W=${FL_DIR:-/tmp/families_ladder} m=${FL_MODEL:-default} R=${REPLICATES:-3} r S T H rc
+  local M=() ACC=${FL_ACC:-1} t=${FL_TIMEOUT:-170} OV
+  read -ra OV <<< "${FL_OVERRIDES:-}"
+  rm -rf $W && mkdir -p $W
+  if [ $m = gpu ]; then
+    T=$W/target H=$W/head
+    S=$SECONDS
+    train_large $T ${TARGET_S:-100} $W/target.log; wait
+    log "target: $(tail -1 $W/target.log) in $((SECONDS - S)) s"
+    [ -f $T/config.json ] || { log "target: not trained"; return 1; }
+    timeout $(( ${HEAD_S:-90} + 90 )) python3 -m atlas_ab.train eagle3 --preset gpu --target $T --out $H \
+      --data "$REPO/.carry/data" --budget-s ${HEAD_S:-90} --log-every 200 > $W/head.log 2>&1 &
+    M=(model=path model.path=$T model.draft_path=$REPO/atlas_ab/models/default model.eagle3_path=$H)
+  fi
+  if [ $ACC = 1 ]; then   # acceptance in replay (one trajectory): GPU-shared with the head's training, which moves no token
+    S=$SECONDS
+    (cd $W && timeout 400 python3 -m atlas_ab -m +study=families "${M[@]}" +arm=baseline,draft_model,ngram,suffix \
+       workload.n_docs=${FL_DOCS:-192} "${OV[@]}" runner.progress=false hydra.sweep.dir=$W/acc) > $W/acc.log 2>&1
+    log "families replay (4 arms): exit $? in $((SECONDS - S)) s"
+  fi
+  wait   # the head
+  [ $m = gpu ] && { log "head: $(grep -E 'agreement|DONE' $W/head.log | tr '\n' ' ')"; [ -f $H/config.json ] || return 1; }
+  if [ $ACC = 1 ]; then
+    S=$SECONDS
+    (cd $W && timeout 200 python3 -m atlas_ab -m +study=families "${M[@]}" +arm=eagle3 workload.n_docs=${FL_DOCS:-192} \
+       "${OV[@]}" runner.progress=false hydra.sweep.dir=$W/acc) > $W/acc_eagle3.log 2>&1
+    log "families replay (eagle3): exit $? in $((SECONDS - S)) s"
+    grep -hE '^arm ' $W/acc.log $W/acc_eagle3.log | tee -a "$LOG"
+    pack --name families_acc_$m $W/acc
+  fi
+  for ((r = 0; r < R; r++)); do   # each replicate its own process, nothing else on the GPU
+    S=$SECONDS
+    (cd $W && timeout $t python3 -m atlas_ab -m +study=families_ladder "${M[@]}" study.widths=${FL_WIDTHS:-[1,16,64]} \
+       study.replicates=$R study.block=$r "${OV[@]}" runner.progress=false hydra.sweep.dir=$W/ladder/r$r) > $W/ladder_r$r.log 2>&1
+    log "families_ladder $m replicate $r: exit $? in $((SECONDS - S)) s ($(ls -d $W/ladder/r$r/*/ 2>/dev/null | wc -l) runs)"
+  done
+  for d in $W/ladder/r*/*/; do   # a job cut by the timeout is not a result
+    grep -q '"status": "complete"' $d/manifest.json 2>/dev/null || { mkdir -p $W/cut; mv $d $W/cut/; log "cut: $d"; }
+  done
+  pack --name families_ladder_$m $W/ladder
+  cp $W/*.log "$OUT/" 2>/dev/null
+  [ $ACC = 1 ] || { log "families_ladder $m: acceptance elsewhere; analyse off the device"; return 0; }
+  python3 -m atlas_ab.analysis ladder $W/ladder --acceptance $W/acc/* --out "$OUT/family_ladder_$m" \
+    > "$OUT/family_ladder_$m.txt" 2> "$OUT/family_ladder_$m.err"
+  rc=$?; log "family ladder $m: exit $rc ($(tail -1 "$OUT/family_ladder_$m.err" 2>/dev/null))"
+  python3 -m atlas_ab.analysis report $W/acc/* --out "$OUT/families_$m" > "$OUT/families_$m.txt" 2>&1
+  log "families report $m: exit $?"; grep -hE 'MET|pays|tied' "$OUT"/family_ladder_$m.txt "$OUT/families_$m.txt" | tee -a "$LOG"
+  return $rc
 }
 
 stage_peer() { OUT=$OUT bash scripts/llamacpp_peer.sh; }

@@ -32,6 +32,7 @@ from omegaconf import OmegaConf
 
 from atlas_ab import AtlasError
 from atlas_ab.config import ladder_order
+from atlas_ab.config.family_arms import family_arm
 from atlas_ab.config.paths import CONF_DIR  # noqa: F401  (the primary config's directory)
 from atlas_ab.config.structured import ArmConfig, ModelConfig, RunnerConfig, StudyConfig, WorkloadConfig
 
@@ -123,7 +124,9 @@ def register_resolvers() -> None:
     for name, fn in (("atlas.run_dir", _run_dir), ("atlas.hydra_subdir", hydra_subdir),
                      ("atlas.n_devices", _n_devices), ("atlas.model_shape", _model_shape),
                      ("atlas.csv", _csv), ("atlas.upto", _upto), ("atlas.mul", _mul),
-                     ("atlas.ladder_slots", ladder_order.slots), ("atlas.ladder_cell", ladder_order.cell)):
+                     ("atlas.ladder_slots", ladder_order.slots), ("atlas.ladder_cell", ladder_order.cell),
+                     ("atlas.family_at", ladder_order.family_at), ("atlas.last_index", ladder_order.last_index),
+                     ("atlas.family_arm", family_arm)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 

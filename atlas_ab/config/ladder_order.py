@@ -51,3 +51,17 @@ def cell(slot: int, widths, k_max: int, replicates: int, seed: int, what: str) -
     o = order(widths, k_max, max(int(replicates), 1), seed)
     b, k, r = o[int(slot) % len(o)] if o else (0, 0, 0)
     return {"B": b, "K": k, "r": r}[what]
+
+
+def family_at(families, index: int) -> str:
+    """A family ladder's option at `index` of study.families (the grid's second coordinate is the
+    family's index there, 0 .. len - 1: the same order, slots and blocks as K's)."""
+    fams = list(families)
+    if not fams:
+        raise ValueError("study.families is empty: a family ladder needs at least two families")
+    return str(fams[int(index)])
+
+
+def last_index(families) -> int:
+    """len(study.families) - 1: a family ladder's k_max (its options are indexed 0 .. k_max)."""
+    return len(list(families)) - 1

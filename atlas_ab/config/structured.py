@@ -190,6 +190,11 @@ class StudyConfig:
     slot: int = 0
     replicate: int = 0
     block: Optional[int] = None   # r: this sweep runs replicate r alone (each replicate its own process)
+    # a family ladder (conf/study/families_ladder.yaml): the grid's second coordinate is a family (an arm
+    # name, or plain), its index in `families` (k_max = len - 1); each drafting family at family_k drafts
+    families: List[str] = field(default_factory=list)
+    family: str = ""
+    family_k: int = 2
 
 
 #: handoff_norm / recycle_norm: what the checkpoint declares, or forced before / after the norm

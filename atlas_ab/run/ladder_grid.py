@@ -1,5 +1,8 @@
 """A ladder study's grid, checked whole by every job before any model loads (conf/study/ladder.yaml).
 
+A family ladder (study.families) is the same grid with a family in place of K: two families or more,
+each once, study.family_k in the arm's K range, the job's family one of them; its memory is taken at
+family_k (a draft model's or head's own weights are left out of the estimate: small beside the target's).
 Refused, in one line each: a K past the proposer's maximum (the arm's num_drafts range), a replicate
 count below 1 (or a replicate outside it), a job outside the grid, a width wider than the workload (its
 wave would hold fewer documents), and a width the device's memory cannot hold, with the widest that
@@ -74,7 +77,9 @@ def check_grid(c, available: tuple[int, str] | None = None) -> None:
     s, w, r = c.study, c.workload, c.runner
     where = f"study {s.name!r}"
     k_hi = RANGES["num_drafts"][1]
-    if s.k_max > k_hi:
+    if s.families:
+        _check_families(c, where)
+    elif s.k_max > k_hi:
         raise AtlasError(f"{where}: k_max={s.k_max} is beyond the {c.arm.proposer} proposer's maximum K={k_hi} "
                          "(arm.num_drafts)")
     if s.k_max < 1 or not s.widths or min(s.widths) < 1:
@@ -83,7 +88,7 @@ def check_grid(c, available: tuple[int, str] | None = None) -> None:
     if s.replicates < 1 or not 0 <= s.replicate < s.replicates:
         raise AtlasError(f"{where}: study.replicates={s.replicates} must be >= 1 and this job's replicate "
                          f"({s.replicate}) one of 0..replicates-1: leave study.replicate to the study's order")
-    if r.batch_width not in s.widths or not 0 <= c.arm.num_drafts <= s.k_max:
+    if r.batch_width not in s.widths or (not s.families and not 0 <= c.arm.num_drafts <= s.k_max):
         raise AtlasError(f"{where}: this job (runner.batch_width={r.batch_width}, arm.num_drafts="
                          f"{c.arm.num_drafts}) is outside the grid (widths {list(s.widths)}, K 0..{s.k_max})")
     if s.waves > 0 and w.n_docs != s.waves * r.batch_width:
@@ -94,8 +99,9 @@ def check_grid(c, available: tuple[int, str] | None = None) -> None:
                          "(its wave would hold fewer documents): raise n_docs or drop the width")
     dtype = r.dtype if r.dtype != "auto" else ("float32" if available_device(r.device) == "cpu" else "bfloat16")
     arch = architecture(c.model)
-    reach = w.turns * (w.chunk_tokens + w.gen_tokens) + s.k_max + 2
-    weights, per_seq = bytes_needed(arch, max(s.widths), s.k_max, reach, _BYTES.get(dtype, 4))
+    k = s.family_k if s.families else s.k_max
+    reach = w.turns * (w.chunk_tokens + w.gen_tokens) + k + 2
+    weights, per_seq = bytes_needed(arch, max(s.widths), k, reach, _BYTES.get(dtype, 4))
     free, name = available if available is not None else available_bytes(r.device)
     fits = int((free / HEADROOM - weights) // per_seq) if free / HEADROOM > weights else 0
     if max(s.widths) > fits:
@@ -103,6 +109,22 @@ def check_grid(c, available: tuple[int, str] | None = None) -> None:
         raise AtlasError(f"{where}: batch width {max(s.widths)} needs ~{need / 2**30:.1f} GiB on {name} (weights "
                          f"{weights / 2**30:.2f} GiB + {per_seq / 2**20:.1f} MiB per sequence, x{HEADROOM} "
                          f"headroom; an estimate), {free / 2**30:.1f} GiB free: the widest that fits is {fits}")
+
+
+def _check_families(c, where: str) -> None:
+    """A family ladder's own grid: two families or more, each once, K in range, the job's family one of them."""
+    s = c.study
+    lo, hi = RANGES["num_drafts"]
+    if len(s.families) < 2 or len(set(s.families)) < len(s.families):
+        raise AtlasError(f"{where}: study.families={list(s.families)} must name two families or more, each once")
+    if s.k_max != len(s.families) - 1:
+        raise AtlasError(f"{where}: a family ladder's k_max is the last index of study.families "
+                         f"({len(s.families) - 1}), got {s.k_max}: leave study.k_max to the study")
+    if not lo <= s.family_k <= hi:
+        raise AtlasError(f"{where}: study.family_k={s.family_k} is out of range [{lo}, {hi}]")
+    if s.family not in s.families:
+        raise AtlasError(f"{where}: this job's family {s.family!r} is not in study.families: leave study.family "
+                         "to the study's order")
 
 
 def available_device(device: str) -> str:

@@ -1,5 +1,6 @@
 """`ladder RUNS... --out DIR`: which K to serve at each batch width (analysis/ladder/fitting.py), written as
-the engines' configs (analysis/ladder/configs.py) with its figures."""
+the engines' configs (analysis/ladder/configs.py) with its figures; given a `+study=families_ladder` sweep and
+`--acceptance` the families study's runs, which drafter family (analysis/ladder/families.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,6 +28,11 @@ def run(args) -> int:
                              "engine's collected runs alone")
         return _engine(args, paths)
     kept = []
+    if not args.machines:
+        from atlas_ab.analysis.ladder.families import is_family_ladder
+        timing = load(args.runs)
+        if is_family_ladder(timing):
+            return _families(args, timing, load(args.acceptance) if args.acceptance else [], kept)
 
     def timed(runs):
         return times_from(runs, args.allow_outliers, lambda m: (cli.warn(m), kept.append(m)))
@@ -39,7 +45,6 @@ def run(args) -> int:
         times = on_machines([timed(rs) for rs in per])
         accept = load(args.acceptance) if args.acceptance else per[0]
     else:
-        timing = load(args.runs)
         accept = load(args.acceptance) if args.acceptance else timing
         times = timed(timing)
     acc, unit, acc_width = acceptance_from(accept)
@@ -68,6 +73,32 @@ def run(args) -> int:
     return _finish(res, out, files, args)
 
 
+def _families(args, timing, accept, kept) -> int:
+    """A family ladder (+study=families_ladder timing, +study=families acceptance): analysis/ladder/families.py."""
+    from atlas_ab.analysis.ladder import fit, model_of
+    from atlas_ab.analysis.ladder.families import inputs, write_family_configs
+    from atlas_ab.analysis.ladder.live import process_note
+
+    if not accept:
+        raise AtlasError("ladder: a family ladder takes acceptance from the families study's paired replay: give "
+                         "its runs with --acceptance (python -m atlas_ab -m +study=families)")
+    acc, times, names, unit = inputs(timing, accept, args.allow_outliers, lambda m: (cli.warn(m), kept.append(m)))
+    if args.widths:
+        times = {c: t for c, t in times.items() if c[0] in args.widths}
+        if not times:
+            raise AtlasError(f"--widths {args.widths}: none of the runs is at those batch widths")
+    res = fit(acc, times, n_boot=args.bootstrap, seed=args.seed, method=args.method, cluster_unit=unit, names=names)
+    if kept:
+        res.notes.append(f"{len(kept)} of {len(timing)} timing runs hold warm-up-sized outliers, kept by "
+                         "--allow-outliers: their stalls count in the step times")
+    res.notes.append(process_note(timing))
+    res.notes.append(f"timing: {model_of(timing)}; acceptance: {model_of(accept)}, the families study's paired "
+                     "runs (every step, no-draft steps included)")
+    out = Path(args.out)
+    files = write_family_configs(res, out, timing, allow_single=args.allow_single_replicate)
+    return _finish(res, out, files, args)
+
+
 def _finish(res, out: Path, files: dict, args) -> int:
     """The figures and ladder.md beside the configs, then the answer on stdout (or as JSON)."""
     files.update(_figures(res, out))
@@ -87,7 +118,7 @@ def _figures(res, out: Path) -> dict:
     except ImportError as e:
         cli.warn(f"no figures: {e}")
         return {}
-    return {"throughput_png": plots.ladder_throughput_figure(res.cells, out / "ladder_throughput.png"),
+    return {"throughput_png": plots.ladder_throughput_figure(res.cells, out / "ladder_throughput.png", res.names),
             "ladder_png": plots.ladder_figure(res, out / "ladder.png")}
 
 
@@ -106,7 +137,8 @@ def _engine(args, paths) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("ladder", help="the K ladder: best K per batch width, with intervals, as engine configs")
+    p = subparsers.add_parser("ladder", help="the K ladder (or the family ladder): best K (family) per batch width, "
+                                             "with intervals, as engine configs")
     p.add_argument("runs", nargs="+", metavar="RUN",
                    help="live runs (or a +study=ladder sweep directory): one per (batch width, K, replicate), K=0 "
                         "included; or an engine's collected runs, one per (--concurrency, K)")

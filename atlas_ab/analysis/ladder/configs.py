@@ -114,12 +114,12 @@ def atlas_lines(rs: list[tuple[int, int, int]], levers: dict) -> list[str]:
     return lines
 
 
-def _finite(x):
+def finite(x):
     """JSON-safe: NaN and infinities (a statistic not computed) as null."""
     if isinstance(x, dict):
-        return {str(k): _finite(v) for k, v in x.items()}
+        return {str(k): finite(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
+        return [finite(v) for v in x]
     if hasattr(x, "item") and not isinstance(x, (str, bytes)):
         x = x.item()
     return None if isinstance(x, float) and not math.isfinite(x) else x
@@ -140,7 +140,7 @@ def write_configs(result: LadderResult, out: Path, levers: dict | None = None, m
     else:
         written.update(_engine_files(rs, out, levers, notes, SINGLE_HEADER if single else None))
     p = out / FILES["json"]
-    write_json(p, _finite({**result.to_dict(), "ranges": [list(r) for r in rs], "notes": notes,
+    write_json(p, finite({**result.to_dict(), "ranges": [list(r) for r in rs], "notes": notes,
                            "provenance": provenance or {}}))
     written["json"] = p
     result.notes[:] = notes

@@ -176,21 +176,38 @@ class Choice:
     over_next: Gain | None     # the best over the next-best K
     pays: bool                 # some K > 0 beats K = 0 outside the interval
     plain: bool = True         # K = 0 was measured at this width (engine runs may lack it)
+    names: dict | None = None  # a family ladder's option -> family (0: plain); None: the options are K
+
+    def label(self, k) -> str:
+        return label(k, self.names)
+
+    def labels(self, ks) -> str:
+        return labels(ks, self.names)
 
     def verdict(self, method: str = "delta") -> str:
+        none = "no family pays" if self.names else "no K pays"
         if not self.plain:
-            tie = f", tied with K={', '.join(map(str, self.tied))}" if self.tied else ""
-            return (f"K={self.best} is the best of the K measured{tie} (serve K={self.K}); no K=0 run, so whether "
-                    "any K pays is not known")
+            tie = f", tied with {self.labels(self.tied)}" if self.tied else ""
+            return (f"{self.label(self.best)} is the best of those measured{tie} (serve {self.label(self.K)}); "
+                    f"no {self.label(0)} run, so whether any {'family' if self.names else 'K'} pays is not known")
         if self.best == 0:
-            return "no K pays: plain decode is the fastest"
-        w = f"K={self.best} {self.over_0.words(method)} over K=0"
+            return f"{none}: plain decode is the fastest"
+        w = f"{self.label(self.best)} {self.over_0.words(method)} over {self.label(0)}"
         if not self.pays:
-            return f"no K pays: the best, {w}, is within the interval of plain decode"
-        tie = f"; tied with K={', '.join(map(str, self.tied))} (ladder serves K={self.K})" if self.tied else ""
-        nxt = f", {self.over_next.words(method)} over K={self.over_next.over}" \
+            return f"{none}: the best, {w}, is within the interval of plain decode"
+        tie = f"; tied with {self.labels(self.tied)} (ladder serves {self.label(self.K)})" if self.tied else ""
+        nxt = f", {self.over_next.words(method)} over {self.label(self.over_next.over)}" \
             if self.over_next and self.over_next.over != 0 else ""
-        return f"K={self.best} pays: {w}{nxt}{tie}"
+        return f"{self.label(self.best)} pays: {w}{nxt}{tie}"
+
+
+def label(k, names: dict | None) -> str:
+    """An option in words: K=k, or a family ladder's family name."""
+    return f"K={k}" if names is None else str(names[k])
+
+
+def labels(ks, names: dict | None) -> str:
+    return f"K={', '.join(map(str, ks))}" if names is None else ", ".join(str(names[k]) for k in ks)
 
 
 @dataclass
@@ -203,6 +220,7 @@ class LadderResult:
     z: float = Z95
     n_boot: int = 0
     notes: list[str] = field(default_factory=list)
+    names: dict | None = None    # a family ladder: option -> family (0: plain decode); None: options are K
 
     @property
     def replicates(self) -> int:
@@ -224,43 +242,9 @@ class LadderResult:
         return {b: c.K for b, c in sorted(self.choices.items())}
 
     def summary(self) -> str:
-        lvl = f"{2 * _norm_cdf(self.z) - 1:.0%}"
-        reps = sorted(set(self.cells["replicates"]))
-        lines = [f"K ladder: committed tokens/s = B x E[1 + accepted | K] / step time; {lvl} intervals, "
-                 f"{self.method} decides ties" + (f" (bootstrap: {self.n_boot:,} draws)" if self.n_boot else ""),
-                 f"replicates per cell: {', '.join(map(str, reps))}" + (
-                     f": {SINGLE} (a cell timed in one job has only its step-to-step spread, which misses what "
-                     "differs between jobs)" if self.single_replicate else
-                     f" on {self.machines} machines (random effects over each machine's replicates, then over the "
-                     "machines, decide)" if self.machines > 1 else " (random effects over replicates decide)"),
-                 "", "| K | verify steps | clusters | E[1 + accepted] | se | per-depth p_cond |",
-                 "|---|---|---|---|---|---|"]
-        for r in self.acceptance.itertuples():
-            ps = ", ".join("-" if p != p else f"{p:.3f}" for p in r.p_cond)     # NaN: the source gives no depths
-            lines.append(f"| {r.K} | {r.steps:,} | {r.clusters} | {r.E:.4f} | {r.E_se:.4f} | {ps or '-'} |")
-        lines += ["", "| B | K | step ms | se | tokens/s | delta interval | bootstrap interval | replicates | "
-                  "I^2 | Q p |", "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in self.cells.itertuples():
-            boot = "-" if r.X_boot_lo is None or not math.isfinite(r.X_boot_lo) else \
-                f"[{r.X_boot_lo:,.0f}, {r.X_boot_hi:,.0f}]"
-            het = ("- | -" if r.replicates < 2 else
-                   f"{r.i2:.0%} | {r.q_p:.3g}" + (" (replicates disagree)" if r.disagree else ""))
-            lines.append(f"| {r.B} | {r.K} | {r.t_ms:.3f} | {r.t_se:.3f} | {r.X:,.0f} | "
-                         f"[{r.X_lo:,.0f}, {r.X_hi:,.0f}] | {boot} | {r.replicates} | {het} |")
-        lines += ["", "| B | serve K | best K | over K=0 | over next-best | tied | answer |",
-                  "|---|---|---|---|---|---|---|"]
-        for b, c in sorted(self.choices.items()):
-            o0 = c.over_0.words(self.method) if c.over_0 else "-"
-            on = f"{c.over_next.words(self.method)} (K={c.over_next.over})" if c.over_next else "-"
-            lines.append(f"| {b} | {c.K} | {c.best} | {o0} | {on} | {', '.join(map(str, c.tied)) or '-'} | "
-                         + (f"({SINGLE}) " if self.single_replicate else "") + f"{c.verdict(self.method)} |")
-        lines += [(f"note: B={r.B} K={r.K}: its {r.machines} machines disagree beyond their spreads (Cochran's Q "
-                   f"p {r.q_p:.3g}, I^2 {r.i2:.0%}): a per-machine effect on this cell" if r.machines > 1 else
-                   f"note: B={r.B} K={r.K}: its {r.replicates} replicates disagree beyond their spreads (Cochran's Q "
-                   f"p {r.q_p:.3g}, I^2 {r.i2:.0%}): a stall, or graphs built differently, in one of its jobs?")
-                  for r in self.cells.itertuples() if r.disagree]
-        lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines)
+        """The ladder in words: acceptance, cells and answers as markdown tables (words.py)."""
+        from atlas_ab.analysis.ladder.words import summary
+        return summary(self)
 
     def to_dict(self) -> dict:
         def gain(g):
@@ -270,13 +254,14 @@ class LadderResult:
                 "verdict": SINGLE if self.single_replicate else "replicated",
                 "acceptance": self.acceptance.to_dict(orient="records"),
                 "cells": self.cells.to_dict(orient="records"),
-                "ladder": {str(b): k for b, k in self.ladder.items()},
+                "ladder": {str(b): (k if self.names is None else self.names[k]) for b, k in self.ladder.items()},
+                **({"families": {str(k): v for k, v in self.names.items()}} if self.names is not None else {}),
                 "choices": {str(b): {"K": c.K, "best": c.best, "tied": list(c.tied), "pays": c.pays,
                                      "over_0": gain(c.over_0), "over_next": gain(c.over_next),
                                      "verdict": c.verdict(self.method)} for b, c in sorted(self.choices.items())}}
 
 
-def _norm_cdf(z: float) -> float:
+def norm_cdf(z: float) -> float:
     return 0.5 * (1 + math.erf(z / math.sqrt(2)))
 
 
@@ -292,12 +277,14 @@ def replicates_of(t):
 
 def fit(acceptance: dict[int, Acceptance], times: dict[tuple[int, int], np.ndarray | list[np.ndarray]],
         z: float = Z95, n_boot: int = 2000, seed: int = 0, method: str = "delta", cluster_unit: str = "document",
-        require_plain: bool = True) -> LadderResult:
+        require_plain: bool = True, names: dict | None = None) -> LadderResult:
     """The ladder from per-K acceptance and per-(B, K) batched step times (ms; K = 0 among them).
 
     acceptance: K -> Acceptance for every K >= 1 that times holds; times: (B, K) -> [n] step ms (one
     replicate), or a list of such arrays, one per replicate (random effects over them).
-    require_plain False (engine runs): a width without K = 0 compares the K measured, and says so."""
+    require_plain False (engine runs): a width without K = 0 compares the K measured, and says so.
+    names: a family ladder (analysis/ladder/families.py): each option k is a family's index (0: plain
+    decode, ties served to the smallest index), named names[k] in the words; the numbers are the same."""
     if method not in METHODS:
         raise AtlasError(f"ladder: method {method!r} must be one of {', '.join(METHODS)}")
     if method == "bootstrap" and n_boot < 1:
@@ -381,12 +368,12 @@ def fit(acceptance: dict[int, Acceptance], times: dict[tuple[int, int], np.ndarr
         pays = plain and best != 0 and 0 not in tied
         serve = min((best, *tied)) if pays or not plain else 0
         choices[b] = Choice(b, best, serve, tied, gaps.get(0), gaps[order[1]] if len(order) > 1 else None, pays,
-                            plain)
+                            plain, names)
     acc_rows = [{"K": k, "steps": int(sums.N[:, col[k]].sum()), "clusters": int((sums.N[:, col[k]] > 0).sum()),
                  "E": E[k], "E_se": math.sqrt(var_e(k, k)), "p_cond": acceptance[k].p_cond()} for k in sums.Ks]
     return LadderResult(cells, choices, pd.DataFrame(acc_rows, columns=["K", "steps", "clusters", "E", "E_se",
                                                                           "p_cond"]),
-                        method, z, n_boot if boot is not None else 0)
+                        method, z, n_boot if boot is not None else 0, names=names)
 
 
 def replicates_flat(reps) -> list[np.ndarray]:
@@ -394,7 +381,7 @@ def replicates_flat(reps) -> list[np.ndarray]:
 
 
 def _lvl(z: float) -> float:
-    return 2 * _norm_cdf(z) - 1
+    return 2 * norm_cdf(z) - 1
 
 
 def _bootstrap(sums: _Sums, times: dict, n_boot: int, seed: int) -> dict[tuple[int, int], np.ndarray]:

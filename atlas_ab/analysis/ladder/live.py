@@ -83,7 +83,7 @@ def step_times(run: Run, allow_outliers: bool = False, warn=None) -> np.ndarray:
     return per.first().to_numpy(np.float64)
 
 
-def _clusters(run: Run, doc: np.ndarray) -> np.ndarray:
+def clusters_of(run: Run, doc: np.ndarray) -> np.ndarray:
     cmap, _ = run.clusters
     return doc if cmap is None else np.asarray(cmap)[doc]
 
@@ -118,7 +118,7 @@ def acceptance_from(runs: list[Run]) -> tuple[dict[int, Acceptance], str, int | 
         if (s["k"] != k).any():
             raise AtlasError(f"{r.path}: verify steps with k other than the arm's K={k} (DRAFT_CONF or a ragged "
                              "turn end): the ladder reads runs with every lever but K off")
-        acc[k] = acceptance_of(k, _clusters(r, s["doc_id"].to_numpy()), s["accept_len"].to_numpy())
+        acc[k] = acceptance_of(k, clusters_of(r, s["doc_id"].to_numpy()), s["accept_len"].to_numpy())
         units.add(r.clusters[1])
     if len(units) > 1:
         raise AtlasError(f"acceptance runs at B={common[-1]} cluster by different units ({', '.join(sorted(units))})")
@@ -130,18 +130,21 @@ def _replicate_words(i: int) -> str:
             "study.replicates=N; runs from before replicates are each replicate 0)")
 
 
-def times_from(runs: list[Run], allow_outliers: bool = False, warn=None) -> dict[tuple[int, int], list[np.ndarray]]:
+def times_from(runs: list[Run], allow_outliers: bool = False, warn=None,
+               option=None) -> dict[tuple[int, int], list[np.ndarray]]:
     """(B, K) -> batched step times (ms), one array per replicate in replicate order, refusing two runs of
     one cell and replicate and mixed loops (plain decode has no bookkeeping to fuse, so only the K >= 1
-    runs are held to one fused setting)."""
+    runs are held to one fused setting). option: run -> (the cell's second key, its words), for a family
+    ladder (analysis/ladder/families.py); default K."""
     by: dict[tuple[int, int], dict[int, np.ndarray]] = {}
     loops, fused = {}, {}
     for r in runs:
         b, k = width_and_k(r)
+        key, words = option(r) if option else (k, f"K={k}")
         i = replicate_of(r)
-        if i in by.get((b, k), {}):
-            raise AtlasError(f"{r.path}: a second run at batch width {b} K={k}" + _replicate_words(i))
-        by.setdefault((b, k), {})[i] = step_times(r, allow_outliers, warn)
+        if i in by.get((b, key), {}):
+            raise AtlasError(f"{r.path}: a second run at batch width {b} {words}" + _replicate_words(i))
+        by.setdefault((b, key), {})[i] = step_times(r, allow_outliers, warn)
         m = r.manifest or {}
         loops[r.path] = m.get("loop", "step_by_step")
         if k:
@@ -163,9 +166,10 @@ def process_note(runs: list[Run]) -> str:
     """Whether each cell's replicates ran in separate processes, in words: a process carries an effect
     its own jobs share (config/ladder_order.py), which only replicates in separate processes put inside
     a cell's interval."""
-    by: dict[tuple[int, int], list] = {}
+    by: dict[tuple, list] = {}
     for r in runs:
-        by.setdefault(width_and_k(r), []).append(process_of(r))
+        by.setdefault((*width_and_k(r), (((r.manifest or {}).get("config") or {}).get("study") or {}).get("family")),
+                      []).append(process_of(r))
     multi = {c: ps for c, ps in by.items() if len(ps) > 1}
     if not multi:
         return "one run a cell: processes do not apply"
@@ -177,7 +181,7 @@ def process_note(runs: list[Run]) -> str:
     if not shared:
         return (f"every cell's replicates ran in separate processes ({n} in all): the between-process "
                 "variance is inside each interval")
-    cells = ", ".join(f"B={b} K={k}" for b, k in shared[:4]) + (", ..." if len(shared) > 4 else "")
+    cells = ", ".join(f"B={b} {fam or f'K={k}'}" for b, k, fam in shared[:4]) + (", ..." if len(shared) > 4 else "")
     return (f"{len(shared)} of {len(multi)} cells have replicates that ran in one process ({cells}): the "
             "effect a process carries (2.0% sd on the H200's 5.7B B=1 K=2 cell, issue 51) is not inside "
             "their intervals; run each replicate as its own process (study.block=r)")

@@ -233,44 +233,55 @@ def sequential_figure(looks: list[dict], path: Path, *, min_effect: float, direc
     return _save(fig, path)
 
 
-def ladder_throughput_figure(cells, path: Path) -> Path:
+def ladder_throughput_figure(cells, path: Path, names: dict | None = None) -> Path:
     """Committed tokens/s against K at each batch width (one panel per width: scales differ by
-    orders of magnitude), with the delta method's 95% interval."""
+    orders of magnitude), with the delta method's 95% interval; names: a family ladder's families."""
+    what = "K" if names is None else "family"
     widths = sorted(cells["B"].unique())
     fig, axes = plt.subplots(1, len(widths), figsize=(3.2 * len(widths), 3.4), squeeze=False)
     for ax, b in zip(axes[0], widths):
         c = cells[cells["B"] == b].sort_values("K")
         ax.errorbar(c["K"], c["X"], yerr=[c["X"] - c["X_lo"], c["X_hi"] - c["X"]], marker="o", capsize=3)
         if (c["K"] == 0).any():
-            ax.axhline(float(c.loc[c["K"] == 0, "X"].iloc[0]), color="gray", linestyle=":", label="K=0 (plain)")
+            ax.axhline(float(c.loc[c["K"] == 0, "X"].iloc[0]), color="gray", linestyle=":",
+                       label="K=0 (plain)" if names is None else "plain decode")
         ax.set_title(f"B = {b}")
-        ax.set_xlabel("K (drafts per step)")
-        ax.set_xticks(c["K"])
+        ax.set_xlabel("K (drafts per step)" if names is None else "drafter family")
+        if names is None:
+            ax.set_xticks(c["K"])
+        else:
+            ax.set_xticks(c["K"], [names[k] for k in c["K"]], rotation=45, fontsize=7)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("committed tokens / s")
     if (cells["K"] == 0).any():
         axes[0][0].legend(fontsize=7)
-    fig.suptitle("throughput against K, 95% intervals (delta method)")
+    fig.suptitle(f"throughput against {what}, 95% intervals (delta method)")
     return _save(fig, path)
 
 
 def ladder_figure(result, path: Path) -> Path:
-    """The ladder: the K served against batch width; ties drawn as a bar over the tied K."""
+    """The ladder: the K served against batch width; ties drawn as a bar over the tied K (a family
+    ladder: the family, by its index, named on the axis)."""
+    names = getattr(result, "names", None)
+    what = "K" if names is None else "family"
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ch = sorted(result.choices.values(), key=lambda c: c.B)
     bs = [c.B for c in ch]
-    ax.step(bs, [c.K for c in ch], where="post", color="tab:blue", label="K served")
+    ax.step(bs, [c.K for c in ch], where="post", color="tab:blue", label=f"{what} served")
     for c in ch:
         ks = (c.best,) + c.tied
         ax.vlines(c.B, min(ks), max(ks), color="tab:orange", linewidth=4, alpha=0.5)
         ax.plot(c.B, c.K, "o", color="tab:blue" if c.pays else "tab:red")
-    ax.vlines([], 0, 0, color="tab:orange", linewidth=4, alpha=0.5, label="best and tied K")
+    ax.vlines([], 0, 0, color="tab:orange", linewidth=4, alpha=0.5, label=f"best and tied {what}")
     ax.set_xscale("log", base=2)
     ax.set_xticks(bs, [str(b) for b in bs])
     ax.set_xlabel("batch width B")
-    ax.set_ylabel("K")
-    ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-    ax.set_title("K ladder (red: no K pays)")
+    ax.set_ylabel(what)
+    if names is None:
+        ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    else:
+        ax.set_yticks(sorted(names), [names[k] for k in sorted(names)], fontsize=7)
+    ax.set_title("K ladder (red: no K pays)" if names is None else "family ladder (red: no family pays)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return _save(fig, path)
