@@ -682,7 +682,8 @@ stage_tree() {
 # Issue 49: which drafter family to serve at each batch width, at one model size (FL_MODEL: default, the
 # shipped 7.3M model; gpu, the 33.6M preset trained here for TARGET_S s, 100, with its EAGLE-3 head for
 # HEAD_S s, 90, and the shipped 7.3M model as its draft model). Timing: +study=families_ladder, REPLICATES
-# (3) processes, one a replicate (study.block=r), widths FL_WIDTHS ([1,16,64]), nothing else on the GPU.
+# (3) processes, one a replicate (study.block=r), widths FL_WIDTHS ([1,16,64]), families FL_FAMILIES (the
+# study's: "[plain,ngram,baseline]" times those alone), nothing else on the GPU.
 # Acceptance: +study=families in replay (FL_DOCS documents, 192), its four first arms while the head trains,
 # then eagle3 into the same sweep; FL_ACC=0 skips it (the shipped model's families runs are committed:
 # analysis/reports/families_h200_2026-12-03). Then the family ladder and the families report, when the
@@ -722,13 +723,14 @@ stage_families_ladder() {
   for ((r = 0; r < R; r++)); do   # each replicate its own process, nothing else on the GPU
     S=$SECONDS
     (cd $W && timeout $t python3 -m atlas_ab -m +study=families_ladder "${M[@]}" study.widths=${FL_WIDTHS:-[1,16,64]} \
-       study.replicates=$R study.block=$r "${OV[@]}" runner.progress=false hydra.sweep.dir=$W/ladder/r$r) > $W/ladder_r$r.log 2>&1
+       ${FL_FAMILIES:+study.families=$FL_FAMILIES} study.replicates=$R study.block=$r "${OV[@]}" runner.progress=false \
+       hydra.sweep.dir=$W/ladder/r$r) > $W/ladder_r$r.log 2>&1
     log "families_ladder $m replicate $r: exit $? in $((SECONDS - S)) s ($(ls -d $W/ladder/r$r/*/ 2>/dev/null | wc -l) runs)"
+    for d in $W/ladder/r$r/*/; do   # a job cut by the timeout is not a result
+      grep -q '"status": "complete"' $d/manifest.json 2>/dev/null || { mkdir -p $W/cut; mv $d $W/cut/; log "cut: $d"; }
+    done
+    pack --name families_ladder_${m}_r$r $W/ladder/r$r   # each replicate as it ends: a call cut short keeps it
   done
-  for d in $W/ladder/r*/*/; do   # a job cut by the timeout is not a result
-    grep -q '"status": "complete"' $d/manifest.json 2>/dev/null || { mkdir -p $W/cut; mv $d $W/cut/; log "cut: $d"; }
-  done
-  pack --name families_ladder_$m $W/ladder
   cp $W/*.log "$OUT/" 2>/dev/null
   [ $ACC = 1 ] || { log "families_ladder $m: acceptance elsewhere; analyse off the device"; return 0; }
   python3 -m atlas_ab.analysis ladder $W/ladder --acceptance $W/acc/* --out "$OUT/family_ladder_$m" \
