@@ -237,3 +237,8 @@ def test_bench_fp8_head_smoke(tmp_path):
     assert [r["R"] for r in res["rows"]] == [1, 16]
     assert all(r[k] > 0 for r in res["rows"] for k in ("head_bf16", "head_fp8", "gemm_bf16", "propose_bf16",
                                                         "propose_fp8"))
+
+
+def test_bench_suffix_tree_smoke(tmp_path):
+    res = smoke("bench_suffix_tree.py", tmp_path)
+    assert res["smoke"] and len(res["ids"]) == len(res["objects"]) == 1 and res["ratio"] > 0

@@ -17,7 +17,7 @@ def tree(*seqs, depth=24):
 
 def test_counts_are_occurrences():
     t = tree([1, 2, 3, 1, 2, 4])
-    assert t.root.count == 6
+    assert t.root_count == 6
     assert t.counts([]) == {1: 2, 2: 2, 3: 1, 4: 1}
     assert t.counts([1]) == {2: 2}
     assert t.counts([1, 2]) == {3: 1, 4: 1}
@@ -33,7 +33,7 @@ def test_remove_uncounts_a_sequence():
     t = tree([1, 2, 3], [1, 2, 4])
     assert t.counts([1, 2]) == {3: 1, 4: 1}
     t.remove(0)
-    assert t.root.count == 3 and t.counts([1, 2]) == {4: 1} and t.counts([]) == {1: 1, 2: 1, 4: 1}
+    assert t.root_count == 3 and t.counts([1, 2]) == {4: 1} and t.counts([]) == {1: 1, 2: 1, 4: 1}
 
 
 def test_the_path_takes_the_most_frequent_child_until_prob_or_length_stops_it():
@@ -79,7 +79,7 @@ def test_no_global_tree_at_zero_cached_requests():
     c = SuffixCache(24, 0)
     c.start("a", [1])
     c.add("a", [2, 3])
-    assert c.global_tree.root.count == 0 and c.local["a"].root.count == 3
+    assert c.global_tree.root_count == 0 and c.local["a"].root_count == 3
 
 
 def test_a_new_turn_is_a_new_request_and_the_last_one_is_in_the_global_tree():
@@ -104,3 +104,32 @@ def test_a_new_turn_is_a_new_request_and_the_last_one_is_in_the_global_tree():
 def test_a_shallow_tree_drafts_nothing_past_its_depth(depth):
     t = tree([1, 2, 3, 1, 2, 3], depth=depth)
     assert len(t.speculate([5, 1], 4, 4.0, 0.0).token_ids) == depth - 1
+
+
+def test_counts_equal_a_brute_force_count_through_appends_and_removals():
+    """The trie's node ids are reused after a removal: every count must still be the substring's occurrences
+    over the sequences held (each of length <= max_depth), and removing every sequence frees every node."""
+    import random
+    rng = random.Random(0)
+    for depth in (1, 2, 3, 5):
+        t, held = SuffixTree(depth), {}
+        for _ in range(120):
+            if held and rng.random() < 0.25:
+                s = rng.choice(sorted(held))
+                t.remove(s)
+                del held[s]
+            else:
+                s, toks = rng.randrange(5), [rng.randrange(3) for _ in range(rng.randrange(1, 8))]
+                t.extend(s, toks)
+                held.setdefault(s, []).extend(toks)
+            pat = [rng.randrange(3) for _ in range(rng.randrange(0, depth))]
+            want = {}
+            for seq in held.values():
+                for i in range(len(seq) - len(pat)):
+                    if seq[i:i + len(pat)] == pat:
+                        want[seq[i + len(pat)]] = want.get(seq[i + len(pat)], 0) + 1
+            assert t.counts(pat) == want
+            assert t.root_count == sum(map(len, held.values()))
+        for s in sorted(held):
+            t.remove(s)
+        assert t.root_count == 0 and len(t.free) == len(t.count) - 1
