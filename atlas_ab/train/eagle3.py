@@ -142,13 +142,21 @@ def train(trunk, head, data: np.ndarray, steps: int, batch: int, seq_len: int, w
     t0, step, run, hist = time.time(), 0, [0.0] * ttt, []
     weights = [0.8 ** j for j in range(ttt)]
     amp = dev.type == "cuda"           # bf16 autocast on the GPU (as train.py), fp32 on the CPU
+    probe = (5, 15)                    # steps timed for the budget: after the first calls' compiles and allocations
+    t_probe = None
     while step < steps and not (budget_s and time.time() - t0 > budget_s):
-        if budget_s and step == 5:     # the schedule fitted to the budget from the first steps' speed
-            fit = int(0.9 * budget_s / ((time.time() - t0) / 5))
-            if fit < steps:
-                steps = max(fit, warmup + 1)
+        if budget_s and step in probe:
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            if step == probe[0]:
+                t_probe = time.time()
+            else:                      # the schedule fitted to what is left of the budget at the probed speed
+                dt = (time.time() - t_probe) / (probe[1] - probe[0])
+                fit = step + int(0.9 * (budget_s - (time.time() - t0)) / dt)
+                if fit < steps:
+                    steps = max(fit, warmup + 1)
                 if log is not None:
-                    log(f"budget {budget_s:.0f}s: steps -> {steps}")
+                    log(f"budget {budget_s:.0f}s at {dt * 1e3:.1f} ms/step: steps -> {steps}")
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, lr, warmup)
         starts = torch.randint(0, src.numel() - W, (batch,), generator=gen)
