@@ -17,6 +17,7 @@ from collections import deque
 import numpy as np
 
 from atlas_ab.proposers.suffix_tree import SuffixTree
+
 from common import dump_json
 
 

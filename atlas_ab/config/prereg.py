@@ -252,8 +252,9 @@ class DifferenceSpec(_Compared):
         if isinstance(self.replicates, bool) or not isinstance(self.replicates, int) or self.replicates < 1:
             raise Invalid("replicates", f"must be a whole number >= 1, got {self.replicates!r}")
         if self.replicates > 1 and (self.primary_metric != THROUGHPUT or not self.relative):
+            other = "an absolute one" if self.primary_metric == THROUGHPUT else self.primary_metric
             raise Invalid("replicates", f"replicate runs decide a relative {THROUGHPUT} difference (relative: "
-                                        f"true), not {'an absolute one' if self.primary_metric == THROUGHPUT else self.primary_metric}")
+                                        f"true), not {other}")
         if self.relative and self.decides not in (Decides.binomial, Decides.cluster):
             raise Invalid("relative", "a relative difference is decided on a whole-arm binomial or cluster sd "
                                       f"(the delta method), not the {self.decides.value} sd")

@@ -22,16 +22,6 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from atlas_ab.proposers.host_drafts import HostDraftProposer
 
-#: vLLM's prompt_lookup_min / prompt_lookup_max when neither is set
-DEFAULT_LOOKUP = 5
-
-
-def lookup_bounds(lo, hi) -> tuple[int, int]:
-    """(prompt_lookup_min, prompt_lookup_max) as vLLM resolves them from the two (None = unset)."""
-    if lo is None and hi is None:
-        return DEFAULT_LOOKUP, DEFAULT_LOOKUP
-    return (hi if lo is None else lo), (lo if hi is None else hi)
-
 
 def ngram_drafts(context: np.ndarray, lo: int, hi: int, k: int) -> np.ndarray:
     """The drafts vLLM's ngram proposer makes of `context` (1-D token ids): the up-to-k tokens

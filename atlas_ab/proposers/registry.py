@@ -115,7 +115,8 @@ def _eagle3(t: Target) -> Built:
 
 @register("ngram")
 def _ngram(t: Target) -> Built:
-    from atlas_ab.proposers.ngram import NgramProposer, lookup_bounds
+    from atlas_ab.config.engine_specs import lookup_bounds
+    from atlas_ab.proposers.ngram import NgramProposer
 
     lo, hi = lookup_bounds(t.arm.prompt_lookup_min, t.arm.prompt_lookup_max)
     return Built(NgramProposer(lo, hi), {"ngram": {"prompt_lookup_min": lo, "prompt_lookup_max": hi}})
@@ -123,7 +124,8 @@ def _ngram(t: Target) -> Built:
 
 @register("suffix")
 def _suffix(t: Target) -> Built:
-    from atlas_ab.proposers.suffix import SuffixProposer, suffix_levers
+    from atlas_ab.config.engine_specs import suffix_levers
+    from atlas_ab.proposers.suffix import SuffixProposer
 
     levers = suffix_levers(t.arm)
     return Built(SuffixProposer(*(levers[k] for k in ("suffix_decoding_max_tree_depth",

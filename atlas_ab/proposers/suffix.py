@@ -28,15 +28,6 @@ import numpy as np
 from atlas_ab.proposers.host_drafts import HostDraftProposer
 from atlas_ab.proposers.suffix_tree import SuffixTree
 
-#: vLLM 0.32's defaults (vllm/config/speculative.py)
-DEFAULTS = {"suffix_decoding_max_tree_depth": 24, "suffix_decoding_max_spec_factor": 1.0,
-            "suffix_decoding_min_token_prob": 0.1, "suffix_decoding_max_cached_requests": 10000}
-
-
-def suffix_levers(arm) -> dict:
-    """The arm's suffix levers with vLLM's defaults where unset."""
-    return {k: d if getattr(arm, k) is None else getattr(arm, k) for k, d in DEFAULTS.items()}
-
 
 class SuffixCache:
     """Arctic's SuffixDecodingCache: local trees by request, one global tree of responses."""

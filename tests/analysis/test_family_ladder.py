@@ -9,8 +9,8 @@ import pytest
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.__main__ import main
-from atlas_ab.analysis.ladder.families import family_of, inputs, order_of
 from atlas_ab.analysis.cli import load_each
+from atlas_ab.analysis.ladder.families import family_of, inputs, order_of
 from tests.helpers.synth import simulate_steps, write_run
 
 
@@ -66,7 +66,8 @@ def timing_run(root, b, fam, rep, families=FAMILIES, seed=0):
     for i, sh in enumerate(m["shards"]):       # one shard a wave, as a live run writes them
         sh["wave"] = i
     (path / "manifest.json").write_text(json.dumps(m))
-    return _manifest(path, mode="live", loop="step_by_step", fused=False, waves={"total": N_DOCS // b, "batch_width": b},
+    return _manifest(path, mode="live", loop="step_by_step", fused=False,
+                     waves={"total": N_DOCS // b, "batch_width": b},
                      levers=_levers(fam), host={"process": f"host:{rep}"},
                      config={"study": {"name": "families_ladder", "families": list(families), "family": fam,
                                        "replicates": 3, "replicate": rep}})

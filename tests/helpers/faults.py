@@ -58,7 +58,7 @@ RUN_INPUT = [
          ("atlas_ab", "+arm=baseline", "+workload.n_doc=3")),
     Case("run.typo-study", "a typo of a study key",
          A + "unknown key study.prereg (did you mean study.preregs?); valid keys: name, preregs, arms, kind, widths, "
-         "k_max, waves, replicates, order_seed, slot, replicate, block",
+         "k_max, waves, replicates, order_seed, slot, replicate, block, families, family, family_k",
          ("atlas_ab", "+arm=baseline", "+study.prereg=x")),
     Case("run.ladder-k-max", "a ladder study's K past the proposer's maximum",
          A + "study 'ladder_cpu': k_max=9 is beyond the mtp proposer's maximum K=8 (arm.num_drafts)",

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from atlas_ab.config.engine_specs import lookup_bounds
 from atlas_ab.proposers.base import plan_and_draft
 from atlas_ab.proposers.host_drafts import PAD
-from atlas_ab.proposers.ngram import NgramProposer, lookup_bounds, ngram_drafts
+from atlas_ab.proposers.ngram import NgramProposer, ngram_drafts
 
 
 def drafts(ctx, lo, hi, k):

@@ -1,10 +1,11 @@
-"""An arm as each engine's speculative-decoding configuration (atlas_ab/engines/spec_config.py)."""
+"""An arm as each engine's speculative-decoding configuration (atlas_ab/config/engine_specs.py; its CLI
+atlas_ab/engines/spec_config.py)."""
 import json
 import subprocess
 import sys
 
+from atlas_ab.config import engine_specs as spec_config
 from atlas_ab.config.structured import ArmConfig
-from atlas_ab.engines import spec_config
 
 
 def test_vllm_ngram_carries_the_resolved_lookup_bounds():

@@ -11,7 +11,6 @@ from atlas_ab.analysis import cli
 
 def run(args) -> int:
     from atlas_ab.analysis.ladder import acceptance_from, fit, model_of, times_from, write_configs
-    from atlas_ab.analysis.ladder.live import process_note
     from atlas_ab.analysis.ladder.machines import on_machines
     from atlas_ab.analysis.runs import expand
 
@@ -48,16 +47,10 @@ def run(args) -> int:
         accept = load(args.acceptance) if args.acceptance else timing
         times = timed(timing)
     acc, unit, acc_width = acceptance_from(accept)
-    if args.widths:
-        times = {c: t for c, t in times.items() if c[0] in args.widths}
-        if not times:
-            raise AtlasError(f"--widths {args.widths}: none of the runs is at those batch widths")
+    times = _at_widths(times, args.widths)
     res = fit(acc, times, n_boot=args.bootstrap, seed=args.seed, method=args.method, cluster_unit=unit)
     src_t, src_a = model_of(timing), model_of(accept)
-    if kept:
-        res.notes.append(f"{len(kept)} of {len(timing)} timing runs hold warm-up-sized outliers, kept by "
-                         "--allow-outliers: their stalls count in the step times")
-    res.notes.append(process_note(timing))
+    _timing_notes(res, kept, timing)
     res.notes.append(f"timing: {src_t}; acceptance: {src_a}, its runs at batch width {acc_width} "
                      "(the widest that has every K)")
     if args.acceptance:
@@ -77,26 +70,38 @@ def _families(args, timing, accept, kept) -> int:
     """A family ladder (+study=families_ladder timing, +study=families acceptance): analysis/ladder/families.py."""
     from atlas_ab.analysis.ladder import fit, model_of
     from atlas_ab.analysis.ladder.families import inputs, write_family_configs
-    from atlas_ab.analysis.ladder.live import process_note
 
     if not accept:
         raise AtlasError("ladder: a family ladder takes acceptance from the families study's paired replay: give "
                          "its runs with --acceptance (python -m atlas_ab -m +study=families)")
     acc, times, names, unit = inputs(timing, accept, args.allow_outliers, lambda m: (cli.warn(m), kept.append(m)))
-    if args.widths:
-        times = {c: t for c, t in times.items() if c[0] in args.widths}
-        if not times:
-            raise AtlasError(f"--widths {args.widths}: none of the runs is at those batch widths")
+    times = _at_widths(times, args.widths)
     res = fit(acc, times, n_boot=args.bootstrap, seed=args.seed, method=args.method, cluster_unit=unit, names=names)
-    if kept:
-        res.notes.append(f"{len(kept)} of {len(timing)} timing runs hold warm-up-sized outliers, kept by "
-                         "--allow-outliers: their stalls count in the step times")
-    res.notes.append(process_note(timing))
+    _timing_notes(res, kept, timing)
     res.notes.append(f"timing: {model_of(timing)}; acceptance: {model_of(accept)}, the families study's paired "
                      "runs (every step, no-draft steps included)")
     out = Path(args.out)
     files = write_family_configs(res, out, timing, allow_single=args.allow_single_replicate)
     return _finish(res, out, files, args)
+
+
+def _at_widths(times: dict, widths) -> dict:
+    """The cells at --widths (all without it)."""
+    if not widths:
+        return times
+    kept = {c: t for c, t in times.items() if c[0] in widths}
+    if not kept:
+        raise AtlasError(f"--widths {widths}: none of the runs is at those batch widths")
+    return kept
+
+
+def _timing_notes(res, kept: list, timing) -> None:
+    """What the fit's notes say of its timing runs: outliers kept, and whether replicates had processes of their own."""
+    from atlas_ab.analysis.ladder.live import process_note
+    if kept:
+        res.notes.append(f"{len(kept)} of {len(timing)} timing runs hold warm-up-sized outliers, kept by "
+                         "--allow-outliers: their stalls count in the step times")
+    res.notes.append(process_note(timing))
 
 
 def _finish(res, out: Path, files: dict, args) -> int:

@@ -126,8 +126,8 @@ def write_family_configs(result: LadderResult, out: Path, timing: list[Run], all
     beside ladder.json; none from a single-replicate ladder unless allow_single (configs.py says why)."""
     from atlas_ab.analysis.ladder.configs import FILES, SINGLE, finite
     from atlas_ab.atomic import write_json
+    from atlas_ab.config.engine_specs import vllm
     from atlas_ab.config.structured import ArmConfig
-    from atlas_ab.engines import spec_config
 
     out.mkdir(parents=True, exist_ok=True)
     written = {}
@@ -138,7 +138,7 @@ def write_family_configs(result: LadderResult, out: Path, timing: list[Run], all
         per = {}
         for b, k in result.ladder.items():
             f = result.names[k]
-            per[str(b)] = None if f == PLAIN else spec_config.vllm(ArmConfig(name=f, **lever[f]))
+            per[str(b)] = None if f == PLAIN else vllm(ArmConfig(name=f, **lever[f]))
         p = out / "families_vllm.json"
         write_json(p, {"speculative_config_by_batch_width": per,
                        **({"note": SINGLE} if result.single_replicate else {})})

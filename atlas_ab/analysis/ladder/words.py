@@ -50,10 +50,11 @@ def summary(res: LadderResult) -> str:
         on = f"{c.over_next.words(res.method)} ({label(c.over_next.over, res.names)})" if c.over_next else "-"
         lines.append(f"| {b} | {cell(c.K)} | {cell(c.best)} | {o0} | {on} | {cells_of(c.tied) or '-'} | "
                      + (f"({SINGLE}) " if res.single_replicate else "") + f"{c.verdict(res.method)} |")
-    lines += [(f"note: B={r.B} {label(r.K, res.names)}: its {r.machines} machines disagree beyond their spreads (Cochran's Q "
-               f"p {r.q_p:.3g}, I^2 {r.i2:.0%}): a per-machine effect on this cell" if r.machines > 1 else
-               f"note: B={r.B} {label(r.K, res.names)}: its {r.replicates} replicates disagree beyond their spreads (Cochran's Q "
-               f"p {r.q_p:.3g}, I^2 {r.i2:.0%}): a stall, or graphs built differently, in one of its jobs?")
+    lines += [(f"note: B={r.B} {label(r.K, res.names)}: its {r.machines} machines disagree beyond their spreads "
+               f"(Cochran's Q p {r.q_p:.3g}, I^2 {r.i2:.0%}): a per-machine effect on this cell" if r.machines > 1 else
+               f"note: B={r.B} {label(r.K, res.names)}: its {r.replicates} replicates disagree beyond their spreads "
+               f"(Cochran's Q p {r.q_p:.3g}, I^2 {r.i2:.0%}): a stall, or graphs built differently, in one of its "
+               "jobs?")
               for r in res.cells.itertuples() if r.disagree]
     lines += [f"note: {n}" for n in res.notes]
     return "\n".join(lines)
