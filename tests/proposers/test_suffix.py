@@ -133,3 +133,16 @@ def test_counts_equal_a_brute_force_count_through_appends_and_removals():
         for s in sorted(held):
             t.remove(s)
         assert t.root_count == 0 and len(t.free) == len(t.count) - 1
+
+
+def test_ties_go_to_the_head_of_arctics_sibling_order_not_the_child_added_first():
+    """After 9: 1 once, then 2 and 3 twice each, 3 raised to 2 before 2 was. Arctic Inference 0.3.0 (what vLLM 0.32's
+    suffix method runs) keeps 9's children sorted by count with 3 ahead of 2, and drafts 3 at 2 / 5 = 0.4 (its
+    native tree, checked on 2026-12-04); the child added first would have been 2."""
+    t = SuffixTree(24)
+    t.extend(0, [9, 1, 9, 2, 9, 3, 9, 3, 9, 2])
+    d = t.speculate([0, 9], 1, 1.0, 0.1)
+    assert t.counts([9]) == {1: 1, 2: 2, 3: 2}
+    assert d.token_ids == [3] and d.score == np.float32(0.4)
+    t.extend(0, [9, 1, 9, 1])          # 1 climbs past both to 3
+    assert t.speculate([0, 9], 1, 1.0, 0.1).token_ids == [1]
