@@ -8,14 +8,11 @@ transformers, against greedy decoding of the checkpoint.
 Skipped, with one line naming why, only where the engine cannot be installed; CI runs it.
 """
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.vllm_engine import ROOT, engine_python, free_port
+from tests.helpers.vllm_engine import ROOT, engine_python, free_port, run_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
@@ -26,23 +23,16 @@ WORKLOAD: list[str] = []
 PREREG = ROOT / "atlas_ab/prereg/vllm_mtp_vs_ngram.yaml"
 
 
-def _run(*args, cwd, check=True, timeout=900):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    if check and p.returncode != 0:
-        raise AssertionError(f"{args[:3]} exited {p.returncode}: {p.stderr[-2000:]}")
-    return p
-
-
 def _collect(tmp: Path, arm: str, serve_args: list[str]) -> Path:
     port = free_port()
-    _run("-m", "atlas_ab.engines.vllm", "serve", "--port", str(port), *serve_args, cwd=tmp)
+    run_module("-m", "atlas_ab.engines.vllm", "serve", "--port", str(port), *serve_args, cwd=tmp)
     try:
         out = tmp / arm
-        _run("-m", "atlas_ab.collect", "--url", f"http://127.0.0.1:{port}/v1", "--arm", arm, "--out", str(out),
-             "--token-ids", "--ignore-eos", "--no-progress", *[a for s in WORKLOAD for a in ("--set", s)], cwd=tmp)
+        run_module("-m", "atlas_ab.collect", "--url", f"http://127.0.0.1:{port}/v1", "--arm", arm, "--out", str(out),
+                   "--token-ids", "--ignore-eos", "--no-progress", *[a for s in WORKLOAD for a in ("--set", s)],
+                   cwd=tmp)
     finally:
-        _run("-m", "atlas_ab.engines.vllm", "stop", "--port", str(port), cwd=tmp, check=False)
+        run_module("-m", "atlas_ab.engines.vllm", "stop", "--port", str(port), cwd=tmp, check=False)
     return out
 
 
@@ -90,8 +80,8 @@ def test_both_arms_commit_transformers_greedy_text(arms):
 
 def test_report_judges_the_registration(arms):
     tmp, mtp, ngram = arms
-    p = _run("-m", "atlas_ab.analysis", "report", str(ngram), str(mtp), "--prereg", str(PREREG),
-             "--evaluate-unlocked", "--out", str(tmp / "report"), cwd=tmp)
+    p = run_module("-m", "atlas_ab.analysis", "report", str(ngram), str(mtp), "--prereg", str(PREREG),
+                   "--evaluate-unlocked", "--out", str(tmp / "report"), cwd=tmp)
     text = (tmp / "report" / "report.md").read_text() if (tmp / "report" / "report.md").is_file() else p.stdout
     assert "vllm_mtp_vs_ngram" in text and "UNLOCKED" in text
     assert any(v in text for v in ("NOT MET", "MET", "UNDERPOWERED"))
@@ -100,12 +90,12 @@ def test_report_judges_the_registration(arms):
 def test_gate_decides_both_ways(arms):
     tmp, mtp, ngram = arms
     # the MTP head as the baseline, n-gram as the candidate: a regression in p1 far past 0.05
-    worse = _run("-m", "atlas_ab.analysis", "gate", str(mtp), str(ngram), "--metric", "p1", "--max-drop", "0.05",
-                 "--json", cwd=tmp, check=False)
+    worse = run_module("-m", "atlas_ab.analysis", "gate", str(mtp), str(ngram), "--metric", "p1", "--max-drop", "0.05",
+                       "--json", cwd=tmp, check=False)
     assert worse.returncode == 1, worse.stdout + worse.stderr
     assert json.loads(worse.stdout)["verdict"] == "REGRESSION"
     # and the other way round, n-gram as the baseline: the MTP head passes
-    better = _run("-m", "atlas_ab.analysis", "gate", str(ngram), str(mtp), "--metric", "p1", "--max-drop", "0.05",
-                  "--json", cwd=tmp, check=False)
+    better = run_module("-m", "atlas_ab.analysis", "gate", str(ngram), str(mtp), "--metric", "p1", "--max-drop", "0.05",
+                        "--json", cwd=tmp, check=False)
     assert better.returncode == 0, better.stdout + better.stderr
     assert json.loads(better.stdout)["verdict"] == "PASS"

@@ -7,24 +7,14 @@ of 2,219 paired steps agreed on 2026-12-04, the aggregates within 0.002 tokens a
 
 Skipped, with one line naming why, where the engine or Arctic's tree cannot be installed; CI runs it."""
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
-from tests.helpers.vllm_engine import ROOT, engine_python, free_port
+from tests.helpers.vllm_engine import ROOT, engine_python, run_module, served
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 NO_GLOBAL = "suffix_decoding_max_cached_requests=0"
-
-
-def _run(*args, cwd, check=True, timeout=900):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    if check and p.returncode != 0:
-        raise AssertionError(f"{args[:3]} exited {p.returncode}: {p.stderr[-2000:]}")
-    return p
 
 
 def test_our_suffix_drafts_what_vllms_drafts_at_every_step(tmp_path):
@@ -34,18 +24,13 @@ def test_our_suffix_drafts_what_vllms_drafts_at_every_step(tmp_path):
     if probe.returncode != 0:
         pytest.skip("arctic-inference is not in vLLM's environment (scripts/setup_vllm.sh could not build it): "
                     + (probe.stderr.strip().splitlines() or [""])[-1])
-    port = free_port()
-    _run("-m", "atlas_ab.engines.vllm", "serve", "--port", str(port), "--method", "suffix", "--k", "2",
-         "--set", NO_GLOBAL, cwd=tmp_path)
-    try:
-        _run("-m", "atlas_ab.collect", "--url", f"http://127.0.0.1:{port}/v1", "--arm", "vllm_suffix_k2",
-             "--out", str(tmp_path / "vllm"), "--token-ids", "--ignore-eos", "--no-progress", cwd=tmp_path)
-    finally:
-        _run("-m", "atlas_ab.engines.vllm", "stop", "--port", str(port), cwd=tmp_path, check=False)
-    _run("-m", "atlas_ab", "+arm=suffix", f"arm.{NO_GLOBAL}", "runner.progress=false",
-         f"hydra.run.dir={tmp_path / 'ours'}", cwd=ROOT)
-    out = json.loads(_run("-m", "atlas_ab.engines.vllm.compare", str(tmp_path / "ours"), str(tmp_path / "vllm"),
-                          "--json", cwd=ROOT).stdout)
+    with served("--method", "suffix", "--k", "2", "--set", NO_GLOBAL) as state:
+        run_module("-m", "atlas_ab.collect", "--url", state["url"], "--arm", "vllm_suffix_k2",
+                   "--out", str(tmp_path / "vllm"), "--token-ids", "--ignore-eos", "--no-progress", cwd=tmp_path)
+    run_module("-m", "atlas_ab", "+arm=suffix", f"arm.{NO_GLOBAL}", "runner.progress=false",
+               f"hydra.run.dir={tmp_path / 'ours'}", cwd=ROOT)
+    out = json.loads(run_module("-m", "atlas_ab.engines.vllm.compare", str(tmp_path / "ours"), str(tmp_path / "vllm"),
+                                "--json", cwd=ROOT).stdout)
     n = out["requests"]
     assert n == 128 and out["same_vs_transformers"] == out["same_vs_ours"] == out["ours_vs_transformers"] == n
     assert out["steps_only_ours"] == out["steps_only_vllm"] == 0 and out["steps_both"] > 1500

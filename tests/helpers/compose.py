@@ -6,11 +6,23 @@ same arm (the copy keeps a test's edits out of the next test's config).
 """
 import copy
 import functools
+from dataclasses import dataclass
 
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from atlas_ab.config.hydra_schema import CONF_DIR  # (registers the schema)
+from atlas_ab.config.structured import ArmConfig, ModelConfig, RunnerConfig, StudyConfig, WorkloadConfig
+
+
+@dataclass
+class Sections:
+    """A config's sections built by hand, without Hydra (what run/ladder_grid.check_grid reads)."""
+    arm: ArmConfig
+    model: ModelConfig
+    workload: WorkloadConfig
+    runner: RunnerConfig
+    study: StudyConfig
 
 
 @functools.lru_cache(maxsize=None)

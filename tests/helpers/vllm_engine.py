@@ -55,6 +55,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def run_module(*args: str, cwd, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess:
+    """`python ARGS` (a `-m module` of ours, run as a user runs it) in `cwd`; exit != 0 fails the test unless
+    check is False."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{args[:3]} exited {p.returncode}: {p.stderr[-2000:]}")
+    return p
+
+
 def launcher(*args: str, timeout: float) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "atlas_ab.engines.vllm", *args], env=env, capture_output=True,

@@ -1,7 +1,5 @@
 """`+study=families_ladder`: the K ladder's grid with a family in place of K (conf/study/families_ladder.yaml,
 config/family_arms.py), each job's drafter read from its family's arm file, refused whole before any model loads."""
-from dataclasses import dataclass
-
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -11,6 +9,7 @@ from atlas_ab.config.family_arms import family_arm
 from atlas_ab.config.hydra_schema import CONF_DIR
 from atlas_ab.config.structured import ArmConfig, ModelConfig, RunnerConfig, StudyConfig, WorkloadConfig
 from atlas_ab.run.ladder_grid import check_grid
+from tests.helpers.compose import Sections
 
 FAMS = ["plain", "ngram", "baseline", "eagle3"]
 
@@ -67,20 +66,11 @@ def test_an_unknown_family_fails_the_composition_by_name():
             OmegaConf.to_container(cfg.arm, resolve=True)
 
 
-@dataclass
-class C:
-    arm: ArmConfig
-    model: ModelConfig
-    workload: WorkloadConfig
-    runner: RunnerConfig
-    study: StudyConfig
-
-
 def _c(families=("plain", "ngram"), family="ngram", k_max=1, family_k=2):
-    return C(ArmConfig(num_drafts=family_k), ModelConfig(),
-             WorkloadConfig(n_docs=2, turns=1, chunk_tokens=16, gen_tokens=8), RunnerConfig(batch_width=1),
-             StudyConfig(name="families_ladder", kind="ladder", widths=[1], k_max=k_max, families=list(families),
-                         family=family, family_k=family_k, waves=2))
+    return Sections(ArmConfig(num_drafts=family_k), ModelConfig(),
+                    WorkloadConfig(n_docs=2, turns=1, chunk_tokens=16, gen_tokens=8), RunnerConfig(batch_width=1),
+                    StudyConfig(name="families_ladder", kind="ladder", widths=[1], k_max=k_max,
+                                families=list(families), family=family, family_k=family_k, waves=2))
 
 
 def test_the_family_grid_is_checked_whole():

@@ -1,29 +1,20 @@
 """A ladder study's grid is refused whole, before any model loads (run/ladder_grid.py)."""
-from dataclasses import dataclass
-
 import pytest
 
 from atlas_ab import AtlasError
 from atlas_ab.config.structured import ArmConfig, ModelConfig, RunnerConfig, StudyConfig, WorkloadConfig
 from atlas_ab.run.ladder_grid import HEADROOM, architecture, bytes_needed, check_grid
+from tests.helpers.compose import Sections
 
 L8B = ModelConfig(name="llama8b", path=None, init="random", hidden_size=4096, num_hidden_layers=32,
                   num_attention_heads=32, num_key_value_heads=8, intermediate_size=11008, vocab_size=4096)
 
 
-@dataclass
-class C:
-    arm: ArmConfig
-    model: ModelConfig
-    workload: WorkloadConfig
-    runner: RunnerConfig
-    study: StudyConfig
-
-
 def _c(widths=(1, 4, 256), k_max=3, b=1, k=0, n_docs=256, waves=0):
-    return C(ArmConfig(num_drafts=k), L8B, WorkloadConfig(n_docs=n_docs, turns=2, chunk_tokens=64, gen_tokens=32),
-             RunnerConfig(batch_width=b, dtype="bfloat16"), StudyConfig(name="ladder", kind="ladder",
-                                                                        widths=list(widths), k_max=k_max, waves=waves))
+    return Sections(ArmConfig(num_drafts=k), L8B,
+                    WorkloadConfig(n_docs=n_docs, turns=2, chunk_tokens=64, gen_tokens=32),
+                    RunnerConfig(batch_width=b, dtype="bfloat16"),
+                    StudyConfig(name="ladder", kind="ladder", widths=list(widths), k_max=k_max, waves=waves))
 
 
 def test_k_beyond_the_proposers_maximum_is_refused_by_name():

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from atlas_ab import AtlasError
 from atlas_ab.analysis.ladder.fitting import Acceptance, LadderResult, acceptance_of
-from atlas_ab.analysis.ladder.live import clusters_of, times_from
+from atlas_ab.analysis.ladder.live import clusters_of, study_of, times_from
 from atlas_ab.analysis.runs import Run
 from atlas_ab.config.family_arms import FIELDS, PLAIN
 
@@ -33,19 +33,15 @@ from atlas_ab.config.family_arms import FIELDS, PLAIN
 DRAFTER = ("num_drafts", *FIELDS)
 
 
-def _study(run: Run) -> dict:
-    return (((run.manifest or {}).get("config") or {}).get("study") or {})
-
-
 def is_family_ladder(runs: list[Run]) -> bool:
     """Whether the runs are a family ladder's (their study lists families)."""
-    return any(_study(r).get("families") for r in runs)
+    return any(study_of(r).get("families") for r in runs)
 
 
 def family_of(run: Run) -> str:
     """The family a run ran: a family ladder job's study.family; else plain for K = 0, else the arm's name
     (the families study names its arms by family)."""
-    fam = _study(run).get("family")
+    fam = study_of(run).get("family")
     if fam:
         return str(fam)
     return PLAIN if ((run.manifest or {}).get("levers") or {}).get("num_drafts") == 0 else str(run.arm)
@@ -53,7 +49,7 @@ def family_of(run: Run) -> str:
 
 def order_of(timing: list[Run]) -> list[str]:
     """The families in the option order: plain first, then study.families as listed."""
-    lists = {tuple(_study(r).get("families") or ()) for r in timing}
+    lists = {tuple(study_of(r).get("families") or ()) for r in timing}
     if len(lists) != 1 or not next(iter(lists)):
         raise AtlasError("family ladder: the timing runs list different families (or none): "
                          + "; ".join(", ".join(f) or "(none)" for f in sorted(lists)) + " -- give one sweep's runs")
@@ -93,8 +89,9 @@ def acceptance_of_families(accept: list[Run], timing: list[Run], order: list[str
             raise AtlasError(f"family ladder: no acceptance run of family {f!r} (timed); the families study "
                              f"(+study=families) runs every family in replay: give its runs with --acceptance")
         r = by[f]
-        if _drafter(r) != timed[f]:
-            diff = ", ".join(f"{k} {_drafter(r)[k]} vs {timed[f][k]}" for k in DRAFTER if _drafter(r)[k] != timed[f][k])
+        ran = _drafter(r)
+        if ran != timed[f]:
+            diff = ", ".join(f"{k} {ran[k]} vs {timed[f][k]}" for k in DRAFTER if ran[k] != timed[f][k])
             raise AtlasError(f"{r.path}: family {f!r}'s acceptance run is not the drafter timed ({diff})")
         s = r.steps
         acc[i] = acceptance_of(int(timed[f]["num_drafts"]), clusters_of(r, s["doc_id"].to_numpy()),

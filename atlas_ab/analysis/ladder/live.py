@@ -42,9 +42,14 @@ def width_and_k(run: Run) -> tuple[int, int]:
     return int(b), int(k)
 
 
+def study_of(run: Run) -> dict:
+    """The study section of the run's resolved config ({} for a run outside a study)."""
+    return ((run.manifest or {}).get("config") or {}).get("study") or {}
+
+
 def replicate_of(run: Run) -> int:
     """The replicate a ladder job timed (config.study.replicate; 0 for a run made before replicates)."""
-    r = (((run.manifest or {}).get("config") or {}).get("study") or {}).get("replicate", 0)
+    r = study_of(run).get("replicate", 0)
     if not isinstance(r, int) or isinstance(r, bool) or r < 0:
         raise AtlasError(f"{run.path}: config.study.replicate={r!r} in the manifest is not a replicate id "
                          "(an int >= 0)")
@@ -168,8 +173,7 @@ def process_note(runs: list[Run]) -> str:
     a cell's interval."""
     by: dict[tuple, list] = {}
     for r in runs:
-        by.setdefault((*width_and_k(r), (((r.manifest or {}).get("config") or {}).get("study") or {}).get("family")),
-                      []).append(process_of(r))
+        by.setdefault((*width_and_k(r), study_of(r).get("family")), []).append(process_of(r))
     multi = {c: ps for c, ps in by.items() if len(ps) > 1}
     if not multi:
         return "one run a cell: processes do not apply"

@@ -262,7 +262,7 @@ def ladder_throughput_figure(cells, path: Path, names: dict | None = None) -> Pa
 def ladder_figure(result, path: Path) -> Path:
     """The ladder: the K served against batch width; ties drawn as a bar over the tied K (a family
     ladder: the family, by its index, named on the axis)."""
-    names = getattr(result, "names", None)
+    names = result.names
     what = "K" if names is None else "family"
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ch = sorted(result.choices.values(), key=lambda c: c.B)
